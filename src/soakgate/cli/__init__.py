@@ -1,0 +1,1 @@
+"""Thin command-line layer: each `cmd_*.py` parses arguments and calls one library function."""

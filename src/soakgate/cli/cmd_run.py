@@ -1,0 +1,99 @@
+"""`soakgate run`: soak one or more targets at fixed concurrency and store every generation."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from soakgate.cli.args import duration, non_negative_float, positive_int
+
+
+def register(subparsers: Any) -> None:
+    """Add the `run` command."""
+    parser = subparsers.add_parser(
+        "run", help="soak targets with sustained load, scoring and storing every response"
+    )
+    add_soak_arguments(parser)
+    parser.add_argument("--resume", metavar="RUN_ID", help="continue a stored run")
+    parser.set_defaults(func=main)
+
+
+def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
+    """Load, request and storage options shared by `run` and `demo`."""
+    parser.add_argument(
+        "--target", action="append", default=[], metavar="[NAME=]URL",
+        help="an OpenAI-compatible server (one per GPU); repeat for several",
+    )  # fmt: skip
+    parser.add_argument("--label", default="default", help="configuration label of this run")
+    parser.add_argument("--concurrency", type=positive_int, default=8, help="in flight per target")
+    parser.add_argument("--requests", type=positive_int, help="requests per target")
+    parser.add_argument("--duration", type=duration, help="how long to soak, e.g. 30m or 2h")
+    parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    parser.add_argument("--no-stream", dest="stream", action="store_false", help="no SSE")
+    parser.add_argument("--max-tokens", type=positive_int, default=128)
+    parser.add_argument("--temperature", type=non_negative_float, default=0.8)
+    parser.add_argument("--top-p", type=non_negative_float)
+    parser.add_argument("--seed", type=int, help="sampling seed sent with every request")
+    parser.add_argument("--ignore-eos", action="store_true", help="fixed-length generations")
+    parser.add_argument("--logprobs", action="store_true", help="ask for logprobs")
+    parser.add_argument("--token-ids", action="store_true", help="ask for token ids (vLLM)")
+    parser.add_argument("--timeout", type=non_negative_float, default=120.0, help="per request, s")
+    parser.add_argument("--model", help="model name (default: the target's first model)")
+    parser.add_argument("--api-key", help="bearer token (default: $SOAKGATE_API_KEY); not stored")
+    parser.add_argument("--prompts", type=Path, help="JSONL file of prompts (default: built-in)")
+    parser.add_argument("--prompt-order", choices=("round-robin", "random"), default="round-robin")
+    parser.add_argument("--prompt-seed", type=int, default=0)
+    parser.add_argument("--store-text", choices=("all", "flagged"), default="all")
+    parser.add_argument("--char-run-threshold", type=positive_int, default=80)
+    parser.add_argument("--quiet", action="store_true", help="no live progress")
+
+
+def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
+    """Build and validate a SoakConfig from parsed arguments."""
+    from soakgate.detectors import DetectorConfig
+    from soakgate.load import LoadSpec
+    from soakgate.load.runner import SoakConfig
+    from soakgate.prompts import builtin_prompts, load_prompts
+    from soakgate.targets import RequestSpec, TargetSpec
+
+    api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
+    request = RequestSpec(
+        endpoint=args.endpoint, stream=args.stream, max_tokens=args.max_tokens,
+        temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+        ignore_eos=args.ignore_eos, logprobs=args.logprobs, return_token_ids=args.token_ids,
+        timeout_s=args.timeout,
+    )  # fmt: skip
+    prompts = load_prompts(args.prompts) if args.prompts else list(builtin_prompts())
+    return SoakConfig(
+        targets=[TargetSpec.parse(t, api_key, args.model) for t in targets],
+        label=args.label, request=request,
+        load=LoadSpec(args.concurrency, args.requests, args.duration),
+        db=Path(args.db), prompts=prompts, prompt_order=args.prompt_order,
+        seed=args.prompt_seed, detectors=DetectorConfig(char_run_threshold=args.char_run_threshold),
+        store_text=args.store_text, resume=getattr(args, "resume", None),
+    )  # fmt: skip
+
+
+def execute(config: Any, quiet: bool) -> Any:
+    """Run the soak with live progress, print the summary table; return the SoakResult."""
+    from soakgate.load.progress import LiveProgress, summary_table, wide_console
+    from soakgate.load.runner import run_soak
+
+    if quiet:
+        result = run_soak(config)
+    else:
+        with LiveProgress(config.label, config.load.duration_s) as live:
+            result = run_soak(config, on_tick=live.update)
+    console = wide_console()
+    console.print(summary_table(config.label, result.tallies, result.elapsed_s))
+    console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
+    return result
+
+
+def main(args: argparse.Namespace) -> int:
+    """Validate, soak, print the summary; 0 when the soak ran (findings are in the store)."""
+    result = execute(soak_config(args, args.target), args.quiet)
+    return 130 if result.stopped_by == "stop" else 0

@@ -1,0 +1,58 @@
+"""Entry point of the `soakgate` command: discovers `cmd_*` modules and maps errors to exit codes.
+
+Each command module exposes `register(subparsers)`, which adds one subparser and sets
+`func(args) -> int`. Heavy imports belong inside `func`, so `soakgate --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from soakgate import __version__
+from soakgate.errors import SoakgateError
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line and exit 2, with no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser with every discovered command registered."""
+    parser = _Parser(prog="soakgate", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"soakgate {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    package = importlib.import_module("soakgate.cli")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("cmd_"):
+            importlib.import_module(f"soakgate.cli.{info.name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (0 ok, 1 findings/failure, 2 bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.func(args)
+    except SoakgateError as exc:
+        print(f"soakgate: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("soakgate: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

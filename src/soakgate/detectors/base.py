@@ -1,0 +1,103 @@
+"""The detector registry, its configuration and the function that applies it to a generation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from soakgate.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """One detector's verdict on one generation."""
+
+    score: float
+    """The detector's measurement (e.g. the longest run length)."""
+    flagged: bool
+    """True when the score crosses the detector's threshold."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """What the verdict rests on (e.g. the repeated character and where the run starts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorConfig:
+    """Thresholds of the default detectors; stored with every run so analysis knows what applied."""
+
+    char_run_threshold: int = 80
+    """Flag a run of one non-whitespace character at least this long."""
+    whitespace_run_threshold: int = 400
+    """Flag a run of one whitespace character at least this long (indentation is normal)."""
+    separator_run_threshold: int = 160
+    """Flag a run of a separator character (`-=_*#~.` and box drawing) at least this long."""
+    token_run_threshold: int = 64
+    """Flag a run of one repeated token id at least this long."""
+    token0_run_threshold: int = 16
+    """Flag a run of token id 0 (the classic compiled-graph collapse) at least this long."""
+    loop_min_words: int = 64
+    """Flag a repeated-phrase loop that covers at least this many words."""
+    loop_min_repeats: int = 8
+    """... and repeats its phrase at least this many times."""
+    loop_max_period: int = 8
+    """Longest phrase (in words) a loop may have."""
+    empty_min_tokens: int = 4
+    """Flag a blank text when the server reported at least this many tokens (1 is a bare EOS)."""
+    enabled: tuple[str, ...] = ("char_run", "token_run", "word_loop", "empty")
+    """Names of the detectors to apply."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form for the run record."""
+        data = asdict(self)
+        data["enabled"] = list(self.enabled)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DetectorConfig:
+        """Inverse of to_dict; unknown keys are a usage error."""
+        known = set(cls.__dataclass_fields__)
+        unknown = set(data) - known
+        if unknown:
+            raise UsageError(f"unknown detector setting(s): {', '.join(sorted(unknown))}")
+        values = dict(data)
+        if "enabled" in values:
+            values["enabled"] = tuple(values["enabled"])
+        return cls(**values)
+
+
+DetectorFn = Callable[[str, Sequence[int] | None, int | None, DetectorConfig], Detection]
+REGISTRY: dict[str, DetectorFn] = {}
+
+
+def register(name: str) -> Callable[[DetectorFn], DetectorFn]:
+    """Decorator that adds a detector function to the registry under `name`."""
+
+    def add(fn: DetectorFn) -> DetectorFn:
+        if name in REGISTRY:
+            raise ValueError(f"detector {name!r} registered twice")
+        REGISTRY[name] = fn
+        return fn
+
+    return add
+
+
+DEFAULT_DETECTORS = DetectorConfig().enabled
+
+
+def score_text(
+    text: str,
+    token_ids: Sequence[int] | None,
+    completion_tokens: int | None,
+    config: DetectorConfig,
+) -> dict[str, Detection]:
+    """Apply every enabled detector to one generation."""
+    # Imported for its registrations; kept here so `base` has no import cycle.
+    from soakgate.detectors import builtin  # noqa: F401
+
+    results: dict[str, Detection] = {}
+    for name in config.enabled:
+        fn = REGISTRY.get(name)
+        if fn is None:
+            raise UsageError(f"unknown detector {name!r}; known: {', '.join(sorted(REGISTRY))}")
+        results[name] = fn(text, token_ids, completion_tokens, config)
+    return results

@@ -1,0 +1,61 @@
+"""The one exception root of soakgate.
+
+    SoakgateError                 every error soakgate raises on purpose
+    ├── UsageError                bad input from the user (arguments, files, numbers): exit 2
+    │   ├── ConfigError           a campaign/plan/prompt file that cannot be used
+    │   └── UnitMismatchError     a comparison of different units of analysis
+    ├── TargetError               a target cannot be used at all (unreachable before the soak starts)
+    ├── StoreError                the database cannot be opened, is of a newer schema, or is corrupt
+    ├── PlanError                 a pre-registration is missing, altered or registered after the data
+    ├── ServerError               a managed server failed to start or stay up (campaigns)
+    └── AuditError                a source or library cannot be audited
+
+Third-party errors (aiohttp, sqlite3, OSError) are translated at the boundary where they occur.
+Failed *requests* during a soak are not raised: they are stored as records with an error class.
+"""
+
+from __future__ import annotations
+
+
+class SoakgateError(Exception):
+    """Root of every error soakgate raises on purpose; carries a one-line message for the CLI."""
+
+    exit_code = 1
+
+
+class UsageError(SoakgateError):
+    """Bad input from the user: arguments, numbers, files."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A campaign, plan or prompt file that cannot be used."""
+
+
+class UnitMismatchError(UsageError):
+    """A comparison of different units of analysis (an aggregate against one target)."""
+
+
+class TargetError(SoakgateError):
+    """A target cannot be used at all (unreachable, not an OpenAI-compatible server)."""
+
+    exit_code = 2
+
+
+class StoreError(SoakgateError):
+    """The store cannot be opened or written."""
+
+
+class PlanError(SoakgateError):
+    """A pre-registered plan is missing, altered, or registered after the data."""
+
+    exit_code = 2
+
+
+class ServerError(SoakgateError):
+    """A managed server process failed to start or to stay up."""
+
+
+class AuditError(SoakgateError):
+    """A source tree or library cannot be audited."""

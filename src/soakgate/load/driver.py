@@ -1,0 +1,258 @@
+"""Closed-loop soak: `concurrency` requests in flight per target until a count or time limit.
+
+A new request starts the moment one finishes (sustained back-to-back load, no idle gaps).
+Every response is scored and handed to a BatchWriter; nothing is summarised away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from soakgate.detectors import DetectorConfig
+from soakgate.load.record import scored_generation
+from soakgate.prompts import Prompt, PromptPicker
+from soakgate.records import Event, Generation, Run
+from soakgate.store import BatchWriter
+from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
+from soakgate.targets.client import discover_model, make_session
+
+# A target refusing connections is retried with back-off so it is not hammered in a tight loop.
+_BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
+_CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset"})
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """How much load, for how long."""
+
+    concurrency: int = 8
+    """Requests kept in flight per target."""
+    requests: int | None = None
+    """Requests per target (None: until the duration ends)."""
+    duration_s: float | None = None
+    """Seconds to soak (None: until the request count is reached)."""
+    grace_s: float = 30.0
+    """At the end, how long in-flight requests may finish before they are cancelled."""
+
+
+@dataclass(slots=True)
+class TargetTally:
+    """Running counts for one target, for progress and the final table."""
+
+    target: str
+    requests: int = 0
+    collapses: int = 0
+    errors: int = 0
+    tokens: int = 0
+    clean_tokens: int = 0
+    in_flight: int = 0
+    errors_by_class: dict[str, int] = field(default_factory=dict)
+
+    def count(self, generation: Generation) -> None:
+        """Add one finished generation."""
+        self.requests += 1
+        if not generation.ok:
+            self.errors += 1
+            key = generation.error_class or "unknown"
+            self.errors_by_class[key] = self.errors_by_class.get(key, 0) + 1
+            return
+        tokens = generation.completion_tokens or 0
+        self.tokens += tokens
+        if generation.collapsed:
+            self.collapses += 1
+        else:
+            self.clean_tokens += tokens
+
+
+@dataclass(slots=True)
+class SoakResult:
+    """What a soak did: tallies per target and how long it ran."""
+
+    run: Run
+    tallies: dict[str, TargetTally]
+    elapsed_s: float
+    stopped_by: str
+
+
+@dataclass(slots=True)
+class _Shared:
+    """State shared by the workers of one soak."""
+
+    run: Run
+    spec: RequestSpec
+    load: LoadSpec
+    picker: PromptPicker
+    detectors: DetectorConfig
+    store_text: str
+    writer: BatchWriter
+    deadline: float
+    stop: asyncio.Event
+    next_seq: int
+    issued: dict[str, int]
+    tallies: dict[str, TargetTally]
+    incarnation: Callable[[str], int] = lambda target: 0
+
+
+async def soak(
+    run: Run,
+    targets: list[TargetSpec],
+    spec: RequestSpec,
+    load: LoadSpec,
+    picker: PromptPicker,
+    detectors: DetectorConfig,
+    writer: BatchWriter,
+    *,
+    store_text: str = "all",
+    stop: asyncio.Event | None = None,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
+    incarnation: Callable[[str], int] | None = None,
+) -> SoakResult:
+    """Drive the soak to its end (count, time, or `stop` being set) and flush every result."""
+    started = time.monotonic()
+    counts = writer.store.counts(run.run_id)
+    shared = _Shared(
+        run=run, spec=spec, load=load, picker=picker, detectors=detectors, store_text=store_text,
+        writer=writer, deadline=started + load.duration_s if load.duration_s else float("inf"),
+        stop=stop or asyncio.Event(), next_seq=max((c.next_seq for c in counts.values()), default=0),
+        issued={t.name: counts[t.name].requests if t.name in counts else 0 for t in targets},
+        tallies={t.name: TargetTally(t.name) for t in targets},
+        incarnation=incarnation or (lambda target: 0),
+    )  # fmt: skip
+    sessions = {t.name: make_session(load.concurrency) for t in targets}
+    try:
+        clients = [await _client(sessions[t.name], t) for t in targets]
+        run.software["models"] = {c.target.name: c.model for c in clients}
+        writer.store.save_run(run)
+        ticker = asyncio.create_task(_tick(shared, on_tick, started))
+        stopped_by = await _drive(shared, clients)
+        ticker.cancel()
+    finally:
+        writer.flush()
+        for session in sessions.values():
+            await session.close()
+    elapsed = time.monotonic() - started
+    return SoakResult(run, shared.tallies, elapsed, stopped_by)
+
+
+async def _client(session: aiohttp.ClientSession, target: TargetSpec) -> OpenAIClient:
+    """A client for one target, discovering its model name when not given."""
+    model = target.model or await discover_model(session, target)
+    return OpenAIClient(session, target, model)
+
+
+async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
+    """Run every worker; at the deadline or stop, give in-flight requests a grace period."""
+    workers = [
+        asyncio.create_task(_worker(shared, client))
+        for client in clients
+        for _ in range(shared.load.concurrency)
+    ]
+    waiter = asyncio.create_task(shared.stop.wait())
+    pending = set(workers)
+    while pending and not waiter.done():
+        _, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
+        pending.discard(waiter)
+    stopped_by = "stop" if shared.stop.is_set() else "limit"
+    if time.monotonic() >= shared.deadline:
+        stopped_by = "duration"
+    shared.stop.set()  # no worker issues a new request from here on
+    if pending:
+        _, late = await asyncio.wait(pending, timeout=shared.load.grace_s)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+    waiter.cancel()
+    for task in workers:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    return stopped_by
+
+
+def _take_seq(shared: _Shared, target: str) -> int | None:
+    """Claim the next request slot for a target, or None when the soak should stop."""
+    limit = shared.load.requests
+    if shared.stop.is_set() or time.monotonic() >= shared.deadline:
+        return None
+    if limit is not None and shared.issued[target] >= limit:
+        return None
+    shared.issued[target] += 1
+    seq, shared.next_seq = shared.next_seq, shared.next_seq + 1
+    return seq
+
+
+async def _worker(shared: _Shared, client: OpenAIClient) -> None:
+    """One in-flight slot: issue, score, store, repeat."""
+    name = client.target.name
+    tally = shared.tallies[name]
+    backoff = 0.0
+    while (seq := _take_seq(shared, name)) is not None:
+        prompt = shared.picker.pick(seq)
+        request_id = f"{shared.run.run_id}-{seq}"
+        outcome = Outcome(started_at=time.time())
+        tally.in_flight += 1
+        try:
+            await client.generate(prompt, shared.spec, request_id, outcome)
+        except asyncio.CancelledError:
+            _store(shared, outcome, name, seq, prompt, request_id)
+            raise
+        finally:
+            tally.in_flight -= 1
+        generation = _store(shared, outcome, name, seq, prompt, request_id)
+        backoff = _next_backoff(backoff, generation.error_class)
+        if backoff:
+            await _pause(shared, backoff)
+
+
+def _store(
+    shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str
+) -> Generation:
+    """Score the outcome, queue it for the store and count it."""
+    if outcome.error_class == "cancelled" and not outcome.ended_at:
+        outcome.ended_at = time.time()
+    generation = scored_generation(
+        outcome, run_id=shared.run.run_id, request_id=request_id, target=target,
+        label=shared.run.label, seq=seq, prompt=prompt, spec=shared.spec,
+        detectors=shared.detectors, store_text=shared.store_text,
+        incarnation=shared.incarnation(target),
+    )  # fmt: skip
+    shared.writer.add_generation(generation)
+    shared.tallies[target].count(generation)
+    return generation
+
+
+def _next_backoff(backoff: float, error_class: str | None) -> float:
+    """Exponential back-off while a target refuses or resets connections; reset on success."""
+    if error_class not in _CONNECTION_ERRORS:
+        return 0.0
+    return min(_BACKOFF_MAX_S, backoff * 2 if backoff else _BACKOFF_START_S)
+
+
+async def _pause(shared: _Shared, seconds: float) -> None:
+    """Sleep, but wake at once when the soak is stopped."""
+    try:
+        await asyncio.wait_for(shared.stop.wait(), timeout=seconds)
+    except TimeoutError:
+        pass
+
+
+async def _tick(
+    shared: _Shared,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+    started: float,
+) -> None:
+    """Flush the writer and refresh progress a few times a second."""
+    while True:
+        await asyncio.sleep(0.25)
+        shared.writer.maybe_flush()
+        if on_tick is not None:
+            on_tick(shared.tallies, time.monotonic() - started)
+
+
+def note(run: Run, kind: str, **data: object) -> Event:
+    """An event of this run, stamped now."""
+    return Event(run_id=run.run_id, at=time.time(), kind=kind, data=dict(data))

@@ -1,0 +1,132 @@
+"""`run_soak`: open the store, create or resume the run, drive the soak, close everything cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import platform
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soakgate import __version__
+from soakgate.detectors import DetectorConfig
+from soakgate.errors import UsageError
+from soakgate.load.driver import LoadSpec, SoakResult, TargetTally, note, soak
+from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
+from soakgate.records import Run
+from soakgate.store import BatchWriter, Store, open_store
+from soakgate.targets import RequestSpec, TargetSpec
+
+
+@dataclass(slots=True)
+class SoakConfig:
+    """Everything `soakgate run` needs, already validated."""
+
+    targets: list[TargetSpec]
+    label: str
+    request: RequestSpec
+    load: LoadSpec
+    db: Path
+    prompts: list[Prompt] = field(default_factory=lambda: list(builtin_prompts()))
+    prompt_order: str = "round-robin"
+    seed: int = 0
+    detectors: DetectorConfig = field(default_factory=DetectorConfig)
+    store_text: str = "all"
+    resume: str | None = None
+    run_id: str | None = None
+    campaign: str | None = None
+    flush_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise UsageError("give at least one --target")
+        names = [t.name for t in self.targets]
+        if len(set(names)) != len(names):
+            raise UsageError(f"target names must be unique: {', '.join(names)}")
+        if self.load.concurrency < 1:
+            raise UsageError(f"concurrency must be at least 1, not {self.load.concurrency}")
+        if self.load.requests is None and self.load.duration_s is None:
+            raise UsageError("give --requests or --duration (a soak must be bounded)")
+        if self.load.requests is not None and self.load.requests < 1:
+            raise UsageError(f"requests must be at least 1, not {self.load.requests}")
+        if self.load.duration_s is not None and self.load.duration_s <= 0:
+            raise UsageError(f"duration must be positive, not {self.load.duration_s}")
+        if self.store_text not in ("all", "flagged"):
+            raise UsageError(f"--store-text must be all or flagged, not {self.store_text!r}")
+
+
+def new_run(config: SoakConfig) -> Run:
+    """A fresh run record describing the load and the detectors applied."""
+    load = {
+        **config.request.to_dict(), "concurrency": config.load.concurrency,
+        "requests_per_target": config.load.requests, "duration_s": config.load.duration_s,
+        "prompt_order": config.prompt_order, "seed": config.seed,
+        "prompts": len(config.prompts), "store_text": config.store_text,
+    }  # fmt: skip
+    software = {"soakgate": __version__, "python": platform.python_version()}
+    return Run(
+        run_id=config.run_id or uuid.uuid4().hex[:12], label=config.label,
+        targets=[t.name for t in config.targets], started_at=time.time(), load=load,
+        detectors=config.detectors.to_dict(), software=software, campaign=config.campaign,
+    )  # fmt: skip
+
+
+def resumed_run(store: Store, config: SoakConfig) -> Run:
+    """The stored run to continue; its label and targets must match the command line."""
+    run = next((r for r in store.runs() if r.run_id == config.resume), None)
+    if run is None:
+        raise UsageError(f"no run {config.resume!r} in {config.db}")
+    if run.label != config.label or run.targets != [t.name for t in config.targets]:
+        raise UsageError(f"run {run.run_id} is {run.label} on {', '.join(run.targets)}")
+    run.status = "running"
+    return run
+
+
+def run_soak(
+    config: SoakConfig,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
+    store: Store | None = None,
+) -> SoakResult:
+    """Run (or resume) one soak to its end; Ctrl-C/SIGTERM stop it cleanly with nothing lost."""
+    own_store = store is None
+    store = store or open_store(config.db)
+    try:
+        run = resumed_run(store, config) if config.resume else new_run(config)
+        writer = BatchWriter(store, interval_s=config.flush_interval_s)
+        if config.resume:
+            writer.add_event(note(run, "resumed"))
+        result = asyncio.run(_soak_with_signals(config, run, writer, on_tick))
+        run.ended_at = time.time()
+        run.status = "interrupted" if result.stopped_by == "stop" else "completed"
+        writer.add_event(note(run, "ended", stopped_by=result.stopped_by))
+        writer.flush()
+        store.save_run(run)
+        return result
+    finally:
+        if own_store:
+            store.close()
+
+
+async def _soak_with_signals(
+    config: SoakConfig,
+    run: Run,
+    writer: BatchWriter,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+) -> SoakResult:
+    """Drive the soak with SIGINT/SIGTERM wired to a clean stop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    picker = PromptPicker(config.prompts, config.prompt_order, config.seed)
+    try:
+        return await soak(
+            run, config.targets, config.request, config.load, picker, config.detectors, writer,
+            store_text=config.store_text, stop=stop, on_tick=on_tick,
+        )  # fmt: skip
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

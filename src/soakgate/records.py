@@ -1,0 +1,136 @@
+"""Typed records that flow through the pipeline and into the store: one row per generation."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+# Error classes a failed request can be stored with. Order matters nowhere; names are stable.
+ERROR_CLASSES = (
+    "connection_refused",  # nothing listening / DNS failure
+    "connection_reset",  # peer closed or reset the connection mid-request
+    "timeout",  # no (complete) answer within the request timeout
+    "http_4xx",  # server answered with a 4xx status
+    "http_5xx",  # server answered with a 5xx status
+    "malformed_json",  # body or SSE event was not the JSON we expect
+    "truncated_stream",  # stream (or body) ended without a finish_reason
+    "server_error",  # server declared an error inside a 200 response (error object / event)
+    "cancelled",  # in flight when the soak was stopped (Ctrl-C / duration reached)
+    "client_error",  # anything else raised in the client; detail holds the exception
+)
+
+
+@dataclass(slots=True)
+class Generation:
+    """One request to one target and everything that came back; the unit row of the store."""
+
+    run_id: str
+    """The run this generation belongs to."""
+    request_id: str
+    """Unique id of the request; also sent to the server as the X-Request-Id header."""
+    target: str
+    """The unit of analysis: one server instance (one GPU), named by URL or a given name."""
+    label: str
+    """Configuration label of the run (e.g. `eager`, `b31-graph`)."""
+    seq: int
+    """Order in which requests were issued within the run (0-based, per run)."""
+    prompt_id: str
+    """Id of the prompt that was sent."""
+    endpoint: str
+    """`completions` or `chat`."""
+    stream: bool
+    """Whether the response was streamed (SSE)."""
+    started_at: float
+    """Unix time the request was sent."""
+    ended_at: float
+    """Unix time the response finished (or failed)."""
+    ttft_s: float | None = None
+    """Seconds to the first content token (streaming only)."""
+    prompt_tokens: int | None = None
+    """Prompt tokens from the server's usage, if reported."""
+    completion_tokens: int | None = None
+    """Completion tokens from the server's usage (or counted token ids / stream chunks)."""
+    finish_reason: str | None = None
+    """The server's finish_reason (`stop`, `length`, ...)."""
+    http_status: int | None = None
+    """HTTP status of the response, when one arrived."""
+    error_class: str | None = None
+    """None for a clean response, else one of ERROR_CLASSES."""
+    error_detail: str | None = None
+    """Short human detail for an error (first 300 characters)."""
+    text: str | None = None
+    """The generated text (None when not stored under `--store-text flagged`)."""
+    text_sha256: str = ""
+    """SHA-256 of the generated text, always stored."""
+    token_ids: list[int] | None = None
+    """Generated token ids, when the server returned them."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """Detector name -> score (e.g. `char_run` -> longest run length)."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Detector name -> evidence (e.g. the repeated character)."""
+    flags: list[str] = field(default_factory=list)
+    """Names of the detectors that flagged this generation."""
+    incarnation: int = 0
+    """Which incarnation (restart count) of the target's server served the request."""
+    reference_divergence: int | None = None
+    """Differential check: first diverging position against the reference (-1: identical)."""
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed without an error."""
+        return self.error_class is None
+
+    @property
+    def collapsed(self) -> bool:
+        """True when any detector flagged a clean response (errors are never collapses)."""
+        return self.error_class is None and bool(self.flags)
+
+
+@dataclass(slots=True)
+class Run:
+    """One soak: a label, its targets, the load spec and what was applied to score it."""
+
+    run_id: str
+    """Unique id of the run."""
+    label: str
+    """Configuration label."""
+    targets: list[str]
+    """Names of the targets (units of analysis)."""
+    started_at: float
+    """Unix time the run started."""
+    load: dict[str, Any] = field(default_factory=dict)
+    """Load spec: concurrency, max_tokens, endpoint, stream, duration, requests, sampling."""
+    detectors: dict[str, Any] = field(default_factory=dict)
+    """Detector configuration applied to every generation."""
+    software: dict[str, Any] = field(default_factory=dict)
+    """Versions: soakgate, python, and what the servers reported."""
+    ended_at: float | None = None
+    """Unix time the run ended (None while running or if it was killed)."""
+    status: str = "running"
+    """`running`, `completed`, `interrupted`."""
+    plan_sha256: str | None = None
+    """SHA-256 of the pre-registered plan the run follows, if any."""
+    campaign: str | None = None
+    """Campaign block id when the run is part of a campaign."""
+
+
+@dataclass(slots=True)
+class Event:
+    """Something that happened during a run that is not a generation (fault, restart, telemetry)."""
+
+    run_id: str
+    """The run the event belongs to."""
+    at: float
+    """Unix time."""
+    kind: str
+    """Event kind, e.g. `engine_fault`, `restart`, `telemetry`, `look`, `note`."""
+    target: str | None = None
+    """The target concerned, if any."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific payload."""
+
+
+def sha256_text(text: str) -> str:
+    """Hex SHA-256 of a text, the stable fingerprint stored for every generation."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,16 @@
+"""Durable storage of runs, generations, events and the plan ledger (SQLite, plus an in-memory twin)."""
+
+from soakgate.store.base import LedgerEntry, Store, TargetCounts
+from soakgate.store.batch import BatchWriter
+from soakgate.store.memory import MemoryStore
+from soakgate.store.sqlite import SqliteStore, open_store
+
+__all__ = [
+    "BatchWriter",
+    "LedgerEntry",
+    "MemoryStore",
+    "SqliteStore",
+    "Store",
+    "TargetCounts",
+    "open_store",
+]

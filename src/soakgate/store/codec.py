@@ -1,0 +1,116 @@
+"""Conversion between records and flat SQL rows (shared by the SQLite store and exports)."""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+from soakgate.records import Event, Generation, Run
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, label TEXT NOT NULL, targets TEXT NOT NULL,
+    started_at REAL NOT NULL, ended_at REAL, status TEXT NOT NULL,
+    load TEXT NOT NULL, detectors TEXT NOT NULL, software TEXT NOT NULL,
+    plan_sha256 TEXT, campaign TEXT
+);
+CREATE TABLE IF NOT EXISTS generations (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, request_id TEXT NOT NULL UNIQUE,
+    target TEXT NOT NULL, label TEXT NOT NULL, seq INTEGER NOT NULL, prompt_id TEXT NOT NULL,
+    endpoint TEXT NOT NULL, stream INTEGER NOT NULL, started_at REAL NOT NULL,
+    ended_at REAL NOT NULL, ttft_s REAL, prompt_tokens INTEGER, completion_tokens INTEGER,
+    finish_reason TEXT, http_status INTEGER, error_class TEXT, error_detail TEXT,
+    text TEXT, text_sha256 TEXT NOT NULL, token_ids BLOB, scores TEXT NOT NULL,
+    details TEXT NOT NULL, flags TEXT NOT NULL, collapsed INTEGER NOT NULL,
+    incarnation INTEGER NOT NULL, reference_divergence INTEGER
+);
+CREATE INDEX IF NOT EXISTS generations_run_seq ON generations (run_id, seq);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL,
+    target TEXT, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run_at ON events (run_id, at);
+CREATE TABLE IF NOT EXISTS ledger (
+    idx INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL,
+    prev_hash TEXT NOT NULL, entry_hash TEXT NOT NULL
+);
+"""
+
+GENERATION_COLUMNS = (
+    "run_id, request_id, target, label, seq, prompt_id, endpoint, stream, started_at, ended_at, "
+    "ttft_s, prompt_tokens, completion_tokens, finish_reason, http_status, error_class, "
+    "error_detail, text, text_sha256, token_ids, scores, details, flags, collapsed, incarnation, "
+    "reference_divergence"
+)
+RUN_COLUMNS = (
+    "run_id, label, targets, started_at, ended_at, status, load, detectors, software, "
+    "plan_sha256, campaign"
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def generation_row(g: Generation) -> tuple[Any, ...]:
+    """A Generation as a tuple in GENERATION_COLUMNS order."""
+    ids = array("i", g.token_ids).tobytes() if g.token_ids is not None else None
+    return (
+        g.run_id, g.request_id, g.target, g.label, g.seq, g.prompt_id, g.endpoint, int(g.stream),
+        g.started_at, g.ended_at, g.ttft_s, g.prompt_tokens, g.completion_tokens, g.finish_reason,
+        g.http_status, g.error_class, g.error_detail, g.text, g.text_sha256, ids,
+        _dumps(g.scores), _dumps(g.details), ",".join(g.flags), int(g.collapsed), g.incarnation,
+        g.reference_divergence,
+    )  # fmt: skip
+
+
+def generation_from_row(row: tuple[Any, ...]) -> Generation:
+    """Inverse of generation_row."""
+    (run_id, request_id, target, label, seq, prompt_id, endpoint, stream, started_at, ended_at,
+     ttft_s, prompt_tokens, completion_tokens, finish_reason, http_status, error_class,
+     error_detail, text, text_sha256, ids, scores, details, flags, _collapsed, incarnation,
+     reference_divergence) = row  # fmt: skip
+    token_ids = array("i", ids).tolist() if ids is not None else None
+    return Generation(
+        run_id=run_id, request_id=request_id, target=target, label=label, seq=seq,
+        prompt_id=prompt_id, endpoint=endpoint, stream=bool(stream), started_at=started_at,
+        ended_at=ended_at, ttft_s=ttft_s, prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens, finish_reason=finish_reason, http_status=http_status,
+        error_class=error_class, error_detail=error_detail, text=text, text_sha256=text_sha256,
+        token_ids=token_ids, scores=json.loads(scores), details=json.loads(details),
+        flags=flags.split(",") if flags else [], incarnation=incarnation,
+        reference_divergence=reference_divergence,
+    )  # fmt: skip
+
+
+def run_row(r: Run) -> tuple[Any, ...]:
+    """A Run as a tuple in RUN_COLUMNS order."""
+    return (
+        r.run_id, r.label, _dumps(r.targets), r.started_at, r.ended_at, r.status, _dumps(r.load),
+        _dumps(r.detectors), _dumps(r.software), r.plan_sha256, r.campaign,
+    )  # fmt: skip
+
+
+def run_from_row(row: tuple[Any, ...]) -> Run:
+    """Inverse of run_row."""
+    run_id, label, targets, started, ended, status, load, detectors, software, plan, camp = row
+    return Run(
+        run_id=run_id, label=label, targets=json.loads(targets), started_at=started,
+        ended_at=ended, status=status, load=json.loads(load), detectors=json.loads(detectors),
+        software=json.loads(software), plan_sha256=plan, campaign=camp,
+    )  # fmt: skip
+
+
+def event_row(e: Event) -> tuple[Any, ...]:
+    """An Event as a tuple (run_id, at, kind, target, data)."""
+    return (e.run_id, e.at, e.kind, e.target, _dumps(e.data))
+
+
+def event_from_row(row: tuple[Any, ...]) -> Event:
+    """Inverse of event_row."""
+    run_id, at, kind, target, data = row
+    return Event(run_id=run_id, at=at, kind=kind, target=target, data=json.loads(data))

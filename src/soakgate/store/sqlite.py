@@ -1,0 +1,160 @@
+"""SQLite store: WAL journal, versioned schema created idempotently, batched transactions."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from soakgate.errors import StoreError
+from soakgate.records import Event, Generation, Run
+from soakgate.store import codec
+from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
+
+
+class SqliteStore:
+    """A soakgate database file; safe to share across runs and to reopen after a crash."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # WAL + synchronous=NORMAL: a committed transaction survives a killed process.
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+
+    def _migrate(self) -> None:
+        """Create the schema if absent; refuse a database written by a newer soakgate."""
+        self._db.executescript(f"BEGIN IMMEDIATE;{codec.SCHEMA}COMMIT;")
+        with self._transaction():
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO meta VALUES ('schema_version', ?)", (str(codec.SCHEMA_VERSION),)
+                )
+            elif int(row[0]) > codec.SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {row[0]}; this soakgate reads up to "
+                    f"{codec.SCHEMA_VERSION}"
+                )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def save_run(self, run: Run) -> None:
+        """Insert or update a run record."""
+        marks = ",".join("?" * 11)
+        with self._transaction():
+            self._db.execute(
+                f"INSERT OR REPLACE INTO runs ({codec.RUN_COLUMNS}) VALUES ({marks})",
+                codec.run_row(run),
+            )
+
+    def add(self, generations: Sequence[Generation], events: Sequence[Event] = ()) -> None:
+        """Append generations and events in one transaction (one fsync per batch)."""
+        marks = ",".join("?" * 26)
+        with self._transaction():
+            self._db.executemany(
+                f"INSERT INTO generations ({codec.GENERATION_COLUMNS}) VALUES ({marks})",
+                [codec.generation_row(g) for g in generations],
+            )
+            self._db.executemany(
+                "INSERT INTO events (run_id, at, kind, target, data) VALUES (?,?,?,?,?)",
+                [codec.event_row(e) for e in events],
+            )
+
+    def runs(self) -> list[Run]:
+        """Every run, oldest first."""
+        rows = self._db.execute(f"SELECT {codec.RUN_COLUMNS} FROM runs ORDER BY started_at")
+        return [codec.run_from_row(r) for r in rows]
+
+    def generations(self, run_id: str | None = None) -> Iterator[Generation]:
+        """Generations in (run, seq) order, streamed from the database."""
+        sql = f"SELECT {codec.GENERATION_COLUMNS} FROM generations"
+        params: tuple[Any, ...] = ()
+        if run_id is not None:
+            sql, params = sql + " WHERE run_id=?", (run_id,)
+        cursor = self._db.cursor()
+        for row in cursor.execute(sql + " ORDER BY run_id, seq", params):
+            yield codec.generation_from_row(row)
+
+    def events(self, run_id: str | None = None) -> list[Event]:
+        """Events in time order, optionally of one run."""
+        sql = "SELECT run_id, at, kind, target, data FROM events"
+        params: tuple[Any, ...] = ()
+        if run_id is not None:
+            sql, params = sql + " WHERE run_id=?", (run_id,)
+        return [codec.event_from_row(r) for r in self._db.execute(sql + " ORDER BY at", params)]
+
+    def counts(self, run_id: str) -> dict[str, TargetCounts]:
+        """Per-target tallies of one run, computed in SQL."""
+        next_seq = self._db.execute(
+            "SELECT COALESCE(MAX(seq) + 1, 0) FROM generations WHERE run_id=?", (run_id,)
+        ).fetchone()[0]
+        rows = self._db.execute(
+            "SELECT target, COUNT(*), SUM(collapsed), SUM(error_class IS NOT NULL), "
+            "SUM(CASE WHEN error_class IS NULL THEN COALESCE(completion_tokens, 0) END) "
+            "FROM generations WHERE run_id=? GROUP BY target",
+            (run_id,),
+        )
+        return {
+            target: TargetCounts(n, int(c or 0), int(e or 0), int(t or 0), int(next_seq))
+            for target, n, c, e, t in rows
+        }
+
+    def append_ledger(self, kind: str, payload: dict[str, Any], at: float) -> LedgerEntry:
+        """Append a hash-chained entry; the chain makes a rewritten history detectable."""
+        with self._transaction():
+            last = self._db.execute(
+                "SELECT idx, entry_hash FROM ledger ORDER BY idx DESC LIMIT 1"
+            ).fetchone()
+            index, prev = (last[0] + 1, last[1]) if last else (0, "")
+            entry_hash = chain_hash(prev, at, kind, payload)
+            self._db.execute(
+                "INSERT INTO ledger VALUES (?,?,?,?,?,?)",
+                (index, at, kind, json.dumps(payload, sort_keys=True), prev, entry_hash),
+            )
+        return LedgerEntry(index, at, kind, payload, prev, entry_hash)
+
+    def ledger(self) -> list[LedgerEntry]:
+        """The whole ledger, in order."""
+        rows = self._db.execute("SELECT * FROM ledger ORDER BY idx")
+        return [LedgerEntry(i, at, k, json.loads(p), prev, h) for i, at, k, p, prev, h in rows]
+
+    def close(self) -> None:
+        """Close the connection (a WAL checkpoint happens on the last close)."""
+        self._db.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT/ROLLBACK around a block, translating sqlite3 errors."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self._db.execute("COMMIT")
+            return
+        self._db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"database write failed: {exc}") from exc
+
+
+def open_store(path: str | Path) -> SqliteStore:
+    """Open (creating if needed) a soakgate database; a missing parent folder is a StoreError."""
+    target = Path(path)
+    if not target.parent.exists():
+        raise StoreError(f"folder {target.parent} does not exist")
+    if target.exists() and target.is_dir():
+        raise StoreError(f"{target} is a folder, not a database file")
+    return SqliteStore(target)

@@ -1,0 +1,110 @@
+"""What to send (TargetSpec, RequestSpec) and what came back (Outcome)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from soakgate.errors import UsageError
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """One server under test: the unit of analysis (typically one GPU's server)."""
+
+    url: str
+    """Base URL, e.g. http://127.0.0.1:8000 (a trailing /v1 is accepted)."""
+    name: str = ""
+    """Name of the unit in the store; defaults to host:port."""
+    api_key: str | None = field(default=None, repr=False)
+    """Bearer token sent to the server; never stored."""
+    model: str | None = None
+    """Model name; discovered from /v1/models when None."""
+
+    @classmethod
+    def parse(cls, text: str, api_key: str | None = None, model: str | None = None) -> TargetSpec:
+        """`[NAME=]URL` from the command line; a bad URL is a usage error."""
+        name, _, url = text.rpartition("=") if "=" in text.split("://")[0] else ("", "", text)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"target {text!r} is not an http(s) URL like http://127.0.0.1:8000")
+        try:
+            port = parts.port
+        except ValueError as exc:
+            raise UsageError(f"target {text!r} has a bad port") from exc
+        base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+        base = base.removesuffix("/v1")
+        return cls(base, name or f"{parts.hostname}:{port or 80}", api_key, model)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """How each request is made: endpoint, streaming and sampling parameters."""
+
+    endpoint: str = "completions"
+    """`completions` or `chat`."""
+    stream: bool = True
+    """Stream the response as server-sent events."""
+    max_tokens: int = 128
+    """Maximum tokens to generate."""
+    temperature: float = 0.8
+    """Sampling temperature (0 is greedy)."""
+    top_p: float | None = None
+    """Nucleus sampling parameter, sent only when set."""
+    seed: int | None = None
+    """Sampling seed, sent only when set."""
+    ignore_eos: bool = False
+    """Ask the server to ignore EOS (vLLM, llama.cpp), for fixed-length generations."""
+    logprobs: bool = False
+    """Ask for logprobs of the sampled tokens."""
+    return_token_ids: bool = False
+    """Ask for generated token ids (vLLM's `return_token_ids`)."""
+    timeout_s: float = 120.0
+    """Whole-request timeout in seconds."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Extra body fields passed through verbatim."""
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ("completions", "chat"):
+            raise UsageError(f"endpoint must be completions or chat, not {self.endpoint!r}")
+        if self.max_tokens < 1:
+            raise UsageError(f"max tokens must be at least 1, not {self.max_tokens}")
+        if not 0 <= self.temperature <= 10:
+            raise UsageError(f"temperature must be in [0, 10], not {self.temperature}")
+        if self.timeout_s <= 0:
+            raise UsageError(f"timeout must be positive, not {self.timeout_s}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form for the run record."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one request produced: content, usage, timings, or an error class."""
+
+    started_at: float
+    """Unix time the request was sent."""
+    ended_at: float = 0.0
+    """Unix time it finished."""
+    ttft_s: float | None = None
+    """Seconds to the first content (streaming)."""
+    text: str = ""
+    """Generated text."""
+    token_ids: list[int] | None = None
+    """Generated token ids, when the server returned them."""
+    finish_reason: str | None = None
+    """The server's finish reason."""
+    prompt_tokens: int | None = None
+    """Prompt tokens from usage."""
+    completion_tokens: int | None = None
+    """Completion tokens from usage, else counted token ids."""
+    http_status: int | None = None
+    """HTTP status code."""
+    error_class: str | None = None
+    """None when clean, else one of records.ERROR_CLASSES."""
+    error_detail: str | None = None
+    """Short detail of the error."""
+    logprobs_count: int = 0
+    """How many per-token logprob entries came back."""

@@ -1,0 +1,96 @@
+"""Detectors against brute-force references (hypothesis) and hand-made cases."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soakgate.detectors import DetectorConfig, score_text
+from soakgate.detectors.builtin import char_run, empty, token_run, word_loop
+from soakgate.detectors.runs import longest_equal_run
+
+CONFIG = DetectorConfig()
+
+
+def brute_longest_run(text: str) -> int:
+    """Reference: the longest run of one character, by grouping."""
+    return max((len(list(group)) for _, group in itertools.groupby(text)), default=0)
+
+
+@given(st.text(alphabet=st.characters(), max_size=300))
+@settings(max_examples=300)
+def test_char_run_score_equals_brute_force(text: str) -> None:
+    assert char_run(text, None, None, CONFIG).score == brute_longest_run(text)
+
+
+@given(st.text(alphabet="ab!\n -é😀", max_size=400))
+@settings(max_examples=300)
+def test_char_run_evidence_points_at_a_real_run(text: str) -> None:
+    detection = char_run(text, None, None, CONFIG)
+    if text:
+        start, length, char = (detection.evidence[k] for k in ("start", "length", "char"))
+        assert text[start : start + length] == char * length
+
+
+@given(st.lists(st.integers(0, 3), max_size=300))
+def test_longest_equal_run_matches_groupby(ids: list[int]) -> None:
+    expected = max((len(list(g)) for _, g in itertools.groupby(ids)), default=0)
+    assert longest_equal_run(ids)[0] == expected
+
+
+def test_bang_run_is_flagged_at_the_threshold_and_not_below() -> None:
+    assert char_run("ok " + "!" * 80, None, None, CONFIG).flagged
+    assert not char_run("ok " + "!" * 79, None, None, CONFIG).flagged
+    strict = DetectorConfig(char_run_threshold=20)
+    assert char_run("!" * 20, None, None, strict).flagged
+
+
+def test_whitespace_and_separator_runs_have_their_own_thresholds() -> None:
+    indented = "def f():\n" + " " * 120 + "return 1\n"
+    rule = "Title\n" + "-" * 120 + "\n"
+    assert not char_run(indented, None, None, CONFIG).flagged
+    assert not char_run(rule, None, None, CONFIG).flagged
+    assert char_run(" " * 400, None, None, CONFIG).flagged
+    assert char_run("=" * 160, None, None, CONFIG).flagged
+
+
+def test_token_run_flags_token_zero_early_and_other_ids_late() -> None:
+    assert token_run("", [5, 0] + [0] * 15, None, CONFIG).flagged
+    assert not token_run("", [0] * 15, None, CONFIG).flagged
+    assert not token_run("", [7] * 63, None, CONFIG).flagged
+    assert token_run("", [7] * 64, None, CONFIG).flagged
+    assert token_run("", [7] * 20 + [0] * 16, None, CONFIG).evidence["token0_run"] == 16
+    assert token_run("x", None, None, CONFIG).evidence == {"available": False}
+
+
+def test_word_loop_catches_repeated_phrases_but_not_prose() -> None:
+    loop = "We start here. " + "the cache is " * 40
+    assert word_loop(loop, None, None, CONFIG).flagged
+    assert word_loop(loop, None, None, CONFIG).evidence["period"] == 3
+    prose = " ".join(f"word{i}" for i in range(200))
+    assert not word_loop(prose, None, None, CONFIG).flagged
+
+
+def test_empty_needs_reported_tokens() -> None:
+    assert empty("", None, 128, CONFIG).flagged
+    assert empty("  \n", None, 10, CONFIG).flagged
+    assert not empty("", None, 1, CONFIG).flagged  # a bare EOS
+    assert not empty("hello", None, 128, CONFIG).flagged
+
+
+def test_score_text_applies_only_enabled_detectors() -> None:
+    only = DetectorConfig(enabled=("char_run",))
+    assert set(score_text("x", [1], 1, only)) == {"char_run"}
+    assert set(score_text("x", [1], 1, CONFIG)) == {"char_run", "token_run", "word_loop", "empty"}
+
+
+def test_config_round_trips_and_rejects_unknown_keys() -> None:
+    import pytest
+
+    from soakgate.errors import UsageError
+
+    assert DetectorConfig.from_dict(CONFIG.to_dict()) == CONFIG
+    with pytest.raises(UsageError):
+        DetectorConfig.from_dict({"nope": 1})
