@@ -15,6 +15,7 @@ from soakgate.targets import parse
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
 
 
 def headers_for(target: TargetSpec) -> dict[str, str]:
@@ -79,6 +80,19 @@ class OpenAIClient:
         self.target = target
         self.model = model
         self._headers = headers_for(target)
+        self._bodies: dict[Prompt, bytes] = {}
+        self._bodies_spec: RequestSpec | None = None
+
+    def _body(self, prompt: Prompt, spec: RequestSpec) -> bytes:
+        """The encoded request body, cached per prompt: re-encoding it per request costs CPU."""
+        if spec is not self._bodies_spec:
+            self._bodies, self._bodies_spec = {}, spec
+        body = self._bodies.get(prompt)
+        if body is None:
+            body = json.dumps(parse.build_payload(spec, prompt, self.model)).encode()
+            if len(self._bodies) < _BODY_CACHE_SIZE:
+                self._bodies[prompt] = body
+        return body
 
     async def generate(
         self, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome | None = None
@@ -89,12 +103,11 @@ class OpenAIClient:
         """
         outcome = outcome or Outcome(started_at=time.time())
         began = time.perf_counter()
-        payload = json.dumps(parse.build_payload(spec, prompt, self.model))
+        payload = self._body(prompt, spec)
         headers = {**self._headers, "X-Request-Id": request_id}
         try:
-            await asyncio.wait_for(
-                self._exchange(outcome, spec, payload, headers, began), spec.timeout_s
-            )
+            async with asyncio.timeout(spec.timeout_s):  # a timer, not an extra task per request
+                await self._exchange(outcome, spec, payload, headers, began)
         except asyncio.CancelledError:
             outcome.error_class, outcome.error_detail = "cancelled", "soak stopped"
             outcome.ended_at = time.time()
@@ -107,7 +120,7 @@ class OpenAIClient:
         return outcome
 
     async def _exchange(
-        self, outcome: Outcome, spec: RequestSpec, payload: str, headers: dict[str, str],
+        self, outcome: Outcome, spec: RequestSpec, payload: bytes, headers: dict[str, str],
         began: float,
     ) -> None:  # fmt: skip
         """POST and read the whole response into `outcome`."""
@@ -133,18 +146,12 @@ class OpenAIClient:
     ) -> None:
         """Fold server-sent events; a stream with no finish reason is truncated."""
         done = False
-        data: list[bytes] = []
-        async for raw in response.content:
-            line = raw.rstrip(b"\r\n")
-            if line.startswith(b"data:"):
-                data.append(line[5:].lstrip(b" "))
-                continue
-            if line or not data:
-                continue  # comments, event names, ids, or a blank line between events
-            done = self._fold_data(outcome, b"\n".join(data), chat, began) or done
-            data = []
-        if data:
-            done = self._fold_data(outcome, b"\n".join(data), chat, began) or done
+        splitter = parse.SseSplitter()
+        async for chunk in response.content.iter_any():
+            for data in splitter.feed(chunk):
+                done = self._fold_data(outcome, data, chat, began) or done
+        for data in splitter.close():
+            done = self._fold_data(outcome, data, chat, began) or done
         if outcome.finish_reason is None:
             outcome.error_class = "truncated_stream"
             how = "with [DONE]" if done else "without [DONE]"
@@ -155,7 +162,7 @@ class OpenAIClient:
         """Fold one SSE data payload; True for the [DONE] sentinel."""
         if data == b"[DONE]":
             return True
-        if parse.fold_event(outcome, json.loads(data), chat) and outcome.ttft_s is None:
+        if parse.fold_event(outcome, parse.decode_event(data), chat) and outcome.ttft_s is None:
             outcome.ttft_s = time.perf_counter() - began
         return False
 

@@ -1,0 +1,39 @@
+"""`soakgate sweep`: throughput, latency and collapse rate per concurrency level."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from soakgate.cli.args import positive_int
+from soakgate.cli.cmd_run import add_soak_arguments, soak_config
+
+
+def register(subparsers: Any) -> None:
+    """Add the `sweep` command."""
+    parser = subparsers.add_parser("sweep", help="find the saturation point of a target")
+    add_soak_arguments(parser)
+    parser.set_defaults(concurrency_levels=None)
+    for action in parser._actions:
+        if action.dest == "concurrency":  # the sweep's --concurrency is a list of levels
+            action.type, action.default, action.help = str, "24,48,96,192", "levels, e.g. 24,48,96"
+    parser.add_argument("--requests-per-level", type=positive_int, required=True)
+    parser.add_argument("--min-gain", type=float, default=0.10, help="saturation threshold")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the sweep and print one row per level plus the saturation point."""
+    from soakgate.load.progress import wide_console
+    from soakgate.probes.sweep import parse_levels, run_sweep, saturation_point, sweep_table
+
+    levels = parse_levels(args.concurrency)
+    args.concurrency, args.requests = levels[0], args.requests_per_level
+    config = soak_config(args, args.target)
+    results = run_sweep(config, levels, args.requests_per_level)
+    console = wide_console()
+    console.print(sweep_table(results))
+    point = saturation_point(results, args.min_gain)
+    where = f"concurrency {point}" if point else f"not reached up to {levels[-1]}"
+    console.print(f"saturation point (throughput gain < {args.min_gain:.0%}): {where}")
+    return 0

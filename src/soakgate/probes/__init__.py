@@ -1,0 +1,1 @@
+"""Probes beyond the plain soak: concurrency sweeps, determinism baselines, differential checks."""

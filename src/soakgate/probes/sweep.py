@@ -1,0 +1,107 @@
+"""Concurrency sweep: throughput, latency and collapse rate per level, and the saturation point."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from typing import Any
+
+import numpy as np
+
+from soakgate.errors import UsageError
+from soakgate.load import LoadSpec
+from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.stats.rates import RateSummary, summarize_rate
+from soakgate.store import open_store
+
+
+@dataclass(frozen=True, slots=True)
+class SweepLevel:
+    """What one concurrency level achieved."""
+
+    concurrency: int
+    run_id: str
+    requests: int
+    errors: int
+    collapses: int
+    elapsed_s: float
+    tokens_per_s: float
+    clean_tokens_per_s: float
+    latency_p50_s: float
+    latency_p95_s: float
+    collapse_rate: RateSummary
+
+
+def saturation_point(levels: Sequence[SweepLevel], min_gain: float = 0.10) -> int | None:
+    """The first level past which throughput rises by less than `min_gain` (None: not reached)."""
+    for current, following in zip(levels, levels[1:], strict=False):
+        if following.tokens_per_s < current.tokens_per_s * (1 + min_gain):
+            return current.concurrency
+    return None
+
+
+def parse_levels(text: str) -> list[int]:
+    """`24,48,96` as a strictly increasing list of positive levels."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--concurrency must be a comma-separated list of numbers: {text!r}") from None
+    if not levels or min(levels) < 1 or levels != sorted(set(levels)):
+        raise UsageError(f"--concurrency levels must be positive and increasing: {text!r}")
+    return levels
+
+
+def run_sweep(base: SoakConfig, levels: Sequence[int], requests_per_level: int) -> list[SweepLevel]:
+    """Soak each level in turn (one stored run per level) and summarise it."""
+    results = []
+    for level in levels:
+        load = LoadSpec(level, requests=requests_per_level, grace_s=base.load.grace_s)
+        config = dataclasses.replace(base, load=load, run_id=None)
+        result = run_soak(config)
+        results.append(_summarise(config, level, result.run.run_id))
+    return results
+
+
+def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
+    """Read one level's rows back and compute its figures over the span of its requests."""
+    store = open_store(config.db)
+    try:
+        rows = list(store.generations(run_id))
+    finally:
+        store.close()
+    clean = [g for g in rows if g.ok]
+    collapses = sum(g.collapsed for g in clean)
+    tokens = sum(g.completion_tokens or 0 for g in clean)
+    clean_tokens = sum(g.completion_tokens or 0 for g in clean if not g.collapsed)
+    latency = np.array([g.ended_at - g.started_at for g in clean] or [float("nan")])
+    elapsed_s = max(g.ended_at for g in rows) - min(g.started_at for g in rows) if rows else 0.0
+    seconds = max(elapsed_s, 1e-9)
+    return SweepLevel(
+        concurrency=level, run_id=run_id, requests=len(rows), errors=len(rows) - len(clean),
+        collapses=collapses, elapsed_s=elapsed_s, tokens_per_s=tokens / seconds,
+        clean_tokens_per_s=clean_tokens / seconds,
+        latency_p50_s=float(np.percentile(latency, 50)),
+        latency_p95_s=float(np.percentile(latency, 95)),
+        collapse_rate=summarize_rate(collapses, len(clean)) if clean else summarize_rate(0, 1),
+    )  # fmt: skip
+
+
+def sweep_table(levels: Sequence[SweepLevel]) -> Any:
+    """A rich table with one row per level."""
+    from rich.table import Table
+
+    table = Table(title="soakgate sweep")
+    for column in ("concurrency", "n", "tok/s", "clean tok/s", "p50 s", "p95 s", "collapses",
+                   "rate [95% CI]", "errors"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for level in levels:
+        rate = level.collapse_rate
+        table.add_row(
+            str(level.concurrency), str(level.requests), f"{level.tokens_per_s:,.0f}",
+            f"{level.clean_tokens_per_s:,.0f}", f"{level.latency_p50_s:.3f}",
+            f"{level.latency_p95_s:.3f}", str(level.collapses),
+            f"{rate.rate:.3%} [{rate.ci_low:.3%}, {rate.ci_high:.3%}]", str(level.errors),
+        )  # fmt: skip
+    return table

@@ -1,0 +1,79 @@
+"""A `kill -9` of a soaking process loses at most the last second; `--resume` completes the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from soakgate.mockserver.process import MockProcess
+from soakgate.store import open_store
+
+
+def soak_command(url: str, db: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "soakgate", "run", "--target", f"gpu0={url}", "--label", "k9",
+        "--requests", "2500", "--concurrency", "8", "--max-tokens", "32", "--db", str(db),
+        "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def wait_for_rows(db: Path, minimum: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if db.exists():
+            store = open_store(db)
+            try:
+                if sum(1 for _ in store.generations()) >= minimum:
+                    return
+            finally:
+                store.close()
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {minimum} rows after {timeout_s}s")
+
+
+def test_kill_9_loses_at_most_a_second_and_resume_completes(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    # ~4 ms per request at 8 in flight: 2,500 requests take several seconds.
+    mock = start_mock("--seed", "5", "--tokens-per-s", "8000", "--collapse-rate", "0.01")
+    db = tmp_path / "runs.sqlite"
+    soaker = subprocess.Popen(soak_command(mock.url, db), stderr=subprocess.DEVNULL)
+    try:
+        wait_for_rows(db, 300, timeout_s=60)
+        time.sleep(1.5)
+        killed_at = time.time()
+        os.kill(soaker.pid, signal.SIGKILL)
+    finally:
+        soaker.wait(timeout=10)
+    store = open_store(db)
+    stored = {g.request_id: g for g in store.generations()}
+    (run,) = store.runs()
+    store.close()
+    assert run.status == "running" and 300 <= len(stored) < 2500
+    # Every request the mock answered more than a second before the kill must be stored.
+    answered_early = {
+        row["request_id"] for row in mock.ground_truth() if row["at"] < killed_at - 1.1
+    }
+    assert answered_early, "the soak should have run for more than a second"
+    assert answered_early <= set(stored), len(answered_early - set(stored))
+    assert max(g.ended_at for g in stored.values()) > killed_at - 1.0
+
+    resumed = subprocess.run(
+        soak_command(mock.url, db, "--resume", run.run_id), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    store = open_store(db)
+    rows = list(store.generations(run.run_id))
+    (finished,) = store.runs()
+    kinds = [e.kind for e in store.events(run.run_id)]
+    store.close()
+    assert len(rows) == 2500 and len({g.request_id for g in rows}) == 2500
+    assert all(rows[i].seq < rows[i + 1].seq for i in range(len(rows) - 1))
+    assert {g.request_id: g for g in rows if g.request_id in stored} == stored
+    assert finished.status == "completed" and "resumed" in kinds
