@@ -16,10 +16,24 @@ CASES = {
     "zero_concurrency": ["--target", "http://127.0.0.1:9", "--concurrency", "0"],
     "negative_requests": ["--target", "http://127.0.0.1:9", "--requests", "-5"],
     "bad_duration": ["--target", "http://127.0.0.1:9", "--duration", "soon"],
-    "nan_temperature": ["--target", "http://127.0.0.1:9", "--requests", "1", "--temperature", "nan"],
+    "nan_temperature": [
+        "--target",
+        "http://127.0.0.1:9",
+        "--requests",
+        "1",
+        "--temperature",
+        "nan",
+    ],
     "unbounded": ["--target", "http://127.0.0.1:9"],
     "no_target": ["--requests", "3"],
-    "missing_prompts": ["--target", "http://127.0.0.1:9", "--requests", "1", "--prompts", "/nope.jsonl"],
+    "missing_prompts": [
+        "--target",
+        "http://127.0.0.1:9",
+        "--requests",
+        "1",
+        "--prompts",
+        "/nope.jsonl",
+    ],
 }
 
 

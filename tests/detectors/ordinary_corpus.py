@@ -11,7 +11,8 @@ TABLE = (
 
 WIDE_TABLE = "| " + " | ".join(f"c{i}" for i in range(30)) + " |\n|" + "---|" * 30 + "\n"
 
-CODE = '''
+CODE = (
+    '''
 class Cache:
     """An LRU cache."""
 
@@ -25,13 +26,25 @@ class Cache:
             self.items[key] = value
             return value
         return None
-''' + "\n".join(" " * (4 * depth) + f"if x{depth}:" for depth in range(12)) + "\n"
+'''
+    + "\n".join(" " * (4 * depth) + f"if x{depth}:" for depth in range(12))
+    + "\n"
+)
 
 DEEP_INDENT = "\n".join(" " * 64 + f"call_{i}(argument_{i})" for i in range(20))
 
 MARKDOWN_RULES = (
-    "Section one\n" + "=" * 79 + "\n\nText.\n\n" + "-" * 79 + "\n\n" + "*" * 40 + "\n"
-    + "#" * 78 + "\n# Header block of a shell script\n" + "#" * 78 + "\n"
+    "Section one\n"
+    + "=" * 79
+    + "\n\nText.\n\n"
+    + "-" * 79
+    + "\n\n"
+    + "*" * 40
+    + "\n"
+    + "#" * 78
+    + "\n# Header block of a shell script\n"
+    + "#" * 78
+    + "\n"
 )
 
 BANGS_IN_PROSE = (

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from tests.detectors.ordinary_corpus import CORPUS
 
 from soakgate.detectors import DetectorConfig, score_text
-from tests.detectors.ordinary_corpus import CORPUS
 
 CONFIG = DetectorConfig()
 
@@ -14,7 +14,9 @@ CONFIG = DetectorConfig()
 def test_ordinary_output_is_not_flagged(name: str) -> None:
     text = CORPUS[name]
     reported = 1 if not text else len(text) // 4
-    flagged = {k: d.evidence for k, d in score_text(text, None, reported, CONFIG).items() if d.flagged}
+    flagged = {
+        k: d.evidence for k, d in score_text(text, None, reported, CONFIG).items() if d.flagged
+    }
     assert flagged == {}
 
 

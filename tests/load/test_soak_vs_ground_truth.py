@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from soakgate.detectors import DetectorConfig
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
@@ -35,7 +34,9 @@ def soak_mock(mock: MockProcess, db: Path, request: RequestSpec, requests: int =
 def test_every_injection_and_fault_is_found_exactly(
     start_mock: Callable[..., MockProcess], tmp_path: Path, endpoint: str, stream: bool
 ) -> None:
-    mock = start_mock("--seed", "7", "--collapse-rate", "0.06", "--fault-rate", FAULTS, "--stall-s", "4")
+    mock = start_mock(
+        "--seed", "7", "--collapse-rate", "0.06", "--fault-rate", FAULTS, "--stall-s", "4"
+    )
     request = RequestSpec(endpoint=endpoint, stream=stream, max_tokens=128, timeout_s=1.5,
                           return_token_ids=True)  # fmt: skip
     db = tmp_path / "runs.sqlite"

@@ -30,13 +30,19 @@ def make_generation(seq: int, target: str = "gpu0", **changes: object) -> Genera
 
 @pytest.fixture(params=["sqlite", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    backend: Store = SqliteStore(tmp_path / "s.sqlite") if request.param == "sqlite" else MemoryStore()
+    backend: Store = (
+        SqliteStore(tmp_path / "s.sqlite") if request.param == "sqlite" else MemoryStore()
+    )
     yield backend
     backend.close()
 
 
 def test_generations_round_trip_exactly(store: Store) -> None:
-    rows = [make_generation(2), make_generation(1, flags=["char_run"]), make_generation(3, text=None, token_ids=None)]
+    rows = [
+        make_generation(2),
+        make_generation(1, flags=["char_run"]),
+        make_generation(3, text=None, token_ids=None),
+    ]
     rows.append(make_generation(4, error_class="timeout", error_detail="slow", text=""))
     store.add(rows)
     assert list(store.generations("r1")) == sorted(rows, key=lambda g: g.seq)
@@ -49,7 +55,11 @@ def test_runs_events_and_counts(store: Store) -> None:
     run.status = "completed"
     store.save_run(run)
     assert store.runs() == [run]
-    rows = [make_generation(0), make_generation(1, flags=["char_run"]), make_generation(5, target="gpu1", error_class="timeout")]
+    rows = [
+        make_generation(0),
+        make_generation(1, flags=["char_run"]),
+        make_generation(5, target="gpu1", error_class="timeout"),
+    ]
     store.add(rows, [Event("r1", 3.0, "fault", "gpu1", {"x": 1}), Event("r1", 1.0, "note")])
     assert [e.at for e in store.events("r1")] == [1.0, 3.0]
     counts = store.counts("r1")

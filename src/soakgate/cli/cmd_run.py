@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from soakgate.cli.args import duration, non_negative_float, positive_int
+from soakgate.cli.args import duration, fraction, non_negative_float, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -17,6 +17,14 @@ def register(subparsers: Any) -> None:
     )
     add_soak_arguments(parser)
     parser.add_argument("--resume", metavar="RUN_ID", help="continue a stored run")
+    parser.add_argument(
+        "--reference", action="append", default=[], metavar="[NAME=]URL",
+        help="reference server for the differential check (repeat for a second instance)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reference-fraction", type=fraction, default=0.03,
+        help="share of requests sent greedy to target and reference (default 0.03)",
+    )  # fmt: skip
     parser.set_defaults(func=main)
 
 
@@ -74,6 +82,8 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         db=Path(args.db), prompts=prompts, prompt_order=args.prompt_order,
         seed=args.prompt_seed, detectors=DetectorConfig(char_run_threshold=args.char_run_threshold),
         store_text=args.store_text, resume=getattr(args, "resume", None),
+        references=[TargetSpec.parse(r, api_key) for r in getattr(args, "reference", [])],
+        reference_fraction=getattr(args, "reference_fraction", 0.03),
     )  # fmt: skip
 
 

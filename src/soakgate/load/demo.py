@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from soakgate.load.driver import SoakResult, TargetTally
 from soakgate.load.runner import SoakConfig, run_soak

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from soakgate.detectors import DetectorConfig
 from soakgate.load.record import scored_generation
+from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
 from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run
 from soakgate.store import BatchWriter
@@ -96,6 +97,21 @@ class _Shared:
     issued: dict[str, int]
     tallies: dict[str, TargetTally]
     incarnation: Callable[[str], int] = lambda target: 0
+    gate: Callable[[str], Awaitable[bool]] | None = None
+    credit: Callable[[str], int] = lambda target: 0
+    reference: OpenAIClient | None = None
+    reference_fraction: float = 0.0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Differential:
+    """Send a sampled fraction of requests, greedy, to a reference too and store the divergence."""
+
+    reference: TargetSpec
+    """The reference configuration's server (e.g. the eager build)."""
+    fraction: float = 0.03
+    """Share of requests sampled (reproducibly, by sequence number)."""
 
 
 async def soak(
@@ -111,8 +127,18 @@ async def soak(
     stop: asyncio.Event | None = None,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
     incarnation: Callable[[str], int] | None = None,
+    gate: Callable[[str], Awaitable[bool]] | None = None,
+    credit: Callable[[str], int] | None = None,
+    differential: Differential | None = None,
+    labels: dict[str, str] | None = None,
 ) -> SoakResult:
-    """Drive the soak to its end (count, time, or `stop` being set) and flush every result."""
+    """Drive the soak to its end (count, time, or `stop` being set) and flush every result.
+
+    Campaign hooks: `gate(target)` is awaited before each request (False retires the worker,
+    e.g. while or after a server restart); `credit(target)` adds requests to the count limit
+    (errors in a fault window do not use up the budget). `labels` overrides the run's label per
+    target (two arms soaked side by side); `differential` adds the reference check.
+    """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
     shared = _Shared(
@@ -121,11 +147,17 @@ async def soak(
         stop=stop or asyncio.Event(), next_seq=max((c.next_seq for c in counts.values()), default=0),
         issued={t.name: counts[t.name].requests if t.name in counts else 0 for t in targets},
         tallies={t.name: TargetTally(t.name) for t in targets},
-        incarnation=incarnation or (lambda target: 0),
+        incarnation=incarnation or (lambda target: 0), gate=gate,
+        credit=credit or (lambda target: 0), labels=labels or {},
+        reference_fraction=differential.fraction if differential else 0.0,
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
+    if differential is not None:
+        sessions[""] = make_session(load.concurrency * len(targets))
     try:
         clients = [await _client(sessions[t.name], t) for t in targets]
+        if differential is not None:
+            shared.reference = await _client(sessions[""], differential.reference)
         run.software["models"] = {c.target.name: c.model for c in clients}
         writer.store.save_run(run)
         ticker = asyncio.create_task(_tick(shared, on_tick, started))
@@ -178,7 +210,7 @@ def _take_seq(shared: _Shared, target: str) -> int | None:
     limit = shared.load.requests
     if shared.stop.is_set() or time.monotonic() >= shared.deadline:
         return None
-    if limit is not None and shared.issued[target] >= limit:
+    if limit is not None and shared.issued[target] >= limit + shared.credit(target):
         return None
     shared.issued[target] += 1
     seq, shared.next_seq = shared.next_seq, shared.next_seq + 1
@@ -190,36 +222,49 @@ async def _worker(shared: _Shared, client: OpenAIClient) -> None:
     name = client.target.name
     tally = shared.tallies[name]
     backoff = 0.0
-    while (seq := _take_seq(shared, name)) is not None:
+    while (shared.gate is None or await shared.gate(name)) and (
+        seq := _take_seq(shared, name)
+    ) is not None:
         prompt = shared.picker.pick(seq)
         request_id = f"{shared.run.run_id}-{seq}"
         outcome = Outcome(started_at=time.time())
+        sampled = shared.reference is not None and is_sampled(seq, shared.reference_fraction)
+        spec = greedy(shared.spec) if sampled else shared.spec
+        divergence: int | None = None
         tally.in_flight += 1
         try:
-            await client.generate(prompt, shared.spec, request_id, outcome)
+            await client.generate(prompt, spec, request_id, outcome)
+            if sampled and outcome.error_class is None and shared.reference is not None:
+                reference = await shared.reference.generate(prompt, spec, f"{request_id}-ref")
+                if reference.error_class is None:
+                    divergence = outcome_divergence(outcome, reference)
         except asyncio.CancelledError:
             _store(shared, outcome, name, seq, prompt, request_id)
             raise
         finally:
             tally.in_flight -= 1
-        generation = _store(shared, outcome, name, seq, prompt, request_id)
+        generation = _store(shared, outcome, name, seq, prompt, request_id, divergence, sampled)
         backoff = _next_backoff(backoff, generation.error_class)
         if backoff:
             await _pause(shared, backoff)
 
 
 def _store(
-    shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str
-) -> Generation:
+    shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
+    divergence: int | None = None, sampled: bool = False,
+) -> Generation:  # fmt: skip
     """Score the outcome, queue it for the store and count it."""
     if outcome.error_class == "cancelled" and not outcome.ended_at:
         outcome.ended_at = time.time()
     generation = scored_generation(
         outcome, run_id=shared.run.run_id, request_id=request_id, target=target,
-        label=shared.run.label, seq=seq, prompt=prompt, spec=shared.spec,
-        detectors=shared.detectors, store_text=shared.store_text,
+        label=shared.labels.get(target, shared.run.label), seq=seq, prompt=prompt,
+        spec=shared.spec, detectors=shared.detectors, store_text=shared.store_text,
         incarnation=shared.incarnation(target),
     )  # fmt: skip
+    generation.reference_divergence = divergence
+    if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
+        generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
     shared.writer.add_generation(generation)
     shared.tallies[target].count(generation)
     return generation

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import platform
 import signal
 import time
@@ -14,11 +15,13 @@ from pathlib import Path
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import UsageError
-from soakgate.load.driver import LoadSpec, SoakResult, TargetTally, note, soak
+from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
+from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Run
 from soakgate.store import BatchWriter, Store, open_store
-from soakgate.targets import RequestSpec, TargetSpec
+from soakgate.targets import OpenAIClient, RequestSpec, TargetSpec
+from soakgate.targets.client import discover_model, make_session
 
 
 @dataclass(slots=True)
@@ -39,6 +42,9 @@ class SoakConfig:
     run_id: str | None = None
     campaign: str | None = None
     flush_interval_s: float = 0.5
+    references: list[TargetSpec] = field(default_factory=list)
+    reference_fraction: float = 0.03
+    baseline_prompts: int = 8
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -122,11 +128,28 @@ async def _soak_with_signals(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     picker = PromptPicker(config.prompts, config.prompt_order, config.seed)
+    differential = None
+    if config.references:
+        differential = Differential(config.references[0], config.reference_fraction)
+        baseline = await reference_baseline(config, picker)
+        writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
+                              informative=baseline.informative))  # fmt: skip
     try:
         return await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
-            store_text=config.store_text, stop=stop, on_tick=on_tick,
+            store_text=config.store_text, stop=stop, on_tick=on_tick, differential=differential,
         )  # fmt: skip
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+async def reference_baseline(config: SoakConfig, picker: PromptPicker) -> Baseline:
+    """The references' own nondeterminism on a few prompts, before any differential verdict."""
+    prompts = [picker.pick(seq) for seq in range(config.baseline_prompts)]
+    async with make_session(4) as session:
+        clients = [
+            OpenAIClient(session, ref, ref.model or await discover_model(session, ref))
+            for ref in config.references
+        ]
+        return await measure_baseline(clients, prompts, config.request)

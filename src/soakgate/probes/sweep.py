@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-
 from typing import Any
 
 import numpy as np
@@ -47,7 +46,9 @@ def parse_levels(text: str) -> list[int]:
     try:
         levels = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UsageError(f"--concurrency must be a comma-separated list of numbers: {text!r}") from None
+        raise UsageError(
+            f"--concurrency must be a comma-separated list of numbers: {text!r}"
+        ) from None
     if not levels or min(levels) < 1 or levels != sorted(set(levels)):
         raise UsageError(f"--concurrency levels must be positive and increasing: {text!r}")
     return levels

@@ -1,0 +1,80 @@
+"""Differential check: greedy requests sent to the target and to a reference configuration.
+
+Fluent-but-wrong tokens are invisible to degeneration detectors; where the stack is
+deterministic, a reference (e.g. the eager configuration) is an oracle for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from soakgate.prompts import Prompt
+from soakgate.targets import OpenAIClient, Outcome, RequestSpec
+
+
+def first_divergence(a: Sequence[object], b: Sequence[object]) -> int:
+    """Index of the first differing element, or -1 when identical (a length difference counts)."""
+    for index, (left, right) in enumerate(zip(a, b, strict=False)):
+        if left != right:
+            return index
+    return -1 if len(a) == len(b) else min(len(a), len(b))
+
+
+def outcome_divergence(target: Outcome, reference: Outcome) -> int:
+    """First divergence by token ids when both have them, else by characters of the text."""
+    if target.token_ids is not None and reference.token_ids is not None:
+        return first_divergence(target.token_ids, reference.token_ids)
+    return first_divergence(target.text, reference.text)
+
+
+def is_sampled(seq: int, fraction: float, seed: int = 0) -> bool:
+    """Whether request `seq` joins the differential sample (reproducible from seq and seed)."""
+    return fraction > 0 and random.Random(f"{seed}:{seq}").random() < fraction
+
+
+def greedy(spec: RequestSpec, seed: int = 0) -> RequestSpec:
+    """The same request made greedy and seeded, so a deterministic stack must repeat itself."""
+    return dataclasses.replace(spec, temperature=0.0, top_p=None, seed=spec.seed or seed)
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The reference's own nondeterminism, measured before the differential check is trusted."""
+
+    pairs: int
+    """Comparisons made (same prompt twice to one reference, and across references)."""
+    divergent: int
+    """How many of them differed."""
+    errors: int
+    """Comparisons lost to request errors."""
+
+    @property
+    def informative(self) -> bool:
+        """True when the reference repeated itself every time (differential verdicts mean something)."""
+        return self.pairs > 0 and self.divergent == 0
+
+
+async def measure_baseline(
+    references: Sequence[OpenAIClient], prompts: Sequence[Prompt], spec: RequestSpec
+) -> Baseline:
+    """Send each prompt twice to the first reference (and once to each other reference)."""
+    greedy_spec = greedy(spec)
+    pairs = divergent = errors = 0
+    for index, prompt in enumerate(prompts):
+        first, *others = references
+        runs = [first.generate(prompt, greedy_spec, f"baseline-{index}-{n}") for n in range(2)]
+        runs += [ref.generate(prompt, greedy_spec, f"baseline-{index}-x{n}")
+                 for n, ref in enumerate(others)]  # fmt: skip
+        outcomes = await asyncio.gather(*runs)
+        anchor = outcomes[0]
+        for other in outcomes[1:]:
+            if anchor.error_class or other.error_class:
+                errors += 1
+                continue
+            pairs += 1
+            divergent += outcome_divergence(anchor, other) >= 0
+    return Baseline(pairs, divergent, errors)

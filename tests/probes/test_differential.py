@@ -1,0 +1,94 @@
+"""The differential check finds the mock's perturbed generations exactly, and nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from soakgate.load import LoadSpec
+from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.mockserver.process import MockProcess
+from soakgate.probes.differential import first_divergence, is_sampled
+from soakgate.stats.rates import summarize_rate
+from soakgate.store import open_store
+from soakgate.targets import RequestSpec, TargetSpec
+
+
+def differential_soak(target: MockProcess, references: list[MockProcess], db: Path) -> str:
+    config = SoakConfig(
+        targets=[TargetSpec.parse(f"compiled={target.url}")], label="compiled",
+        request=RequestSpec(max_tokens=48, return_token_ids=True), load=LoadSpec(8, requests=300),
+        db=db, references=[TargetSpec.parse(r.url) for r in references], reference_fraction=0.5,
+    )  # fmt: skip
+    return run_soak(config).run.run_id
+
+
+def test_perturbed_generations_are_found_at_the_configured_rate(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    target = start_mock("--seed", "3", "--perturb-rate", "0.2")
+    reference = start_mock("--seed", "4")
+    db = tmp_path / "d.sqlite"
+    run_id = differential_soak(target, [reference], db)
+    truth = {row["request_id"]: row for row in target.ground_truth()}
+    store = open_store(db)
+    rows = list(store.generations(run_id))
+    (baseline,) = [e for e in store.events(run_id) if e.kind == "reference_baseline"]
+    store.close()
+    assert baseline.data["informative"] and baseline.data["divergent"] == 0
+    compared = [g for g in rows if g.reference_divergence is not None]
+    assert 100 < len(compared) < 200  # about half of 300 sampled
+    for g in compared:
+        perturbed = truth[g.request_id]["perturbed"] > 0
+        assert (g.reference_divergence >= 0) == perturbed, g.request_id
+    divergent = sum(g.reference_divergence >= 0 for g in compared)
+    rate = summarize_rate(divergent, len(compared))
+    assert rate.ci_low <= 0.2 <= rate.ci_high
+    assert all(g.details["differential"]["greedy"] for g in compared)
+    assert all("differential" not in g.details for g in rows if g.reference_divergence is None)
+
+
+def test_identical_deterministic_mocks_never_diverge(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    target, reference = start_mock("--seed", "1"), start_mock("--seed", "2")
+    db = tmp_path / "d.sqlite"
+    run_id = differential_soak(target, [reference], db)
+    store = open_store(db)
+    compared = [g.reference_divergence for g in store.generations(run_id)]
+    store.close()
+    assert [d for d in compared if d is not None and d >= 0] == []
+    assert sum(d is not None for d in compared) > 100
+
+
+def test_nondeterministic_reference_makes_the_baseline_uninformative(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    target = start_mock("--seed", "1")
+    steady, shaky = start_mock("--seed", "2"), start_mock("--seed", "3", "--perturb-rate", "1")
+    db = tmp_path / "d.sqlite"
+    run_id = differential_soak(target, [steady, shaky], db)
+    store = open_store(db)
+    (baseline,) = [e for e in store.events(run_id) if e.kind == "reference_baseline"]
+    store.close()
+    assert baseline.data["divergent"] > 0 and not baseline.data["informative"]
+
+
+@given(st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3)))
+def test_first_divergence_matches_definition(a: list[int], b: list[int]) -> None:
+    position = first_divergence(a, b)
+    if a == b:
+        assert position == -1
+    else:
+        assert a[:position] == b[:position]
+        assert position == min(len(a), len(b)) or a[position] != b[position]
+
+
+def test_sampling_is_reproducible_and_near_the_fraction() -> None:
+    picks = [is_sampled(seq, 0.1, seed=5) for seq in range(5000)]
+    assert picks == [is_sampled(seq, 0.1, seed=5) for seq in range(5000)]
+    assert 400 < sum(picks) < 600
+    assert not any(is_sampled(seq, 0.0) for seq in range(100))
