@@ -1,0 +1,312 @@
+"""The aiohttp application: OpenAI-compatible endpoints with injected collapses, faults, quirks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+from aiohttp import web
+
+from soakgate.mockserver.config import MockConfig
+from soakgate.mockserver.inject import GroundTruthLog, Injector
+from soakgate.mockserver.metrics import Metrics
+from soakgate.mockserver.plan import BadRequest, Plan, make_plan, parse_sampling
+from soakgate.mockserver.render import DONE, EventWriter, error_body, response_body
+from soakgate.mockserver.text import detokenize
+
+_JSON = "application/json"
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_PACE_SLICE_S = 0.02  # non-streamed paced responses sleep in slices of about this length
+
+
+class _Cut:
+    """A running stream that a newer request may cut (quirk `interrupt-streams`)."""
+
+    __slots__ = ("cut",)
+
+    def __init__(self) -> None:
+        self.cut = False
+
+
+class MockServer:
+    """State shared by all requests of one mock instance, and its request handlers."""
+
+    def __init__(self, config: MockConfig) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.injector = Injector(config)
+        self.metrics = Metrics(config)
+        self.truth = GroundTruthLog(config.ground_truth, self.pid)
+        self.arrivals = 0
+        self.seq = 0
+        self.streams: set[_Cut] = set()
+        self._chat_style = "chat-logprobs" in config.quirks
+        self._models = json.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": config.model_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "soakgate",
+                        "root": config.model_name,
+                        "parent": None,
+                        "max_model_len": 32768,
+                    }
+                ],
+            }
+        ).encode()
+
+    def make_app(self) -> web.Application:
+        """The aiohttp application with every route."""
+        app = web.Application()
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _close(self, _app: web.Application) -> None:
+        self.truth.close()
+
+    async def health(self, _request: web.Request) -> web.Response:
+        """Liveness: 200 `ok`."""
+        return web.Response(text="ok")
+
+    async def models(self, _request: web.Request) -> web.Response:
+        """The one served model."""
+        return web.Response(body=self._models, content_type=_JSON)
+
+    async def metrics_page(self, _request: web.Request) -> web.Response:
+        """Prometheus text exposition."""
+        return web.Response(text=self.metrics.render(), content_type="text/plain")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/completions."""
+        return await self._generate(request, "completions")
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """POST /v1/chat/completions."""
+        return await self._generate(request, "chat")
+
+    def _arrive(self) -> None:
+        """Count the arrival: maybe die, maybe cut running streams (quirk)."""
+        self.arrivals += 1
+        config = self.config
+        if config.die_after is not None and self.arrivals > config.die_after:
+            _maybe_die(config)
+        if self.streams and "interrupt-streams" in config.quirks:
+            for stream in self.streams:
+                stream.cut = True
+
+    async def _generate(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        """Plan the answer, log the ground truth, then answer it (with its fault, if any)."""
+        self._arrive()
+        try:
+            sampling = parse_sampling(endpoint, json.loads(await request.read()))
+        except (ValueError, BadRequest) as exc:
+            message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"
+            return _json_response(error_body(message, "BadRequestError", 400), 400)
+        request_id = request.headers.get("X-Request-Id") or f"mock-{self.pid}-{self.seq}"
+        decision = self.injector.decide()
+        plan = make_plan(self.config, request_id, sampling, decision, self.injector.rng)
+        self._log(plan, endpoint)
+        metrics = self.metrics
+        metrics.in_flight += 1
+        metrics.prompt_tokens += plan.prompt_tokens
+        try:
+            if decision.fault == "stall":
+                await asyncio.sleep(self.config.stall_s)
+            elif decision.fault == "http_500":
+                body = error_body("injected internal server error", "InternalServerError", 500)
+                return _json_response(body, 500)
+            if self.config.latency_ms:
+                await asyncio.sleep(self.config.latency_ms / 1000.0)
+            if sampling.stream:
+                return await self._stream(request, plan)
+            return await self._answer(request, plan)
+        finally:
+            metrics.in_flight -= 1
+
+    def _log(self, plan: Plan, endpoint: str) -> None:
+        """One ground-truth line for this request."""
+        decision = plan.decision
+        self.truth.write(
+            {
+                "request_id": plan.request_id,
+                "seq": self.seq,
+                "at": time.time(),
+                "endpoint": endpoint,
+                "stream": plan.sampling.stream,
+                "injected": decision.injected,
+                "fault": decision.fault,
+                "perturbed": plan.perturbed,
+                "burst": decision.burst,
+            }
+        )
+        self.seq += 1
+
+    def _token_delay(self) -> float:
+        """Seconds per token for one request now: the pace, shared out past saturation."""
+        pace = self.config.tokens_per_s
+        if pace <= 0:
+            return 0.0
+        saturation, in_flight = self.config.saturation, self.metrics.in_flight
+        if saturation and in_flight > saturation:
+            pace *= saturation / in_flight
+        return 1.0 / pace
+
+    async def _pace_bulk(self, tokens: int) -> None:
+        """Spend the generation time of `tokens` tokens (non-streamed), re-reading the load."""
+        while tokens > 0:
+            delay = self._token_delay()
+            if delay == 0:
+                return
+            batch = min(tokens, max(1, int(_PACE_SLICE_S / delay)))
+            await asyncio.sleep(batch * delay)
+            tokens -= batch
+
+    async def _answer(self, request: web.Request, plan: Plan) -> web.StreamResponse:
+        """A non-streamed answer, with a body-level fault applied when one was decided."""
+        await self._pace_bulk(len(plan.token_ids))
+        fault = plan.decision.fault
+        if fault == "server_error":
+            return _json_response(error_body("injected server error", "InternalServerError", 500))
+        if fault == "truncated_stream":
+            # A non-streamed "truncation": a shorter answer without a finish_reason.
+            plan.token_ids = plan.token_ids[: len(plan.token_ids) // 2]
+            plan.text, plan.finish_reason = detokenize(plan.token_ids), None
+        body = response_body(plan, self.config.model_name, int(time.time()), self._chat_style)
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.metrics.generated(len(plan.token_ids))
+        if fault == "malformed_json":
+            return web.Response(body=data[: len(data) * plan.fault_after // 10], content_type=_JSON)
+        if fault == "reset":
+            response = web.StreamResponse(headers={"Content-Type": _JSON})
+            response.content_length = len(data)
+            await response.prepare(request)
+            await response.write(data[: len(data) // 2])
+            _abort(request)
+            return response
+        self.metrics.finished[plan.finish_reason or "abort"] += 1
+        return web.Response(body=data, content_type=_JSON)
+
+    async def _stream(self, request: web.Request, plan: Plan) -> web.StreamResponse:
+        """An SSE answer, paced per token, cut or broken as decided."""
+        response = web.StreamResponse(headers=_SSE_HEADERS)
+        await response.prepare(request)
+        events = EventWriter(plan, self.config.model_name, int(time.time()), self._chat_style)
+        fault = plan.decision.fault
+        # Clamped so that short outputs still show their fault.
+        fault_at = min(plan.fault_after, max(len(plan.token_ids) - 1, 0))
+        stop_at = fault_at if fault in ("reset", "truncated_stream", "server_error") else -1
+        cut = _Cut()
+        self.streams.add(cut)
+        try:
+            sent = await self._stream_tokens(response, plan, events, stop_at, cut)
+            if sent < len(plan.token_ids):
+                await self._stream_break(request, response, events, fault, cut)
+            else:
+                await self._stream_end(response, plan, events)
+        except ConnectionError:
+            self.metrics.finished["abort"] += 1
+        finally:
+            self.streams.discard(cut)
+        return response
+
+    async def _stream_tokens(
+        self, response: web.StreamResponse, plan: Plan, events: EventWriter, stop_at: int, cut: _Cut
+    ) -> int:
+        """Write token events until the end, a fault point or a cut; returns how many were sent."""
+        count = len(plan.token_ids) if stop_at < 0 else min(stop_at, len(plan.token_ids))
+        malformed_at = -1
+        if plan.decision.fault == "malformed_json":
+            malformed_at = min(plan.fault_after, max(len(plan.token_ids) - 1, 0))
+        first = events.role() if plan.sampling.endpoint == "chat" else b""
+        if self._token_delay() == 0:
+            # Unpaced: one write for all events (real servers coalesce too); far cheaper.
+            chunks = [events.token(i) for i in range(count)]
+            if 0 <= malformed_at < count:
+                chunks.insert(malformed_at, events.malformed())
+            await response.write(first + b"".join(chunks))
+            self.metrics.generated(count)
+            return count
+        if first:
+            await response.write(first)
+        for position in range(count):
+            if cut.cut:
+                return position
+            await asyncio.sleep(self._token_delay())
+            chunk = events.token(position)
+            if position == malformed_at:
+                chunk = events.malformed() + chunk
+            await response.write(chunk)
+            self.metrics.generated(1)
+        return count
+
+    async def _stream_break(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        events: EventWriter,
+        fault: str | None,
+        cut: _Cut,
+    ) -> None:
+        """End a stream early: reset, error event, or a clean close with no finish and no [DONE]."""
+        self.metrics.finished["abort"] += 1
+        if fault == "reset" and not cut.cut:
+            await asyncio.sleep(0.005)  # let the sent events reach the client before the RST
+            _abort(request)
+            return
+        if fault == "server_error" and not cut.cut:
+            await response.write(events.error("injected server error") + DONE)
+        await response.write_eof()
+
+    async def _stream_end(
+        self, response: web.StreamResponse, plan: Plan, events: EventWriter
+    ) -> None:
+        """finish_reason event, usage event when asked, [DONE] unless quirk `no-done`."""
+        tail = events.finish()
+        if plan.sampling.include_usage:
+            tail += events.usage()
+        if "no-done" not in self.config.quirks:
+            tail += DONE
+        await response.write(tail)
+        await response.write_eof()
+        self.metrics.finished[plan.finish_reason or "abort"] += 1
+
+
+def _json_response(body: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(body).encode(), status=status, content_type=_JSON)
+
+
+def _abort(request: web.Request) -> None:
+    """Reset the TCP connection (RST, via SO_LINGER 0): the client sees no valid HTTP end."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def _maybe_die(config: MockConfig) -> None:
+    """Print the death message and exit 1 at once, unless the die-once file already exists."""
+    marker = config.die_once_file
+    if marker is not None:
+        if marker.exists():
+            return
+        marker.touch()
+    sys.stderr.write(config.die_message + "\n")
+    sys.stderr.flush()
+    os._exit(1)

@@ -1,0 +1,241 @@
+"""Configuration of the mock server: one dataclass, and the command-line flags that fill it."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soakgate.errors import UsageError
+
+COLLAPSE_KINDS = ("bang_run", "word_loop", "empty")
+FAULT_KINDS = ("http_500", "reset", "stall", "malformed_json", "truncated_stream", "server_error")
+QUIRKS = ("no-done", "interrupt-streams", "chat-logprobs")
+DEFAULT_DIE_MESSAGE = "RuntimeError: UR_RESULT_ERROR_DEVICE_LOST: device lost"
+
+
+@dataclass(slots=True)
+class MockConfig:
+    """Every knob of the mock server; the CLI flags map one to one onto these fields."""
+
+    host: str = "127.0.0.1"
+    """Interface to listen on (loopback by default)."""
+    port: int = 0
+    """Port to listen on; 0 picks a free one (announced on the readiness line)."""
+    seed: int = 0
+    """Server seed: drives injection decisions and sampled (temperature > 0) output."""
+    model_name: str = "soakgate-mock"
+    """Model id reported by /v1/models and in responses."""
+    tokens_per_s: float = 0.0
+    """Per-request generation pace; 0 = as fast as possible."""
+    latency_ms: float = 0.0
+    """Delay before the first token."""
+    output_tokens: int | None = None
+    """Fixed output length; None = the request's max_tokens."""
+    stop_rate: float = 0.0
+    """Probability that an output stops early with finish_reason `stop` (unless ignore_eos)."""
+    saturation: float = 0.0
+    """Concurrency C at which total throughput saturates (pace * min(1, C/in_flight)); 0 = off."""
+    ground_truth: Path | None = None
+    """JSONL file with one line per generation request: what was injected."""
+    collapse_rate: float = 0.0
+    """Collapse probability per request in the clean state."""
+    burst_enter: float = 0.0
+    """Per-request probability of entering the burst state."""
+    burst_exit: float = 0.1
+    """Per-request probability of leaving the burst state."""
+    burst_collapse_rate: float = 0.5
+    """Collapse probability per request while in the burst state."""
+    collapse_kinds: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(COLLAPSE_KINDS, 1.0)
+    )
+    """Collapse kind -> relative weight."""
+    fault_rates: dict[str, float] = field(default_factory=dict)
+    """Fault kind -> probability per request."""
+    stall_s: float = 30.0
+    """How long a `stall` fault sleeps before answering."""
+    perturb_rate: float = 0.0
+    """Fraction of clean requests with a few ordinary tokens replaced (differential check)."""
+    perturb_max_tokens: int = 3
+    """Most tokens replaced in one perturbed request (at least one)."""
+    die_after: int | None = None
+    """Exit with code 1 when generation request number die_after + 1 arrives."""
+    die_message: str = DEFAULT_DIE_MESSAGE
+    """Printed to stderr before dying."""
+    die_once_file: Path | None = None
+    """Only die if this file does not exist; it is created before dying."""
+    quirks: frozenset[str] = frozenset()
+    """Behaviours of real servers to reproduce (see QUIRKS)."""
+    spec_decode: bool = False
+    """Expose speculative-decoding counters in /metrics."""
+    spec_accept: float = 0.39
+    """Draft acceptance rate below spec_collapse_at requests in flight."""
+    spec_accept_saturated: float = 0.10
+    """Draft acceptance rate at or above spec_collapse_at requests in flight."""
+    spec_collapse_at: int = 48
+    """In-flight count at which acceptance falls."""
+
+    def __post_init__(self) -> None:
+        _check_probabilities(
+            {
+                "--stop-rate": self.stop_rate,
+                "--collapse-rate": self.collapse_rate,
+                "--burst-enter": self.burst_enter,
+                "--burst-exit": self.burst_exit,
+                "--burst-collapse-rate": self.burst_collapse_rate,
+                "--perturb-rate": self.perturb_rate,
+                "--spec-accept": self.spec_accept,
+                "--spec-accept-saturated": self.spec_accept_saturated,
+            }
+        )
+        _check_nonnegative(
+            {
+                "--tokens-per-s": self.tokens_per_s,
+                "--latency-ms": self.latency_ms,
+                "--saturation": self.saturation,
+                "--stall-s": self.stall_s,
+            }
+        )
+        if not 0 <= self.port <= 65535:
+            raise UsageError(f"--port must be 0..65535, got {self.port}")
+        if self.output_tokens is not None and self.output_tokens < 1:
+            raise UsageError(f"--output-tokens must be >= 1, got {self.output_tokens}")
+        if self.die_after is not None and self.die_after < 0:
+            raise UsageError(f"--die-after must be >= 0, got {self.die_after}")
+        if self.perturb_max_tokens < 1:
+            raise UsageError("--perturb-max-tokens must be >= 1")
+        if sum(self.fault_rates.values()) > 1.0 + 1e-9:
+            raise UsageError("--fault-rate: the rates add up to more than 1")
+        unknown = set(self.quirks) - set(QUIRKS)
+        if unknown:
+            raise UsageError(f"--quirk: unknown {sorted(unknown)}; known: {', '.join(QUIRKS)}")
+
+
+def _check_probabilities(values: dict[str, float]) -> None:
+    """Raise UsageError naming the first flag whose value is not in [0, 1]."""
+    for flag, value in values.items():
+        if not 0.0 <= value <= 1.0:
+            raise UsageError(f"{flag} must be between 0 and 1, got {value}")
+
+
+def _check_nonnegative(values: dict[str, float]) -> None:
+    """Raise UsageError naming the first flag whose value is negative."""
+    for flag, value in values.items():
+        if value < 0:
+            raise UsageError(f"{flag} must be >= 0, got {value}")
+
+
+def parse_weights(text: str, known: tuple[str, ...], flag: str, default: float) -> dict[str, float]:
+    """Parse `a,b=0.5,c` into {name: value}; a bare name gets `default`."""
+    weights: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name not in known:
+            raise UsageError(f"{flag}: unknown {name!r}; known: {', '.join(known)}")
+        try:
+            weights[name] = float(value) if value else default
+        except ValueError:
+            raise UsageError(f"{flag}: {value!r} is not a number") from None
+        if not 0.0 <= weights[name] <= (1.0 if flag == "--fault-rate" else float("inf")):
+            raise UsageError(f"{flag}: {name}={value} is out of range")
+    return weights
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the mock server's flags (for `soakgate mock-server` and `-m soakgate.mockserver`)."""
+    d = MockConfig()
+    add = parser.add_argument
+    add("--host", default=d.host, help="interface to listen on (default 127.0.0.1)")
+    add("--port", type=int, default=d.port, help="port; 0 picks a free one (default)")
+    add("--seed", type=int, default=d.seed, help="server seed (injection decisions, sampling)")
+    add("--model-name", default=d.model_name, help="model id to report")
+    add("--tokens-per-s", type=float, default=d.tokens_per_s, help="per-request pace; 0 = max")
+    add("--latency-ms", type=float, default=d.latency_ms, help="delay before the first token")
+    add("--output-tokens", type=int, default=None, help="fixed output length (default max_tokens)")
+    add("--stop-rate", type=float, default=d.stop_rate, help="probability of an early `stop`")
+    add(
+        "--saturation",
+        type=float,
+        default=d.saturation,
+        help="concurrency where throughput saturates",
+    )
+    add("--ground-truth", type=Path, default=None, help="JSONL log of what was injected")
+    add(
+        "--collapse-rate",
+        type=float,
+        default=d.collapse_rate,
+        help="collapse probability (clean state)",
+    )
+    add("--burst-enter", type=float, default=d.burst_enter, help="P(enter burst) per request")
+    add("--burst-exit", type=float, default=d.burst_exit, help="P(leave burst) per request")
+    add(
+        "--burst-collapse-rate",
+        type=float,
+        default=d.burst_collapse_rate,
+        help="collapse P in burst",
+    )
+    add(
+        "--collapse-kinds", default=",".join(COLLAPSE_KINDS), help="kinds[=weight], comma separated"
+    )
+    add("--fault-rate", default="", help="NAME=RATE[,NAME=RATE...] over " + ",".join(FAULT_KINDS))
+    add("--stall-s", type=float, default=d.stall_s, help="sleep of a `stall` fault (default 30)")
+    add("--perturb-rate", type=float, default=d.perturb_rate, help="fraction of perturbed outputs")
+    add(
+        "--perturb-max-tokens", type=int, default=d.perturb_max_tokens, help="most tokens perturbed"
+    )
+    add("--die-after", type=int, default=None, help="exit 1 after N generation requests")
+    add("--die-message", default=d.die_message, help="stderr line printed when dying")
+    add("--die-once-file", type=Path, default=None, help="die only if this file does not exist")
+    add(
+        "--quirk",
+        action="append",
+        default=[],
+        choices=QUIRKS,
+        help="real-server quirk (repeatable)",
+    )
+    add("--spec-decode", action="store_true", help="expose speculative-decoding counters")
+    add("--spec-accept", type=float, default=d.spec_accept, help="acceptance rate (default 0.39)")
+    add(
+        "--spec-accept-saturated",
+        type=float,
+        default=d.spec_accept_saturated,
+        help="when saturated",
+    )
+    add("--spec-collapse-at", type=int, default=d.spec_collapse_at, help="in-flight where it falls")
+
+
+def config_from_args(args: argparse.Namespace) -> MockConfig:
+    """Build a validated MockConfig from parsed flags; raises UsageError on bad values."""
+    kinds = parse_weights(args.collapse_kinds, COLLAPSE_KINDS, "--collapse-kinds", 1.0)
+    if not kinds or sum(kinds.values()) <= 0:
+        raise UsageError("--collapse-kinds: at least one kind with a positive weight is needed")
+    return MockConfig(
+        host=args.host,
+        port=args.port,
+        seed=args.seed,
+        model_name=args.model_name,
+        tokens_per_s=args.tokens_per_s,
+        latency_ms=args.latency_ms,
+        output_tokens=args.output_tokens,
+        stop_rate=args.stop_rate,
+        saturation=args.saturation,
+        ground_truth=args.ground_truth,
+        collapse_rate=args.collapse_rate,
+        burst_enter=args.burst_enter,
+        burst_exit=args.burst_exit,
+        burst_collapse_rate=args.burst_collapse_rate,
+        collapse_kinds=kinds,
+        fault_rates=parse_weights(args.fault_rate, FAULT_KINDS, "--fault-rate", 0.0),
+        stall_s=args.stall_s,
+        perturb_rate=args.perturb_rate,
+        perturb_max_tokens=args.perturb_max_tokens,
+        die_after=args.die_after,
+        die_message=args.die_message,
+        die_once_file=args.die_once_file,
+        quirks=frozenset(args.quirk),
+        spec_decode=args.spec_decode,
+        spec_accept=args.spec_accept,
+        spec_accept_saturated=args.spec_accept_saturated,
+        spec_collapse_at=args.spec_collapse_at,
+    )

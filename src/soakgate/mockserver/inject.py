@@ -1,0 +1,136 @@
+"""What goes wrong with each request: a two-state (clean/burst) Markov model of collapses,
+faults, perturbations, and the ground-truth log that records every decision."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from soakgate.mockserver.config import MockConfig
+from soakgate.mockserver.text import BANG_ID, EMPTY_ID, VOCAB, WORD_IDS, detokenize
+
+DEGENERATE_MIN = 100
+"""Degenerate tail length guaranteed when the output is >= 128 tokens."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The injection decided for one request; faults, collapses and perturbations are exclusive."""
+
+    injected: str | None
+    """Collapse kind, or None."""
+    fault: str | None
+    """Fault kind, or None."""
+    perturb: bool
+    """Whether a few ordinary tokens are to be replaced."""
+    burst: bool
+    """Whether the Markov model was in the burst state for this request."""
+
+
+CLEAN = Decision(None, None, False, False)
+
+
+class Injector:
+    """Draws a Decision per request from the server seed, in arrival order."""
+
+    def __init__(self, config: MockConfig) -> None:
+        self.rng = random.Random(config.seed)
+        self._config = config
+        self._burst = False
+        self._faults = [(name, rate) for name, rate in config.fault_rates.items() if rate > 0]
+        self._kinds = [(name, w) for name, w in config.collapse_kinds.items() if w > 0]
+        self._kind_total = sum(w for _, w in self._kinds)
+        self._idle = not (
+            self._faults or config.collapse_rate or config.burst_enter or config.perturb_rate
+        )
+
+    def decide(self) -> Decision:
+        """Advance the burst state, then draw fault, else collapse, else perturbation."""
+        if self._idle:
+            return CLEAN
+        config, rng = self._config, self.rng
+        if self._burst:
+            self._burst = rng.random() >= config.burst_exit
+        else:
+            self._burst = rng.random() < config.burst_enter
+        draw = rng.random()
+        for name, rate in self._faults:
+            if draw < rate:
+                return Decision(None, name, False, self._burst)
+            draw -= rate
+        collapse_rate = config.burst_collapse_rate if self._burst else config.collapse_rate
+        if rng.random() < collapse_rate:
+            return Decision(self._pick_kind(), None, False, self._burst)
+        return Decision(None, None, rng.random() < config.perturb_rate, self._burst)
+
+    def _pick_kind(self) -> str:
+        """A collapse kind drawn by weight."""
+        draw = self.rng.random() * self._kind_total
+        for name, weight in self._kinds:
+            if draw < weight:
+                return name
+            draw -= weight
+        return self._kinds[-1][0]
+
+
+def degenerate(
+    kind: str, clean: list[int], clean_text: str, rng: random.Random
+) -> tuple[list[int], str]:
+    """Turn a clean output into a collapse of `kind` with the same number of tokens."""
+    count = len(clean)
+    if kind == "empty":
+        return [EMPTY_ID] * count, ""
+    longest_prefix = count - DEGENERATE_MIN if count >= 128 else count // 2
+    prefix = rng.randint(0, max(longest_prefix, 0))
+    prefix_text = detokenize(clean[:prefix]) if prefix else ""
+    tail = count - prefix
+    if kind == "bang_run":
+        return clean[:prefix] + [BANG_ID] * tail, prefix_text + VOCAB[BANG_ID] * tail
+    phrase = rng.sample(WORD_IDS, rng.randint(1, 4))
+    loop = (phrase * (tail // len(phrase) + 1))[:tail]
+    ids = clean[:prefix] + loop
+    return ids, prefix_text + detokenize(loop)
+
+
+def perturb(clean: list[int], most: int, rng: random.Random) -> tuple[list[int], str, int]:
+    """Replace 1..most word tokens by other words (fluent, not degenerate); returns the count."""
+    ids = list(clean)
+    candidates = [i for i, token in enumerate(ids) if token in _WORD_SET] or list(range(len(ids)))
+    if not candidates:
+        return ids, detokenize(ids), 0
+    positions = rng.sample(candidates, min(rng.randint(1, most), len(candidates)))
+    for position in positions:
+        neighbours = set(ids[max(position - 1, 0) : position + 2])
+        replacement = rng.choice(WORD_IDS)
+        while replacement in neighbours:
+            replacement = rng.choice(WORD_IDS)
+        ids[position] = replacement
+    return ids, detokenize(ids), len(positions)
+
+
+_WORD_SET = frozenset(WORD_IDS)
+
+
+class GroundTruthLog:
+    """Appends one JSON line per generation request and flushes it, so a crash loses nothing."""
+
+    def __init__(self, path: Path | None, pid: int) -> None:
+        self._file: IO[str] | None = path.open("a", encoding="utf-8") if path else None
+        self._pid = pid
+
+    def write(self, record: dict[str, object]) -> None:
+        """Log one request's ground truth (no-op when no path was configured)."""
+        if self._file is None:
+            return
+        record["pid"] = self._pid
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None

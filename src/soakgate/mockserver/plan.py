@@ -1,0 +1,168 @@
+"""Turn a request body into a Plan: what the mock will answer, decided before the first byte."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from soakgate.errors import UsageError
+from soakgate.mockserver.config import MockConfig
+from soakgate.mockserver.inject import Decision, degenerate, perturb
+from soakgate.mockserver.text import clean_tokens, corpus_offset, prompt_token_count, request_hash
+
+DEFAULT_MAX_TOKENS = 16
+"""OpenAI's documented default for the completions endpoint; used for chat too."""
+
+
+class BadRequest(UsageError):
+    """The request body is not a valid completions/chat request (answered with HTTP 400)."""
+
+
+@dataclass(slots=True)
+class Sampling:
+    """The parts of a request body the mock acts on."""
+
+    endpoint: str
+    """`completions` or `chat`."""
+    prompt: str
+    """The prompt text (chat messages rendered in ChatML)."""
+    max_tokens: int
+    temperature: float
+    seed: int | None
+    stream: bool
+    include_usage: bool
+    logprobs: int | None
+    """Number of top logprobs asked for; None when logprobs were not requested."""
+    ignore_eos: bool
+    return_token_ids: bool
+
+
+@dataclass(slots=True)
+class Plan:
+    """Everything one response will contain, and what was injected into it."""
+
+    request_id: str
+    sampling: Sampling
+    decision: Decision
+    prompt_tokens: int
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    perturbed: int
+    fault_after: int
+    """Number of stream chunks (or body fraction in percent) sent before a fault strikes."""
+
+
+def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:
+    """An optional integer field; bools and floats are rejected like real servers do."""
+    value = body.get(name, default)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise BadRequest(f"{name} must be an integer")
+
+
+def _render_chat(messages: Any) -> str:
+    """Render chat messages as a ChatML prompt (text parts only)."""
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list")
+    rendered = []
+    for message in messages:
+        if not isinstance(message, dict):
+            raise BadRequest("each message must be an object")
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        rendered.append(f"<|im_start|>{message.get('role', 'user')}\n{content}<|im_end|>\n")
+    return "".join(rendered) + "<|im_start|>assistant\n"
+
+
+def _completion_prompt(prompt: Any) -> str:
+    """The prompt string (a list holding one string is accepted, as OpenAI does)."""
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string")
+    return prompt
+
+
+def parse_sampling(endpoint: str, body: Any) -> Sampling:
+    """Validate a completions/chat body; raises BadRequest with a one-line reason."""
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    if endpoint == "chat":
+        prompt = _render_chat(body.get("messages"))
+        max_tokens = _integer(body, "max_completion_tokens", None)
+        if max_tokens is None:
+            max_tokens = _integer(body, "max_tokens", DEFAULT_MAX_TOKENS)
+        top = _integer(body, "top_logprobs", 0)
+        logprobs = (top or 0) if body.get("logprobs") else None
+    else:
+        prompt = _completion_prompt(body.get("prompt"))
+        max_tokens = _integer(body, "max_tokens", DEFAULT_MAX_TOKENS)
+        logprobs = _integer(body, "logprobs", None)
+    if max_tokens is None or max_tokens < 1:
+        raise BadRequest("max_tokens must be >= 1")
+    temperature = body.get("temperature", 1.0)
+    if temperature is None:
+        temperature = 1.0
+    if not isinstance(temperature, int | float) or temperature < 0:
+        raise BadRequest("temperature must be a number >= 0")
+    options = body.get("stream_options") or {}
+    return Sampling(
+        endpoint=endpoint,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=float(temperature),
+        seed=_integer(body, "seed", None),
+        stream=bool(body.get("stream", False)),
+        include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+        logprobs=logprobs,
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        return_token_ids=bool(body.get("return_token_ids", False)),
+    )
+
+
+def _length(config: MockConfig, sampling: Sampling, key: int) -> tuple[int, str]:
+    """Output length and finish reason: --output-tokens, else max_tokens, maybe an early stop."""
+    count, finish = sampling.max_tokens, "length"
+    if config.output_tokens is not None and config.output_tokens < count:
+        count, finish = config.output_tokens, "stop"
+    if sampling.ignore_eos:
+        return sampling.max_tokens, "length"
+    if config.stop_rate and count > 1 and ((key >> 64) & 0xFFFFFFFF) < config.stop_rate * 2**32:
+        count, finish = 1 + (key >> 96) % (count - 1), "stop"
+    return count, finish
+
+
+def make_plan(
+    config: MockConfig, request_id: str, sampling: Sampling, decision: Decision, rng: random.Random
+) -> Plan:
+    """Decide the output: a corpus slice keyed by (prompt, seed) when greedy, else (server seed,
+    request id); then apply the decided collapse or perturbation."""
+    if sampling.temperature == 0:
+        key = request_hash("greedy", sampling.prompt, str(sampling.seed))
+    else:
+        key = request_hash("sample", str(config.seed), request_id)
+    count, finish = _length(config, sampling, key)
+    if decision.injected is not None:
+        # A collapsed model never emits EOS: it runs to max_tokens.
+        count, finish = sampling.max_tokens, "length"
+    ids, text = clean_tokens(corpus_offset(key), count)
+    perturbed = 0
+    if decision.injected is not None:
+        ids, text = degenerate(decision.injected, ids, text, rng)
+    elif decision.perturb:
+        ids, text, perturbed = perturb(ids, config.perturb_max_tokens, rng)
+    fault_after = rng.randint(2, 5) if decision.fault is not None else 0
+    return Plan(
+        request_id=request_id,
+        sampling=sampling,
+        decision=decision,
+        prompt_tokens=prompt_token_count(sampling.prompt),
+        token_ids=ids,
+        text=text,
+        finish_reason=finish,
+        perturbed=perturbed,
+        fault_after=fault_after,
+    )

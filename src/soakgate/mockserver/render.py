@@ -1,0 +1,164 @@
+"""OpenAI-format response bodies and SSE events for a Plan (pure: bytes out, no I/O)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from soakgate.mockserver.plan import Plan
+from soakgate.mockserver.text import VOCAB, prompt_token_ids, token_logprob
+
+_TOKEN_JSON = tuple(json.dumps(piece) for piece in VOCAB)
+DONE = b"data: [DONE]\n\n"
+
+
+def error_body(message: str, kind: str, code: int) -> dict[str, Any]:
+    """An OpenAI error object."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def _usage(plan: Plan) -> dict[str, int]:
+    completion = len(plan.token_ids)
+    return {
+        "prompt_tokens": plan.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": plan.prompt_tokens + completion,
+    }
+
+
+def completion_logprobs(ids: list[int], top_n: int, first: int, text_offset: int) -> dict[str, Any]:
+    """Completions-style logprobs for tokens `ids` starting at output position `first`."""
+    tokens, values, tops, offsets = [], [], [], []
+    for i, token in enumerate(ids):
+        lp = token_logprob(token, first + i, top_n)
+        tokens.append(VOCAB[token])
+        values.append(lp.logprob)
+        tops.append({VOCAB[t]: v for t, v in lp.top})
+        offsets.append(text_offset)
+        text_offset += len(VOCAB[token])
+    return {
+        "tokens": tokens,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+def _entry(token: int, logprob: float) -> dict[str, Any]:
+    piece = VOCAB[token]
+    return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
+
+
+def chat_logprobs(ids: list[int], top_n: int, first: int) -> dict[str, Any]:
+    """Chat-style logprobs ({"content": [...]}) for tokens `ids` from output position `first`."""
+    content = []
+    for i, token in enumerate(ids):
+        lp = token_logprob(token, first + i, top_n)
+        entry = _entry(token, lp.logprob)
+        entry["top_logprobs"] = [_entry(t, v) for t, v in lp.top]
+        content.append(entry)
+    return {"content": content}
+
+
+def _logprobs(plan: Plan, ids: list[int], first: int, offset: int, chat_style: bool) -> Any:
+    top_n = plan.sampling.logprobs
+    if top_n is None:
+        return None
+    if chat_style or plan.sampling.endpoint == "chat":
+        return chat_logprobs(ids, top_n, first)
+    return completion_logprobs(ids, top_n, first, offset)
+
+
+def response_body(plan: Plan, model: str, created: int, chat_style: bool = False) -> dict[str, Any]:
+    """The non-streamed response object (completions or chat)."""
+    ids, sampling = plan.token_ids, plan.sampling
+    choice: dict[str, Any] = {"index": 0}
+    body: dict[str, Any]
+    if sampling.endpoint == "chat":
+        body = {"id": f"chatcmpl-{plan.request_id}", "object": "chat.completion"}
+        choice["message"] = {"role": "assistant", "content": plan.text}
+    else:
+        body = {"id": f"cmpl-{plan.request_id}", "object": "text_completion"}
+        choice["text"] = plan.text
+    choice["logprobs"] = _logprobs(plan, ids, 0, 0, chat_style)
+    choice["finish_reason"] = plan.finish_reason
+    body.update(created=created, model=model, choices=[choice], usage=_usage(plan))
+    if sampling.return_token_ids:
+        choice["token_ids"] = ids
+        # vLLM puts the prompt ids in the choice for completions and at the top level for chat.
+        target = body if sampling.endpoint == "chat" else choice
+        target["prompt_token_ids"] = prompt_token_ids(sampling.prompt)
+    return body
+
+
+class EventWriter:
+    """Builds the SSE events of one streamed response; chunk templates are built once."""
+
+    def __init__(self, plan: Plan, model: str, created: int, chat_style: bool = False) -> None:
+        self.plan = plan
+        self._chat = plan.sampling.endpoint == "chat"
+        self._chat_style = chat_style
+        self._offset = 0
+        kind = (
+            ("chatcmpl-", "chat.completion.chunk") if self._chat else ("cmpl-", "text_completion")
+        )
+        self._head = (
+            f'data: {{"id":{json.dumps(kind[0] + plan.request_id)},"object":"{kind[1]}",'
+            f'"created":{created},"model":{json.dumps(model)},"choices":[{{"index":0,'
+        ).encode()
+        self._text_key = b'"delta":{"content":' if self._chat else b'"text":'
+        self._close_text = b"}" if self._chat else b""
+        self._fast = plan.sampling.logprobs is None and not plan.sampling.return_token_ids
+
+    def token(self, position: int) -> bytes:
+        """The event carrying output token number `position`."""
+        token = self.plan.token_ids[position]
+        text = _TOKEN_JSON[token].encode()
+        if self._fast:
+            tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+            return self._head + self._text_key + text + self._close_text + tail
+        lp = _logprobs(self.plan, [token], position, self._offset, self._chat_style)
+        self._offset += len(VOCAB[token])
+        extra = ""
+        if self.plan.sampling.return_token_ids:
+            extra = f',"token_ids":[{token}]'
+            if position == 0 and not self._chat:
+                extra += f',"prompt_token_ids":{prompt_token_ids(self.plan.sampling.prompt)}'
+        tail = f',"logprobs":{json.dumps(lp)},"finish_reason":null{extra}}}]}}\n\n'.encode()
+        return self._head + self._text_key + text + self._close_text + tail
+
+    def role(self) -> bytes:
+        """Chat's first event, announcing the assistant role (carries prompt ids when asked)."""
+        extra = b""
+        if self.plan.sampling.return_token_ids:
+            ids = json.dumps(prompt_token_ids(self.plan.sampling.prompt))
+            extra = f',"prompt_token_ids":{ids}'.encode()
+        return (
+            self._head
+            + b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+            + extra
+            + b"}\n\n"
+        )
+
+    def finish(self) -> bytes:
+        """The event carrying finish_reason (empty text / empty delta)."""
+        empty = b'"delta":{}' if self._chat else b'"text":""'
+        reason = json.dumps(self.plan.finish_reason).encode()
+        return self._head + empty + b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
+
+    def usage(self) -> bytes:
+        """The final usage event with empty choices (stream_options.include_usage)."""
+        head = self._head[: self._head.index(b'"choices"')]
+        return head + b'"choices":[],"usage":' + json.dumps(_usage(self.plan)).encode() + b"}\n\n"
+
+    def error(self, message: str) -> bytes:
+        """A server-declared error event inside a 200 stream."""
+        return (
+            b"data: "
+            + json.dumps(error_body(message, "InternalServerError", 500)).encode()
+            + b"\n\n"
+        )
+
+    def malformed(self) -> bytes:
+        """An event whose payload is not valid JSON."""
+        return self._head + b'"text":"\\u00' + b"\n\n"
