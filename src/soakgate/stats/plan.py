@@ -1,0 +1,317 @@
+"""Pre-registered comparison plans: build, write/read as TOML, hash, and apply their rule.
+
+A plan fixes the comparison before any data exist; its SHA-256 over a canonical JSON
+serialisation is what the store registers, so reformatting the TOML keeps the hash and any
+change of content breaks it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from soakgate.errors import ConfigError, UsageError
+from soakgate.stats.power import check_design, n_per_arm
+
+PLAN_VERSION = 1
+TESTS = ("auto", "pooled_z", "fisher", "poisson_exact", "batch_means", "quasi_poisson")
+FIXED_RULE = "two_sided_p_below_alpha"
+SEQUENTIAL_RULE = "group_sequential_obrien_fleming"
+
+
+@dataclass(frozen=True, slots=True)
+class SequentialRule:
+    """Stopping rule of a group-sequential plan."""
+
+    looks: int
+    """Number of equally spaced looks, the last at n max."""
+    n_max_per_arm: int
+    """Generations per arm at the final look."""
+    futility_z: float | None = None
+    """Optional non-binding futility bound: stop as 'no difference' when |z| falls below it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A pre-registration: what is compared, on which unit, by which test and rule."""
+
+    hypothesis: str
+    """The hypothesis in words."""
+    arms: tuple[str, str]
+    """Labels of the reference arm A and arm B."""
+    baseline_rate: float
+    """Expected failure rate of arm A used for the power calculation."""
+    ratio: float
+    """Rate ratio B / A the plan is powered to detect."""
+    alpha: float = 0.05
+    """Two-sided significance level."""
+    power: float = 0.8
+    """Power at `ratio`."""
+    unit: str = "target"
+    """Unit of analysis: one target (one GPU's server) in one run."""
+    matched_targets: bool = True
+    """Both arms run on the same targets."""
+    test: str = "auto"
+    """Test the verdict uses; `auto` = the tool's documented choice (robust when clustered)."""
+    design_effect: float = 1.0
+    """Variance inflation the sample size allows for."""
+    n_per_arm: int | None = None
+    """Fixed design: generations per arm."""
+    sequential: SequentialRule | None = None
+    """Sequential design: the stopping rule (then `n_per_arm` is the fixed-design figure)."""
+    decision_rule: str = ""
+    """The rule in words."""
+
+    @property
+    def rule(self) -> str:
+        """Machine-readable rule name."""
+        return SEQUENTIAL_RULE if self.sequential else FIXED_RULE
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The verdict exactly by the plan's rule, and where the data deviate from the plan."""
+
+    verdict: str
+    """`differ`, `no_difference` or `continue` (sequential only)."""
+    test: str
+    """Test whose result decided."""
+    p_value: float
+    """p-value of that test (for sequential plans, of its fixed-sample test)."""
+    deviations: tuple[str, ...]
+    """Each way the data or analysis departs from the plan; empty when none."""
+    reason: str
+    """One line explaining the verdict."""
+    plan_sha256: str
+    """Hash of the plan applied."""
+
+
+def make_plan(
+    hypothesis: str,
+    arms: Sequence[str],
+    baseline_rate: float,
+    ratio: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    design_effect: float = 1.0,
+    looks: int | None = None,
+    test: str = "auto",
+) -> Plan:
+    """A plan with n per arm (and, with `looks`, an O'Brien–Fleming stopping rule) filled in."""
+    from soakgate.stats.sequential import design_sequential
+
+    n_fixed = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
+    sequential = None
+    if looks is not None:
+        design = design_sequential(looks, alpha, power)
+        sequential = SequentialRule(looks, math.ceil(n_fixed * design.inflation))
+    plan = Plan(
+        hypothesis=hypothesis,
+        arms=_two_arms(arms),
+        baseline_rate=baseline_rate,
+        ratio=ratio,
+        alpha=alpha,
+        power=power,
+        test=test,
+        design_effect=design_effect,
+        n_per_arm=n_fixed,
+        sequential=sequential,
+    )
+    _validate(plan)
+    return Plan(**{**_fields(plan), "decision_rule": describe_rule(plan)})
+
+
+def describe_rule(plan: Plan) -> str:
+    """The decision rule in words."""
+    arms = f"{plan.arms[1]} vs {plan.arms[0]}"
+    if plan.sequential:
+        s = plan.sequential
+        return (
+            f"{arms}: {s.looks} equally spaced looks up to {s.n_max_per_arm} per arm; at each look "
+            f"'differ' if |window-robust z| crosses the O'Brien-Fleming (Lan-DeMets) boundary at "
+            f"two-sided alpha {plan.alpha}; 'no difference' if n max is reached without crossing"
+        )
+    return (
+        f"{arms}: after {plan.n_per_arm} generations per arm, 'differ' if the two-sided p-value "
+        f"of the {plan.test} test is below {plan.alpha}, else 'no difference'"
+    )
+
+
+def _two_arms(arms: Sequence[str]) -> tuple[str, str]:
+    if len(arms) != 2 or not all(isinstance(a, str) and a for a in arms):
+        raise UsageError("a plan needs exactly two arm labels")
+    return (arms[0], arms[1])
+
+
+def _validate(plan: Plan) -> None:
+    check_design(plan.baseline_rate, plan.ratio, plan.alpha, plan.power)
+    if plan.test not in TESTS:
+        raise UsageError(f"unknown test {plan.test!r}; choose from {', '.join(TESTS)}")
+    if plan.design_effect < 1.0:
+        raise UsageError(f"design effect must be >= 1, got {plan.design_effect}")
+    if plan.n_per_arm is None and plan.sequential is None:
+        raise UsageError("a plan needs n per arm or a sequential stopping rule")
+    if plan.sequential and (plan.sequential.looks < 1 or plan.sequential.n_max_per_arm < 1):
+        raise UsageError("a sequential rule needs at least one look and a positive n max")
+
+
+def _fields(plan: Plan) -> dict[str, Any]:
+    return {name: getattr(plan, name) for name in Plan.__slots__}
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """TOML- and JSON-ready dict of the plan (None omitted: TOML has no null)."""
+    data: dict[str, Any] = {"version": PLAN_VERSION, "rule": plan.rule}
+    for name, value in _fields(plan).items():
+        if value is None:
+            continue
+        if isinstance(value, SequentialRule):
+            value = {k: getattr(value, k) for k in SequentialRule.__slots__}
+            value = {k: v for k, v in value.items() if v is not None}
+        data[name] = list(value) if isinstance(value, tuple) else value
+    return data
+
+
+def plan_from_dict(data: dict[str, Any]) -> Plan:
+    """Rebuild a plan from its dict; raises ConfigError naming what is wrong."""
+    try:
+        if data.get("version") != PLAN_VERSION:
+            raise ConfigError(f"unsupported plan version {data.get('version')!r}")
+        seq = data.get("sequential")
+        sequential = None
+        if seq is not None:
+            futility = seq.get("futility_z")
+            sequential = SequentialRule(
+                int(seq["looks"]),
+                int(seq["n_max_per_arm"]),
+                None if futility is None else float(futility),
+            )
+        n_fixed = data.get("n_per_arm")
+        plan = Plan(
+            hypothesis=str(data["hypothesis"]),
+            arms=_two_arms(data["arms"]),
+            baseline_rate=float(data["baseline_rate"]),
+            ratio=float(data["ratio"]),
+            alpha=float(data.get("alpha", 0.05)),
+            power=float(data.get("power", 0.8)),
+            unit=str(data.get("unit", "target")),
+            matched_targets=bool(data.get("matched_targets", True)),
+            test=str(data.get("test", "auto")),
+            design_effect=float(data.get("design_effect", 1.0)),
+            n_per_arm=None if n_fixed is None else int(n_fixed),
+            sequential=sequential,
+            decision_rule=str(data.get("decision_rule", "")),
+        )
+        _validate(plan)
+    except KeyError as exc:
+        raise ConfigError(f"plan is missing the field {exc.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ConfigError(f"plan has a field of the wrong type: {exc}") from None
+    except UsageError as exc:
+        raise ConfigError(f"plan is not usable: {exc}") from None
+    if data.get("rule", plan.rule) != plan.rule:
+        raise ConfigError(f"plan rule {data['rule']!r} does not match its fields")
+    return plan
+
+
+def plan_sha256(plan: Plan) -> str:
+    """SHA-256 of the canonical serialisation: sorted-key compact JSON of the plan's fields."""
+    canonical = json.dumps(plan_to_dict(plan), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def write_plan(plan: Plan, path: str | Path) -> str:
+    """Write the plan as TOML; returns its SHA-256."""
+    import tomli_w
+
+    try:
+        Path(path).write_text(tomli_w.dumps(plan_to_dict(plan)), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write plan {path}: {exc.strerror or exc}") from None
+    return plan_sha256(plan)
+
+
+def read_plan(path: str | Path) -> Plan:
+    """Read a TOML plan; a missing, unreadable or invalid file raises ConfigError (one line)."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"plan {path} is not valid TOML: {exc}") from None
+    try:
+        return plan_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"plan {path}: {exc}") from None
+
+
+def plan_summary(
+    baseline_rate: float,
+    ratio: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    design_effect: float = 1.0,
+    n: int | None = None,
+    write: str | Path | None = None,
+    arms: Sequence[str] | None = None,
+    hypothesis: str | None = None,
+    test: str = "auto",
+    looks: int | None = None,
+) -> str:
+    """The text `soakgate plan` prints; writes the plan file when `write` is given."""
+    check_design(baseline_rate, ratio, alpha, power)
+    lines = _figures(baseline_rate, ratio, alpha, power, design_effect, n)
+    if write is not None and (not arms or not hypothesis):
+        raise UsageError("--write needs --arms A B and --hypothesis TEXT")
+    if looks is not None or write is not None:
+        plan = make_plan(
+            hypothesis=hypothesis or "",
+            arms=arms or ("A", "B"),
+            baseline_rate=baseline_rate,
+            ratio=ratio,
+            alpha=alpha,
+            power=power,
+            design_effect=design_effect,
+            looks=looks,
+            test=test,
+        )
+        if plan.sequential:
+            n_max = plan.sequential.n_max_per_arm
+            lines.append(f"sequential, {looks} looks: n max per arm {n_max}")
+        if write is not None:
+            lines.append(f"wrote {write} (sha256 {write_plan(plan, write)})")
+    return "\n".join(lines)
+
+
+def _figures(
+    baseline_rate: float,
+    ratio: float,
+    alpha: float,
+    power: float,
+    design_effect: float,
+    n: int | None,
+) -> list[str]:
+    """n per arm, or for a given n the achieved power and the smallest detectable ratio."""
+    from soakgate.stats.power import achieved_power, detectable_ratio
+
+    rates = f"{baseline_rate:g} vs {baseline_rate * ratio:g} (ratio {ratio:g})"
+    setting = f"two-sided alpha {alpha:g}, design effect {design_effect:g}"
+    if n is None:
+        needed = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
+        return [f"{rates}, {setting}, power {power:.0%}", f"n per arm: {needed}"]
+    if n <= 0:
+        raise UsageError(f"--n must be positive, got {n}")
+    got = achieved_power(baseline_rate, ratio, n, alpha, design_effect)
+    smallest = detectable_ratio(baseline_rate, n, alpha, power, design_effect)
+    return [
+        f"{rates}, {setting}",
+        f"power with n={n} per arm: {got:.1%}",
+        f"smallest ratio detectable with {power:.0%} power: {smallest:.3g}",
+    ]
