@@ -57,6 +57,11 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store-text", choices=("all", "flagged"), default="all")
     parser.add_argument("--char-run-threshold", type=positive_int, default=80)
     parser.add_argument("--quiet", action="store_true", help="no live progress")
+    parser.add_argument(
+        "--no-watch-metrics", dest="watch_metrics", action="store_false",
+        help="do not scrape the targets' Prometheus /metrics (speculative-decoding watch)",
+    )  # fmt: skip
+    parser.add_argument("--metrics-interval", type=duration, default=5.0, help="scrape period")
 
 
 def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
@@ -84,6 +89,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         store_text=args.store_text, resume=getattr(args, "resume", None),
         references=[TargetSpec.parse(r, api_key) for r in getattr(args, "reference", [])],
         reference_fraction=getattr(args, "reference_fraction", 0.03),
+        watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
     )  # fmt: skip
 
 

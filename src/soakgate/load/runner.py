@@ -8,9 +8,10 @@ import platform
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig
@@ -18,7 +19,8 @@ from soakgate.errors import UsageError
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
 from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
-from soakgate.records import Run
+from soakgate.probes.specwatch import watch
+from soakgate.records import Event, Run
 from soakgate.store import BatchWriter, Store, open_store
 from soakgate.targets import OpenAIClient, RequestSpec, TargetSpec
 from soakgate.targets.client import discover_model, make_session
@@ -42,6 +44,8 @@ class SoakConfig:
     run_id: str | None = None
     campaign: str | None = None
     flush_interval_s: float = 0.5
+    watch_metrics: bool = True
+    metrics_interval_s: float = 5.0
     references: list[TargetSpec] = field(default_factory=list)
     reference_fraction: float = 0.03
     baseline_prompts: int = 8
@@ -134,12 +138,15 @@ async def _soak_with_signals(
         baseline = await reference_baseline(config, picker)
         writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
                               informative=baseline.informative))  # fmt: skip
+    watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
     try:
         return await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
             store_text=config.store_text, stop=stop, on_tick=on_tick, differential=differential,
         )  # fmt: skip
     finally:
+        if watchers is not None:
+            await watchers()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
@@ -153,3 +160,31 @@ async def reference_baseline(config: SoakConfig, picker: PromptPicker) -> Baseli
             for ref in config.references
         ]
         return await measure_baseline(clients, prompts, config.request)
+
+
+def _start_watchers(
+    config: SoakConfig, run: Run, writer: BatchWriter
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Scrape each target's /metrics during the soak; returns a coroutine function that stops it."""
+    done = asyncio.Event()
+    session = make_session(len(config.targets))
+
+    def recorder(target: str) -> Callable[[str, dict[str, object]], None]:
+        def record(kind: str, data: dict[str, object]) -> None:
+            writer.add_event(Event(run.run_id, time.time(), kind, target, dict(data)))
+
+        return record
+
+    tasks = [
+        asyncio.create_task(
+            watch(session, f"{t.url}/metrics", done, recorder(t.name), config.metrics_interval_s)
+        )
+        for t in config.targets
+    ]
+
+    async def stop() -> None:
+        done.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await session.close()
+
+    return stop

@@ -1,0 +1,61 @@
+"""`soakgate determinism`: the stack's nondeterminism baseline from repeated greedy generations."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from soakgate.cli.args import non_negative_float, positive_int
+
+
+def register(subparsers: Any) -> None:
+    """Add the `determinism` command."""
+    parser = subparsers.add_parser(
+        "determinism", help="greedy generations repeated within and across instances"
+    )
+    parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL")
+    parser.add_argument("--prompts", type=positive_int, default=20, help="how many prompts")
+    parser.add_argument("--repeats", type=positive_int, default=2, help="per prompt per target")
+    parser.add_argument("--max-tokens", type=positive_int, default=128)
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    parser.add_argument("--token-ids", action="store_true", help="compare token ids (vLLM)")
+    parser.add_argument("--timeout", type=non_negative_float, default=120.0)
+    parser.add_argument("--model")
+    parser.add_argument("--api-key")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the probe and print agreement rates with the caveat."""
+    import asyncio
+
+    from rich.table import Table
+
+    from soakgate.errors import UsageError
+    from soakgate.load.progress import wide_console
+    from soakgate.probes.determinism import CAVEAT, probe
+    from soakgate.prompts import builtin_prompts
+    from soakgate.targets import RequestSpec, TargetSpec
+
+    if not args.target:
+        raise UsageError("give at least one --target")
+    api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
+    targets = [TargetSpec.parse(t, api_key, args.model) for t in args.target]
+    spec = RequestSpec(
+        endpoint=args.endpoint, max_tokens=args.max_tokens, stream=False,
+        return_token_ids=args.token_ids, timeout_s=args.timeout,
+    )  # fmt: skip
+    prompts = list(builtin_prompts())[: args.prompts]
+    report = asyncio.run(probe(targets, prompts, spec, args.repeats))
+    table = Table(title="soakgate determinism (greedy)")
+    for column in ("scope", "pairs", "exact match", "median first divergence", "errors"):
+        table.add_column(column, justify="left" if column == "scope" else "right")
+    for row in report:
+        median = "-" if row.median_divergence is None else f"{row.median_divergence:.0f}"
+        rate = f"{row.exact_match_rate:.0%}" if row.pairs else "-"
+        table.add_row(row.scope, str(row.pairs), rate, median, str(row.errors))
+    console = wide_console()
+    console.print(table)
+    console.print(CAVEAT)
+    return 0

@@ -1,0 +1,123 @@
+"""Speculative-decoding watch: scrape Prometheus metrics during a soak, track acceptance.
+
+A real case: acceptance fell from 39% at batch 1 to 10% at concurrency 48, throughput fell
+~7x, then the engine died. The watch records acceptance and token throughput per interval
+and flags a collapse of either relative to the best seen earlier in the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+DRAFTED = "vllm:spec_decode_num_draft_tokens"
+GENERATED = "vllm:generation_tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Counter values read at one moment."""
+
+    at: float
+    accepted: float
+    drafted: float
+    generated: float
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What happened between two samples."""
+
+    start: float
+    end: float
+    acceptance: float | None
+    """Accepted / drafted tokens in the window (None when nothing was drafted)."""
+    tokens_per_s: float
+
+
+def counters(text: str) -> dict[str, float]:
+    """Sum of each counter family's samples (label sets such as model or engine are summed)."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            # The parser names a counter family with or without `_total` depending on # TYPE.
+            name = family.name.removesuffix("_total")
+            totals[name] = totals.get(name, 0.0) + float(sample.value)
+    return totals
+
+
+def sample_of(text: str, at: float) -> Sample | None:
+    """The speculative-decoding counters, or None when the server exposes none."""
+    values = counters(text)
+    if ACCEPTED not in values or DRAFTED not in values:
+        return None
+    return Sample(at, values[ACCEPTED], values[DRAFTED], values.get(GENERATED, 0.0))
+
+
+def window(previous: Sample, current: Sample) -> Window:
+    """Acceptance and throughput between two samples."""
+    drafted = current.drafted - previous.drafted
+    seconds = max(current.at - previous.at, 1e-9)
+    acceptance = (current.accepted - previous.accepted) / drafted if drafted > 0 else None
+    tokens = (current.generated - previous.generated) / seconds
+    return Window(previous.at, current.at, acceptance, tokens)
+
+
+def collapse_reason(history: list[Window], latest: Window, ratio: float = 0.5) -> str | None:
+    """Why `latest` counts as a collapse against the best earlier window, or None."""
+    accepted = [w.acceptance for w in history if w.acceptance is not None]
+    if latest.acceptance is not None and accepted and latest.acceptance < ratio * max(accepted):
+        return f"acceptance {latest.acceptance:.0%} < {ratio:.0%} of best {max(accepted):.0%}"
+    speeds = [w.tokens_per_s for w in history if w.tokens_per_s > 0]
+    if speeds and latest.tokens_per_s < ratio * max(speeds):
+        return f"throughput {latest.tokens_per_s:,.0f} tok/s < {ratio:.0%} of best {max(speeds):,.0f}"
+    return None
+
+
+async def watch(
+    session: aiohttp.ClientSession,
+    metrics_url: str,
+    stop: asyncio.Event,
+    record: Callable[[str, dict[str, object]], None],
+    interval_s: float = 5.0,
+) -> None:
+    """Scrape until `stop`; record `spec_decode` windows and `spec_decode_collapse` flags."""
+    previous: Sample | None = None
+    history: list[Window] = []
+    while not stop.is_set():
+        current = await _scrape(session, metrics_url)
+        if current is None and previous is None:
+            record("spec_decode_absent", {"url": metrics_url})
+            return
+        if current is not None and previous is not None:
+            latest = window(previous, current)
+            reason = collapse_reason(history, latest)
+            record("spec_decode", {"acceptance": latest.acceptance,
+                                   "tokens_per_s": latest.tokens_per_s, "start": latest.start})  # fmt: skip
+            if reason:
+                record("spec_decode_collapse", {"reason": reason, "start": latest.start})
+            history.append(latest)
+        previous = current or previous
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        except TimeoutError:
+            continue
+
+
+async def _scrape(session: aiohttp.ClientSession, url: str) -> Sample | None:
+    """One scrape; any failure reads as no sample."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+            if response.status != 200:
+                return None
+            return sample_of(await response.text(), time.time())
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None

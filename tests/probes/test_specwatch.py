@@ -1,0 +1,70 @@
+"""The speculative-decoding watch reads real /metrics and flags an acceptance collapse."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from soakgate.load import LoadSpec
+from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.mockserver.process import MockProcess
+from soakgate.probes.specwatch import Window, collapse_reason, counters, sample_of
+from soakgate.store import open_store
+from soakgate.targets import RequestSpec, TargetSpec
+
+METRICS = """# HELP vllm:spec_decode_num_accepted_tokens_total Accepted.
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 30.0
+vllm:spec_decode_num_accepted_tokens_total{engine="1",model_name="m"} 9.0
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 100.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0"} 500.0
+"""
+
+
+def test_counters_sum_label_sets() -> None:
+    sample = sample_of(METRICS, at=1.0)
+    assert sample is not None and (sample.accepted, sample.drafted) == (39.0, 100.0)
+    assert counters("# TYPE x counter\nx_total 2\n") == {"x": 2.0}
+    assert sample_of("# TYPE x counter\nx_total 2\n", at=1.0) is None
+
+
+def test_collapse_is_relative_to_the_best_window() -> None:
+    good = Window(0, 1, 0.39, 1000.0)
+    assert collapse_reason([good], Window(1, 2, 0.35, 950.0)) is None
+    assert "acceptance" in (collapse_reason([good], Window(1, 2, 0.10, 900.0)) or "")
+    assert "throughput" in (collapse_reason([good], Window(1, 2, 0.38, 140.0)) or "")
+
+
+def soak_levels(mock: MockProcess, db: Path, concurrency: int) -> list[dict[str, object]]:
+    config = SoakConfig(
+        targets=[TargetSpec.parse(mock.url)], label=f"c{concurrency}",
+        request=RequestSpec(max_tokens=64), load=LoadSpec(concurrency, duration_s=2.5), db=db,
+        metrics_interval_s=0.5,
+    )  # fmt: skip
+    run_id = run_soak(config).run.run_id
+    store = open_store(db)
+    events = [{"kind": e.kind, **e.data} for e in store.events(run_id) if "spec" in e.kind]
+    store.close()
+    return events
+
+
+def test_watch_records_acceptance_per_level_and_flags_the_fall(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock("--spec-decode", "--spec-collapse-at", "12", "--tokens-per-s", "400")
+    low = soak_levels(mock, tmp_path / "s.sqlite", 2)
+    high = soak_levels(mock, tmp_path / "s.sqlite", 24)
+    low_rates = [e["acceptance"] for e in low if e["kind"] == "spec_decode" and e["acceptance"]]
+    high_rates = [e["acceptance"] for e in high if e["kind"] == "spec_decode" and e["acceptance"]]
+    assert low_rates and min(low_rates) > 0.3  # configured 0.39 below the collapse point
+    assert high_rates and min(high_rates) < 0.15  # configured 0.10 at 24 in flight
+    assert not any(e["kind"] == "spec_decode_collapse" for e in low)
+
+
+def test_absent_counters_are_noted_once(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    events = soak_levels(start_mock(), tmp_path / "s.sqlite", 2)
+    assert [e["kind"] for e in events] == ["spec_decode_absent"]
