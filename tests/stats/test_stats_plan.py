@@ -111,3 +111,11 @@ def test_sequential_decision_continues_then_stops() -> None:
     )
     assert late.verdict == "no_difference"
     assert any("exceeds the planned n max" in d for d in late.deviations)
+
+
+def test_integer_and_float_numbers_hash_the_same(tmp_path: Path) -> None:
+    from soakgate.stats.plan import make_plan, plan_sha256, read_plan, write_plan
+
+    plan = make_plan("h", ["a", "b"], 0.01, 4, looks=3)
+    digest = write_plan(plan, tmp_path / "p.toml")
+    assert plan_sha256(read_plan(tmp_path / "p.toml")) == digest

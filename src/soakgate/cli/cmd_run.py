@@ -17,6 +17,15 @@ def register(subparsers: Any) -> None:
     )
     add_soak_arguments(parser)
     parser.add_argument("--resume", metavar="RUN_ID", help="continue a stored run")
+    parser.add_argument("--plan", type=Path, help="pre-registered plan (soakgate plan --write)")
+    parser.add_argument(
+        "--until-verdict", action="store_true",
+        help="judge the plan's group-sequential looks during the soak; stop at a verdict",
+    )  # fmt: skip
+    parser.add_argument(
+        "--arm", action="append", default=[], metavar="LABEL=URL",
+        help="soak two arms side by side: a target whose rows carry LABEL (with --plan)",
+    )  # fmt: skip
     parser.add_argument(
         "--reference", action="append", default=[], metavar="[NAME=]URL",
         help="reference server for the differential check (repeat for a second instance)",
@@ -90,6 +99,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         references=[TargetSpec.parse(r, api_key) for r in getattr(args, "reference", [])],
         reference_fraction=getattr(args, "reference_fraction", 0.03),
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
+        plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
     )  # fmt: skip
 
 
@@ -109,7 +119,27 @@ def execute(config: Any, quiet: bool) -> Any:
     return result
 
 
+def arm_targets(arms: list[str]) -> tuple[list[str], dict[str, str]]:
+    """`LABEL=URL` arms as target arguments and the target-name -> label map."""
+    from soakgate.errors import UsageError
+    from soakgate.targets import TargetSpec
+
+    targets, labels = [], {}
+    for arm in arms:
+        label, sep, url = arm.partition("=")
+        if not sep or not label or "://" in label:
+            raise UsageError(f"--arm {arm!r} must look like LABEL=http://host:port")
+        targets.append(url)
+        labels[TargetSpec.parse(url).name] = label
+    return targets, labels
+
+
 def main(args: argparse.Namespace) -> int:
     """Validate, soak, print the summary; 0 when the soak ran (findings are in the store)."""
-    result = execute(soak_config(args, args.target), args.quiet)
+    targets, labels = arm_targets(args.arm)
+    config = soak_config(args, args.target + targets)
+    config.labels = labels
+    if labels and args.label == "default":
+        config.label = " vs ".join(dict.fromkeys(labels.values()))
+    result = execute(config, args.quiet)
     return 130 if result.stopped_by == "stop" else 0

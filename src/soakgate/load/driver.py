@@ -102,6 +102,7 @@ class _Shared:
     reference: OpenAIClient | None = None
     reference_fraction: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
+    on_generation: Callable[[Generation], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +132,15 @@ async def soak(
     credit: Callable[[str], int] | None = None,
     differential: Differential | None = None,
     labels: dict[str, str] | None = None,
+    on_generation: Callable[[Generation], None] | None = None,
 ) -> SoakResult:
     """Drive the soak to its end (count, time, or `stop` being set) and flush every result.
 
     Campaign hooks: `gate(target)` is awaited before each request (False retires the worker,
     e.g. while or after a server restart); `credit(target)` adds requests to the count limit
     (errors in a fault window do not use up the budget). `labels` overrides the run's label per
-    target (two arms soaked side by side); `differential` adds the reference check.
+    target (two arms soaked side by side); `differential` adds the reference check;
+    `on_generation` sees every stored generation (sequential looks).
     """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
@@ -148,7 +151,7 @@ async def soak(
         issued={t.name: counts[t.name].requests if t.name in counts else 0 for t in targets},
         tallies={t.name: TargetTally(t.name) for t in targets},
         incarnation=incarnation or (lambda target: 0), gate=gate,
-        credit=credit or (lambda target: 0), labels=labels or {},
+        credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         reference_fraction=differential.fraction if differential else 0.0,
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
@@ -267,6 +270,8 @@ def _store(
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
     shared.writer.add_generation(generation)
     shared.tallies[target].count(generation)
+    if shared.on_generation is not None:
+        shared.on_generation(generation)
     return generation
 
 

@@ -17,10 +17,12 @@ from soakgate import __version__
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import UsageError
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
+from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.probes.specwatch import watch
 from soakgate.records import Event, Run
+from soakgate.stats.plan import Plan
 from soakgate.store import BatchWriter, Store, open_store
 from soakgate.targets import OpenAIClient, RequestSpec, TargetSpec
 from soakgate.targets.client import discover_model, make_session
@@ -44,6 +46,9 @@ class SoakConfig:
     run_id: str | None = None
     campaign: str | None = None
     flush_interval_s: float = 0.5
+    labels: dict[str, str] = field(default_factory=dict)
+    plan: Path | None = None
+    until_verdict: bool = False
     watch_metrics: bool = True
     metrics_interval_s: float = 5.0
     references: list[TargetSpec] = field(default_factory=list)
@@ -58,8 +63,10 @@ class SoakConfig:
             raise UsageError(f"target names must be unique: {', '.join(names)}")
         if self.load.concurrency < 1:
             raise UsageError(f"concurrency must be at least 1, not {self.load.concurrency}")
-        if self.load.requests is None and self.load.duration_s is None:
+        if self.load.requests is None and self.load.duration_s is None and self.plan is None:
             raise UsageError("give --requests or --duration (a soak must be bounded)")
+        if self.until_verdict and self.plan is None:
+            raise UsageError("--until-verdict needs --plan")
         if self.load.requests is not None and self.load.requests < 1:
             raise UsageError(f"requests must be at least 1, not {self.load.requests}")
         if self.load.duration_s is not None and self.load.duration_s <= 0:
@@ -108,7 +115,8 @@ def run_soak(
         writer = BatchWriter(store, interval_s=config.flush_interval_s)
         if config.resume:
             writer.add_event(note(run, "resumed"))
-        result = asyncio.run(_soak_with_signals(config, run, writer, on_tick))
+        plan = _preregister(store, config, run)
+        result = asyncio.run(_soak_with_signals(config, run, writer, on_tick, plan))
         run.ended_at = time.time()
         run.status = "interrupted" if result.stopped_by == "stop" else "completed"
         writer.add_event(note(run, "ended", stopped_by=result.stopped_by))
@@ -125,9 +133,18 @@ async def _soak_with_signals(
     run: Run,
     writer: BatchWriter,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+    plan: Plan | None = None,
 ) -> SoakResult:
     """Drive the soak with SIGINT/SIGTERM wired to a clean stop."""
     stop = asyncio.Event()
+    verdict = asyncio.Event()
+    monitor = None
+    if plan is not None and config.until_verdict:
+        monitor = SequentialMonitor(plan, verdict, writer.add_event, run.run_id)
+        if config.resume:
+            writer.flush()
+            monitor.resume(writer.store)
+        asyncio.get_running_loop().create_task(_relay(verdict, stop))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -140,10 +157,14 @@ async def _soak_with_signals(
                               informative=baseline.informative))  # fmt: skip
     watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
     try:
-        return await soak(
+        result = await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
             store_text=config.store_text, stop=stop, on_tick=on_tick, differential=differential,
+            labels=config.labels, on_generation=monitor.observe if monitor else None,
         )  # fmt: skip
+        if verdict.is_set():
+            result.stopped_by = "verdict"
+        return result
     finally:
         if watchers is not None:
             await watchers()
@@ -188,3 +209,21 @@ def _start_watchers(
         await session.close()
 
     return stop
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    """Set `target` once `source` is set (a verdict stops the soak like Ctrl-C, but is no stop)."""
+    await source.wait()
+    target.set()
+
+
+def _preregister(store: Store, config: SoakConfig, run: Run) -> Plan | None:
+    """Register the plan's hash before the first request; size the soak from the plan if unset."""
+    if config.plan is None:
+        return None
+    labels = sorted(set(config.labels.values()) or {run.label})
+    plan, _ = register_plan(store, config.plan, run, labels)
+    if config.load.requests is None and config.load.duration_s is None:
+        config.load = dataclasses.replace(config.load, requests=planned_requests(plan))
+        run.load["requests_per_target"] = config.load.requests
+    return plan

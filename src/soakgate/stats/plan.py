@@ -165,6 +165,9 @@ def _fields(plan: Plan) -> dict[str, Any]:
     return {name: getattr(plan, name) for name in Plan.__slots__}
 
 
+_FLOAT_FIELDS = frozenset({"baseline_rate", "ratio", "alpha", "power", "design_effect"})
+
+
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """TOML- and JSON-ready dict of the plan (None omitted: TOML has no null)."""
     data: dict[str, Any] = {"version": PLAN_VERSION, "rule": plan.rule}
@@ -174,6 +177,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         if isinstance(value, SequentialRule):
             value = {k: getattr(value, k) for k in SequentialRule.__slots__}
             value = {k: v for k, v in value.items() if v is not None}
+        if name in _FLOAT_FIELDS:
+            value = float(value)  # `ratio=4` and `ratio = 4.0` in TOML are the same plan
         data[name] = list(value) if isinstance(value, tuple) else value
     return data
 

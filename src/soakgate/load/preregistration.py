@@ -1,0 +1,105 @@
+"""Pre-registration during a soak: the plan's hash goes into the ledger before the first request,
+and a sequential plan's looks are judged while the soak runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from soakgate.errors import PlanError, UsageError
+from soakgate.records import Event, Generation, Run
+from soakgate.stats.plan import Decision, Plan, plan_sha256, plan_to_dict, read_plan
+from soakgate.store import LedgerEntry, Store
+
+
+def register_plan(
+    store: Store, path: Path, run: Run, labels: list[str]
+) -> tuple[Plan, LedgerEntry]:
+    """Read the plan, check this run belongs to it, and chain its hash into the ledger now."""
+    plan = read_plan(path)
+    strangers = sorted(set(labels) - set(plan.arms))
+    if strangers:
+        raise PlanError(f"label(s) {', '.join(strangers)} are not arms of the plan {plan.arms}")
+    digest = plan_sha256(plan)
+    payload = {"sha256": digest, "run_id": run.run_id, "labels": labels, "plan": plan_to_dict(plan)}
+    entry = store.append_ledger("plan", payload, at=time.time())
+    run.plan_sha256 = digest
+    return plan, entry
+
+
+def planned_requests(plan: Plan) -> int:
+    """Requests per target the plan asks for (n max for a sequential plan)."""
+    if plan.sequential is not None:
+        return plan.sequential.n_max_per_arm
+    if plan.n_per_arm is None:
+        raise UsageError("the plan fixes no n per arm; give --requests or --duration")
+    return plan.n_per_arm
+
+
+@dataclass(slots=True)
+class SequentialMonitor:
+    """Collects each arm's time-ordered collapse flags and judges the plan's looks as data arrive."""
+
+    plan: Plan
+    stop: asyncio.Event
+    record: Callable[[Event], None]
+    run_id: str
+    flags: dict[str, list[bool]] = field(default_factory=dict)
+    fractions: list[float] = field(default_factory=list)
+    decision: Decision | None = None
+
+    def __post_init__(self) -> None:
+        if self.plan.sequential is None:
+            raise PlanError("--until-verdict needs a sequential plan (plan --looks N --write ...)")
+        self.flags = {arm: [] for arm in self.plan.arms}
+
+    def resume(self, store: Store) -> None:
+        """Continue a killed run: its stored rows and looks count as if never interrupted."""
+        for event in store.events(self.run_id):
+            if event.kind == "look":
+                self.fractions.append(float(event.data["fraction"]))
+        for generation in store.generations(self.run_id):
+            if generation.ok and generation.label in self.flags:
+                self.flags[generation.label].append(generation.collapsed)
+
+    def observe(self, generation: Generation) -> None:
+        """Count one stored generation; judge a look when both arms reach its information level."""
+        if not generation.ok or generation.label not in self.flags or self.decision is not None:
+            return
+        self.flags[generation.label].append(generation.collapsed)
+        rule = self.plan.sequential
+        assert rule is not None
+        due = (len(self.fractions) + 1) / rule.looks * rule.n_max_per_arm
+        if min(len(f) for f in self.flags.values()) >= due:
+            self._look()
+
+    def _look(self) -> None:
+        """Compare the arms (equal n, time order kept) and apply the plan's boundary."""
+        from soakgate.stats.compare import Arm, compare_arms
+        from soakgate.stats.decision import apply_decision
+
+        rule = self.plan.sequential
+        assert rule is not None
+        n = min(len(f) for f in self.flags.values())
+        arms = [Arm.from_sequence(a, np.array(self.flags[a][:n])) for a in self.plan.arms]
+        window = int(min(500, max(20, rule.n_max_per_arm // (rule.looks * 8))))
+        # Looks use the cheap dispersion check only; the full clustering verdict is for reports.
+        comparison = compare_arms(*arms, alpha=self.plan.alpha, window=window,
+                                  gap_permutations=0, hmm_replicates=0)  # fmt: skip
+        decision = apply_decision(self.plan, comparison, self.fractions)
+        self.fractions.append(min(n / rule.n_max_per_arm, 1.0))
+        data = {
+            "look": len(self.fractions), "fraction": self.fractions[-1], "n_per_arm": n,
+            "events": [arm.events for arm in arms], "verdict": decision.verdict,
+            "test": decision.test, "p_value": decision.p_value, "reason": decision.reason,
+            "deviations": list(decision.deviations), "plan_sha256": decision.plan_sha256,
+        }  # fmt: skip
+        self.record(Event(self.run_id, time.time(), "look", None, data))
+        if decision.verdict != "continue":
+            self.decision = decision
+            self.stop.set()

@@ -1,0 +1,98 @@
+"""`run --plan` registers the plan before any data; `--until-verdict` stops at the plan's boundary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from soakgate.errors import PlanError
+from soakgate.load import LoadSpec
+from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.mockserver.process import MockProcess
+from soakgate.stats.plan import make_plan, write_plan
+from soakgate.store import open_store
+from soakgate.store.base import verify_chain
+from soakgate.targets import RequestSpec, TargetSpec
+
+
+def sequential_plan(tmp_path: Path) -> tuple[Path, str]:
+    plan = make_plan("compiled collapses more than eager", ["eager", "compiled"], 0.01, 4, looks=3)
+    path = tmp_path / "plan.toml"
+    return path, write_plan(plan, path)
+
+
+def two_arm_config(
+    eager: MockProcess, compiled: MockProcess, tmp_path: Path, plan: Path
+) -> SoakConfig:
+    targets = [TargetSpec.parse(f"gpu0={eager.url}"), TargetSpec.parse(f"gpu1={compiled.url}")]
+    return SoakConfig(
+        targets=targets, label="eager vs compiled", request=RequestSpec(max_tokens=128),
+        load=LoadSpec(8), db=tmp_path / "r.sqlite", labels={"gpu0": "eager", "gpu1": "compiled"},
+        plan=plan, until_verdict=True,
+    )  # fmt: skip
+
+
+def test_a_large_difference_stops_at_an_early_look(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    plan_path, digest = sequential_plan(tmp_path)  # n max 430 per arm, 3 looks
+    eager = start_mock("--seed", "1", "--collapse-rate", "0.005")
+    compiled = start_mock("--seed", "2", "--collapse-rate", "0.25")
+    result = run_soak(two_arm_config(eager, compiled, tmp_path, plan_path))
+    assert result.stopped_by == "verdict"
+    store = open_store(tmp_path / "r.sqlite")
+    (entry,) = store.ledger()
+    rows = list(store.generations())
+    looks = [e.data for e in store.events() if e.kind == "look"]
+    (run,) = store.runs()
+    store.close()
+    assert entry.payload["sha256"] == digest == run.plan_sha256 and verify_chain([entry]) is None
+    assert entry.at < min(g.started_at for g in rows)  # registered before the first request
+    assert looks[-1]["verdict"] == "differ" and len(looks) < 3
+    assert {g.label for g in rows} == {"eager", "compiled"}
+    assert len(rows) < 2 * 430 and run.status == "completed"
+
+
+def test_equal_arms_run_to_n_max_and_find_no_difference(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    plan_path, _ = sequential_plan(tmp_path)
+    eager = start_mock("--seed", "1", "--collapse-rate", "0.01")
+    compiled = start_mock("--seed", "2", "--collapse-rate", "0.01")
+    result = run_soak(two_arm_config(eager, compiled, tmp_path, plan_path))
+    store = open_store(tmp_path / "r.sqlite")
+    looks = [e.data for e in store.events() if e.kind == "look"]
+    store.close()
+    assert [look["look"] for look in looks] == [1, 2, 3]
+    assert looks[-1]["verdict"] == "no_difference"
+    assert result.stopped_by in ("verdict", "limit")
+    assert all(t.requests == 430 for t in result.tallies.values())
+
+
+def test_a_label_outside_the_plan_is_refused_before_any_request(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    plan_path, _ = sequential_plan(tmp_path)
+    mock = start_mock()
+    config = SoakConfig(
+        targets=[TargetSpec.parse(mock.url)], label="other", request=RequestSpec(max_tokens=8),
+        load=LoadSpec(2, requests=5), db=tmp_path / "r.sqlite", plan=plan_path,
+    )  # fmt: skip
+    with pytest.raises(PlanError, match="not arms"):
+        run_soak(config)
+    assert mock.ground_truth() == []
+
+
+def test_cli_arms_and_bad_plan(start_mock: Callable[..., MockProcess], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("arms = 3\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "soakgate", "run", "--plan", str(bad), "--arm",
+         "eager=http://127.0.0.1:9", "--db", str(tmp_path / "x.sqlite")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "plan" in result.stderr and "Traceback" not in result.stderr
