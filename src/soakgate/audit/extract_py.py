@@ -1,0 +1,318 @@
+"""Find op definitions, implementations, fake impls and call sites in Python sources (via `ast`)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from soakgate.audit.model import Confidence, ImplInfo, LiteralPiece, Location, OpDef, WriteEvidence
+from soakgate.audit.schema import SchemaSyntaxError, parse_schema
+
+FAKE_REGISTRARS = frozenset({"register_fake", "impl_abstract", "register_meta", "_register_fake"})
+FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
+_STRING = re.compile(r"""([rRbBuUfF]*)("(?!"")|'(?!''))((?:\\.|(?!\2)[^\\\n])*)\2""")
+_Adder = Callable[[str, str, ast.AST], None]
+_PY_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
+
+
+@dataclass(slots=True)
+class PyFile:
+    """Everything extracted from one Python source."""
+
+    defs: list[OpDef] = field(default_factory=list)
+    impls: list[tuple[str, ImplInfo]] = field(default_factory=list)
+    """(op qualname or bare name with library namespace, analysed impl)."""
+    fakes: set[str] = field(default_factory=set)
+    """Qualified names of ops with a fake/meta impl here."""
+    call_sites: dict[str, list[Location]] = field(default_factory=dict)
+    """Op qualname -> calls whose return value is used."""
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Call):
+        return _dotted(node.func) + "()"
+    return ""
+
+
+def _const_str(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+class _Extractor(ast.NodeVisitor):
+    """Single pass over a module's syntax tree."""
+
+    def __init__(self, source: bytes, path: str) -> None:
+        self.source = source
+        self.path = path
+        self.line_starts = [0]
+        for index, byte in enumerate(source):
+            if byte == 10:
+                self.line_starts.append(index + 1)
+        self.libraries: dict[str, str] = {}
+        self.custom_ops: dict[str, str] = {}
+        self.functions: dict[str, ast.FunctionDef] = {}
+        self.out = PyFile()
+        self.unused_calls: set[int] = set()
+
+    def loc(self, node: ast.AST) -> Location:
+        return Location(self.path, getattr(node, "lineno", 0))
+
+    def pieces(self, node: ast.expr) -> tuple[LiteralPiece, ...]:
+        """Source literals spelling a string constant; empty if any is not plainly fixable."""
+        start = self.line_starts[node.lineno - 1] + node.col_offset
+        end_line = node.end_lineno or node.lineno
+        end = self.line_starts[end_line - 1] + (node.end_col_offset or 0)
+        segment = self.source[start:end].decode()
+        found = []
+        for match in _STRING.finditer(segment):
+            if match.group(1) or "\\" in match.group(3):
+                return ()
+            offset = start + len(segment[: match.start(3)].encode())
+            found.append(LiteralPiece(self.path, offset, match.group(3)))
+        return tuple(found)
+
+    def namespace_of(self, node: ast.AST) -> str | None:
+        return self.libraries.get(_dotted(node))
+
+    def visit_Module(self, node: ast.Module) -> None:
+        for item in ast.walk(node):
+            if isinstance(item, ast.FunctionDef):
+                self.functions[item.name] = item
+            if isinstance(item, ast.Expr) and isinstance(item.value, ast.Call):
+                self.unused_calls.add(id(item.value))
+        self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        call = node.value
+        if isinstance(call, ast.Call) and _dotted(call.func).endswith("Library"):
+            namespace = _const_str(call.args[0]) if call.args else None
+            for target in node.targets:
+                if namespace is not None:
+                    self.libraries[_dotted(target)] = namespace
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        for decorator in node.decorator_list:
+            if isinstance(decorator, ast.Call):
+                self.registration(decorator, node)
+            elif isinstance(decorator, ast.Attribute) and decorator.attr in FAKE_REGISTRARS:
+                target = self.custom_ops.get(_dotted(decorator.value))
+                if target:
+                    self.out.fakes.add(target)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _dotted(node.func)
+        method = name.rsplit(".", 1)[-1]
+        if method == "define":
+            self.define(node)
+        elif method in FAKE_REGISTRARS | {"impl"} and len(node.args) >= 2:
+            fn = node.args[1]
+            if isinstance(fn, ast.Name) and fn.id in self.functions:
+                self.registration(node, self.functions[fn.id])
+            elif any(_const_str(a) in FAKE_KEYS for a in node.args[2:]):
+                qualname, _ = self.qualify(node)
+                if qualname:
+                    self.out.fakes.add(qualname)
+        self.call_site(node, name)
+        self.generic_visit(node)
+
+    def qualify(self, call: ast.Call) -> tuple[str | None, list[ast.expr]]:
+        """Qualified op name a registration call is about, and the arguments after it."""
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+        namespace = self.namespace_of(receiver) if receiver is not None else None
+        for index, arg in enumerate(call.args[:2]):
+            text = _const_str(arg)
+            if text is None:
+                namespace = namespace or self.namespace_of(arg)
+                continue
+            if "::" in text:
+                return text, call.args[index + 1 :]
+            return (f"{namespace}::{text}" if namespace else None), call.args[index + 1 :]
+        return None, []
+
+    def registration(self, call: ast.Call, fn: ast.FunctionDef) -> None:
+        registrar = _dotted(call.func).rsplit(".", 1)[-1]
+        qualname, rest = self.qualify(call)
+        if qualname is None:
+            return
+        if registrar == "custom_op":
+            self.custom_op(call, fn, qualname)
+            return
+        keys = [s for a in rest if (s := _const_str(a))]
+        keys += [s for kw in call.keywords if (s := _const_str(kw.value))]
+        if registrar in FAKE_REGISTRARS or any(k in FAKE_KEYS for k in keys):
+            self.out.fakes.add(qualname)
+        elif registrar in {"impl", "register_kernel"}:
+            key = keys[0] if keys else None
+            self.out.impls.append((qualname, analyse_python_impl(fn, self.path, key)))
+
+    def define(self, call: ast.Call) -> None:
+        receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
+        namespace = self.namespace_of(receiver) if receiver is not None else None
+        args = [a for a in call.args if _const_str(a) is not None]
+        if not args:
+            return
+        prefix = ""
+        if len(args) >= 2 and "::" in (_const_str(args[0]) or ""):
+            prefix = (_const_str(args[0]) or "").split("::", 1)[1]
+            namespace = (_const_str(args[0]) or "").split("::", 1)[0]
+            args = args[1:]
+        text = prefix + (_const_str(args[0]) or "")
+        try:
+            schema = parse_schema(text)
+        except SchemaSyntaxError:
+            return
+        pieces = self.pieces(args[0])
+        if prefix and pieces:
+            pieces = (LiteralPiece(self.path, -1, prefix), *pieces)
+        ns = schema.namespace or namespace or "?"
+        qualname = f"{ns}::{schema.name}" + (f".{schema.overload}" if schema.overload else "")
+        self.out.defs.append(OpDef(qualname, schema, self.loc(call), "python", None, pieces))
+
+    def custom_op(self, call: ast.Call, fn: ast.FunctionDef, qualname: str) -> None:
+        mutates = next((kw.value for kw in call.keywords if kw.arg == "mutates_args"), None)
+        if isinstance(mutates, ast.Constant) and mutates.value == "unknown":
+            written = {a.arg for a in fn.args.args}
+        elif isinstance(mutates, ast.Tuple | ast.List | ast.Set):
+            written = {s for e in mutates.elts if (s := _const_str(e))}
+        else:
+            written = set()
+        text = custom_op_schema(qualname.split("::", 1)[1], fn, written)
+        try:
+            schema = parse_schema(text)
+        except SchemaSyntaxError:
+            return
+        self.custom_ops[fn.name] = qualname
+        self.out.defs.append(OpDef(qualname, schema, self.loc(fn), "custom_op"))
+        self.out.impls.append((qualname, analyse_python_impl(fn, self.path, None)))
+
+    def call_site(self, call: ast.Call, name: str) -> None:
+        parts = name.split(".")
+        if len(parts) >= 4 and parts[:2] == ["torch", "ops"] and id(call) not in self.unused_calls:
+            qualname = f"{parts[2]}::{parts[3]}"
+            if len(parts) > 4 and parts[4] != "default":
+                qualname += f".{parts[4]}"
+            self.out.call_sites.setdefault(qualname, []).append(self.loc(call))
+
+
+def _annotation_type(node: ast.expr | None) -> str:
+    """Schema type for a Python annotation, the way `torch.library.infer_schema` spells it."""
+    text = ast.unparse(node) if node is not None else "Tensor"
+    optional = text.startswith("Optional[") or text.endswith("| None")
+    core = re.sub(r"^Optional\[(.*)\]$|^(.*?)\s*\|\s*None$", r"\1\2", text)
+    is_list = core.lower().startswith(("list[", "sequence["))
+    core = core.split("[", 1)[1].rstrip("]") if is_list else core
+    base = _PY_TYPES.get(core.rsplit(".", 1)[-1], "Tensor")
+    return base + ("[]" if is_list else "") + ("?" if optional else "")
+
+
+def custom_op_schema(name: str, fn: ast.FunctionDef, written: set[str]) -> str:
+    """The schema `torch.library.custom_op` would infer: written args get `(a1!)`, `(a2!)`, ..."""
+    params = []
+    for counter, arg in enumerate(fn.args.args, start=1):
+        spec = _annotation_type(arg.annotation)
+        if arg.arg in written:
+            spec = spec.replace("Tensor", f"Tensor(a{counter}!)", 1)
+        params.append(f"{spec} {arg.arg}")
+    returns = fn.returns
+    ret = "()" if returns is None or ast.unparse(returns) == "None" else _annotation_type(returns)
+    return f"{name}({', '.join(params)}) -> {ret}"
+
+
+_PY_VIEWS = frozenset(
+    {
+        "view",
+        "reshape",
+        "view_as",
+        "select",
+        "narrow",
+        "flatten",
+        "t",
+        "transpose",
+        "permute",
+        "squeeze",
+        "unsqueeze",
+        "expand",
+        "as_strided",
+    }
+)
+
+
+def analyse_python_impl(fn: ast.FunctionDef, path: str, key: str | None) -> ImplInfo:
+    """Parameters a Python implementation writes (`x.add_()`, `out[...] =`, `out=`) or returns."""
+    params = {a.arg: a.arg for a in fn.args.args}
+    info = ImplInfo(fn.name, key, Location(path, fn.lineno))
+
+    def add(param: str, kind: str, node: ast.AST) -> None:
+        expression = ast.unparse(node)[:100]
+        where = Location(path, getattr(node, "lineno", fn.lineno))
+        info.writes.append(WriteEvidence(param, kind, expression, where, Confidence.HIGH))
+
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in _PY_VIEWS:
+                root = _root_name(func.value)
+                for target in node.targets:
+                    if root in params and isinstance(target, ast.Name):
+                        params[target.id] = params[root]
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets = [node.target] if isinstance(node, ast.AugAssign) else targets
+        for target in targets:
+            root = _root_name(target)
+            if root in params and (
+                isinstance(target, ast.Subscript) or isinstance(node, ast.AugAssign)
+            ):
+                add(params[root], "store", node)
+        if isinstance(node, ast.Call):
+            _python_call(node, params, add)
+        if isinstance(node, ast.Return) and node.value is not None:
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            for position, value in enumerate(values):
+                if isinstance(value, ast.Name) and value.id in params:
+                    info.returned_params[position] = params[value.id]
+                    add(params[value.id], "returns-param", node)
+    return info
+
+
+def _root_name(node: ast.AST) -> str:
+    while isinstance(node, ast.Subscript | ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _python_call(node: ast.Call, params: dict[str, str], add: _Adder) -> None:
+    func = node.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr.endswith("_")
+        and not func.attr.startswith("_")
+    ):
+        root = _root_name(func.value)
+        if root in params and func.attr not in {"requires_grad_", "unsqueeze_", "squeeze_", "t_"}:
+            add(params[root], "inplace-method", node)
+    for keyword in node.keywords:
+        if (
+            keyword.arg == "out"
+            and isinstance(keyword.value, ast.Name)
+            and keyword.value.id in params
+        ):
+            add(params[keyword.value.id], "out-call", node)
+
+
+def extract_python(source: bytes, path: str) -> PyFile:
+    """Op definitions, impls, fake registrations and call sites of one Python source."""
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError):
+        return PyFile()
+    extractor = _Extractor(source, path)
+    extractor.visit(tree)
+    return extractor.out

@@ -1,0 +1,199 @@
+"""Rewrite schemas so torch.compile sees every write: a unified diff, or edits in place.
+
+Edits are computed on the schema text and mapped back onto the string literals that spell it,
+so a schema split over several adjacent literals keeps its split and its formatting.
+"""
+
+from __future__ import annotations
+
+import difflib
+import string
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soakgate.audit.model import AuditResult, LiteralPiece, Location, OpReport
+from soakgate.audit.schema import Schema
+from soakgate.errors import AuditError
+
+_FIXABLE = {
+    "void-op-unannotated",
+    "unannotated-write",
+    "returns-alias-unannotated",
+    "annotated-return-alias",
+}
+
+Edit = tuple[int, int, str]
+
+
+@dataclass(slots=True)
+class OpFix:
+    """The fix for one op: its new schema and where it goes, or why it needs a human."""
+
+    op: str
+    """Qualified op name."""
+    old_schema: str
+    """Schema before."""
+    new_schema: str | None
+    """Schema after, None when it cannot be fixed automatically."""
+    file_edits: list[tuple[str, int, int, str]] = field(default_factory=list)
+    """(path, start byte, end byte, replacement) edits in source files."""
+    returns_dropped: bool = False
+    """True when the op now returns `()`: callers that used the result must change."""
+    call_sites: list[Location] = field(default_factory=list)
+    """Python calls that use the op's return value."""
+    manual: str | None = None
+    """Why this op needs a hand edit, if it does."""
+    impls_to_change: list[Location] = field(default_factory=list)
+    """Implementations that must now return void (when returns were dropped)."""
+
+
+def fresh_alias_sets(used: Iterable[str]) -> Iterator[str]:
+    """Alias-set names not used in a schema yet: a, b, ..., then a1, b1, ..."""
+    taken = set(used)
+    for suffix in ("", *map(str, range(1, 100))):
+        for letter in string.ascii_lowercase:
+            if letter + suffix not in taken:
+                yield letter + suffix
+
+
+def schema_edits(schema: Schema, written: Iterable[str], drop_returns: bool) -> list[Edit]:
+    """Edits on the schema text: `(x!)` for each written parameter, `()` returns if asked."""
+    names = fresh_alias_sets(schema.alias_sets())
+    edits: list[Edit] = []
+    for name in written:
+        arg = schema.argument(name)
+        if arg is None or arg.is_write:
+            continue
+        if arg.type.alias is not None:
+            raise AuditError(f"{name} has a read-only alias annotation; edit it by hand")
+        edits.append((arg.type.base_end, arg.type.base_end, f"({next(names)}!)"))
+    if drop_returns:
+        edits.append((*schema.returns_span, "()"))
+    return edits
+
+
+def apply_to_text(text: str, edits: list[Edit]) -> str:
+    """Apply non-overlapping edits to a string."""
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
+
+
+def _to_file(pieces: tuple[LiteralPiece, ...], edit: Edit) -> list[tuple[str, int, int, str]]:
+    """Map one schema-coordinate edit onto the literal pieces (splitting ranges per piece)."""
+    start, end, replacement = edit
+    mapped = []
+    position = 0
+    for piece in pieces:
+        piece_end = position + len(piece.text)
+        if start == end and position <= start <= piece_end:
+            if piece.offset < 0:
+                raise AuditError("edit falls in a part of the schema that is not a literal")
+            mapped.append(
+                (
+                    piece.path,
+                    piece.offset + start - position,
+                    piece.offset + start - position,
+                    replacement,
+                )
+            )
+            return mapped
+        low, high = max(start, position), min(end, piece_end)
+        if low < high or (start < end and low == high and low == start):
+            if piece.offset < 0:
+                raise AuditError("edit falls in a part of the schema that is not a literal")
+            text = replacement if not mapped else ""
+            mapped.append(
+                (piece.path, piece.offset + low - position, piece.offset + high - position, text)
+            )
+        position = piece_end
+    return [m for m in mapped if m[1] != m[2] or m[3]]
+
+
+def _returns_to_drop(report: OpReport) -> bool:
+    verdicts = set(report.verdicts)
+    return bool({"returns-alias-unannotated", "annotated-return-alias"} & verdicts)
+
+
+def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
+    """How to fix one op, or None when nothing needs fixing."""
+    fixable = [f for f in report.findings if f.verdict in _FIXABLE]
+    if not fixable:
+        return None
+    op = report.op
+    involved = {p for f in fixable for p in f.params}
+    written = [a.name for a in op.schema.arguments if a.name in involved]
+    drop = _returns_to_drop(report)
+    fix = OpFix(op.qualname, op.schema.text, None, returns_dropped=drop)
+    if drop:
+        fix.call_sites = call_sites
+        fix.impls_to_change = [i.location for i in report.impls]
+    if not written and not drop:
+        fix.manual = "no write was found: mark the parameters the op writes with (x!) by hand"
+        return fix
+    try:
+        if drop and len(op.schema.returns) > 1:
+            raise AuditError("drop the aliased outputs from the tuple return by hand")
+        edits = schema_edits(op.schema, written, drop)
+        fix.new_schema = apply_to_text(op.schema.text, edits)
+        if op.origin == "custom_op":
+            raise AuditError(f"add {', '.join(repr(w) for w in written)} to mutates_args")
+        if not op.pieces:
+            raise AuditError("the schema is not a plain string literal")
+        for edit in edits:
+            fix.file_edits.extend(_to_file(op.pieces, edit))
+    except AuditError as exc:
+        fix.manual = str(exc)
+        fix.file_edits = []
+    return fix
+
+
+def plan_fixes(result: AuditResult) -> list[OpFix]:
+    """Fixes for every op with a fixable finding."""
+    fixes = []
+    for report in result.ops:
+        sites = result.call_sites.get(report.op.qualname, [])
+        fix = plan_fix(report, sites)
+        if fix is not None:
+            fixes.append(fix)
+    return fixes
+
+
+def _edited_files(fixes: list[OpFix]) -> dict[str, tuple[str, str]]:
+    """Path -> (old text, new text) after applying every edit."""
+    by_file: dict[str, list[tuple[int, int, str]]] = {}
+    for fix in fixes:
+        for path, start, end, text in fix.file_edits:
+            by_file.setdefault(path, []).append((start, end, text))
+    edited = {}
+    for path, edits in by_file.items():
+        data = Path(path).read_bytes()
+        new = data
+        for start, end, text in sorted(set(edits), reverse=True):
+            new = new[:start] + text.encode() + new[end:]
+        edited[path] = (data.decode("utf-8", "replace"), new.decode("utf-8", "replace"))
+    return edited
+
+
+def unified_diff(fixes: list[OpFix]) -> str:
+    """A unified diff (`git apply`/`patch -p1` ready) of every automatic fix."""
+    chunks: list[str] = []
+    for path, (old, new) in sorted(_edited_files(fixes).items()):
+        chunks.extend(
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                new.splitlines(keepends=True),
+                f"a/{path}",
+                f"b/{path}",
+            )
+        )
+    return "".join(chunks)
+
+
+def write_fixes(fixes: list[OpFix]) -> list[str]:
+    """Apply every automatic fix in place; returns the files changed."""
+    edited = _edited_files(fixes)
+    for path, (_, new) in edited.items():
+        Path(path).write_text(new, encoding="utf-8")
+    return sorted(edited)

@@ -1,0 +1,219 @@
+"""Audit source trees and libraries: collect files, extract, infer writes, judge every op."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from soakgate.audit.extract_cpp import CPP_SUFFIXES, CppFile, FunctionNode, RawImpl, extract_cpp
+from soakgate.audit.extract_py import PyFile, extract_python
+from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
+from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
+from soakgate.audit.verdicts import judge
+from soakgate.audit.writes import infer_writes
+from soakgate.errors import AuditError, UsageError
+
+_SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", ".tox", "build"})
+_CALLABLE = re.compile(rb"\b([A-Za-z_]\w*)\s*[(<]")
+_PY_MARKERS = (b"torch.library", b"Library(", b"torch.ops.", b"custom_op", b"register_fake")
+FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
+
+
+def collect_files(paths: Iterable[str]) -> list[Path]:
+    """Source and library files under the given paths, in a stable order."""
+    wanted = CPP_SUFFIXES | BINARY_SUFFIXES | {".py"}
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.suffix in wanted and p.is_file() and not _SKIP_DIRS.intersection(p.parts)
+            )
+        else:
+            raise UsageError(f"no such file or directory: {raw}")
+    return found
+
+
+@dataclass(slots=True)
+class _Index:
+    """Lazily parsed C++ sources: a file is parsed only once something needs it."""
+
+    contents: dict[str, bytes]
+    parsed: dict[str, CppFile] = field(default_factory=dict)
+    functions: dict[str, list[FunctionNode]] = field(default_factory=dict)
+    searched: set[str] = field(default_factory=set)
+    mentioned: dict[str, list[str]] | None = None
+    macros: dict[str, str] = field(default_factory=dict)
+
+    def parse(self, path: str) -> CppFile:
+        if path not in self.parsed:
+            unit = extract_cpp(self.contents[path], path)
+            self.parsed[path] = unit
+            for fn in unit.functions:
+                self.functions.setdefault(fn.name, []).append(fn)
+        return self.parsed[path]
+
+    def mentions(self) -> dict[str, list[str]]:
+        """Name -> C++ files where `name(` or `name<` occurs: one regex pass over every file."""
+        if self.mentioned is None:
+            self.mentioned = {}
+            for path, data in self.contents.items():
+                if Path(path).suffix in CPP_SUFFIXES:
+                    for word in set(_CALLABLE.findall(data)):
+                        self.mentioned.setdefault(word.decode(), []).append(path)
+        return self.mentioned
+
+    def lookup(self, name: str) -> list[FunctionNode]:
+        """Definitions of `name`, parsing the files that mention it on first request."""
+        if name not in self.searched:
+            self.searched.add(name)
+            for path in self.mentions().get(name, []):
+                if path not in self.parsed:
+                    self.parse(path)
+        return self.functions.get(name, [])
+
+    def macro(self, name: str) -> str:
+        """Value of a `#define` (followed through chains), or the name itself."""
+        # Hand-written because no library evaluates the preprocessor without compiling:
+        # vLLM-style `CONCAT(TORCH_EXTENSION_NAME, _suffix)` names are pasted here.
+        if name not in self.macros:
+            self.macros[name] = self._macro(name)
+        return self.macros[name]
+
+    def _macro(self, name: str) -> str:
+        pasted = re.fullmatch(r"\w*CONCAT\w*\(\s*(\w+)\s*,\s*(\w+)\s*\)", name)
+        if pasted:
+            return self.macro(pasted.group(1)) + self.macro(pasted.group(2))
+        for _ in range(4):
+            value = next((u.macros[name] for u in self.parsed.values() if name in u.macros), None)
+            if value is None:
+                pattern = re.compile(rb"#\s*define\s+" + re.escape(name.encode()) + rb"\s+(\w+)")
+                match = next((m for d in self.contents.values() if (m := pattern.search(d))), None)
+                value = match.group(1).decode() if match else None
+            if value is None or not value.isidentifier():
+                return name
+            name = value
+        return name
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise AuditError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _cpp_impl(index: _Index, raw: RawImpl, op: OpDef) -> ImplInfo | None:
+    """Analyse the function or lambda an impl binding names; None if it cannot be found."""
+    if raw.lambda_fn is not None:
+        fn: FunctionNode | None = raw.lambda_fn
+    else:
+        candidates = index.lookup(raw.function or "")
+        arity = len(op.schema.arguments)
+        fn = next((c for c in candidates if len(c.params) == arity), None) or (
+            candidates[0] if candidates else None
+        )
+    if fn is None:
+        return None
+    names = [a.name or "" for a in op.schema.arguments]
+    result = infer_writes(fn, index.lookup)
+    info = ImplInfo(fn.name, raw.dispatch_key, Location(fn.path, fn.body.start_point[0] + 1))
+    for position, evidence in result.writes.items():
+        if position < len(names):
+            info.writes.extend(_rename(e, names[position]) for e in evidence)
+    for ret_position, (position, proof) in result.returned.items():
+        if position < len(names):
+            info.returned_params[ret_position] = names[position]
+            info.writes.append(_rename(proof, names[position]))
+    return info
+
+
+def _rename(evidence: WriteEvidence, name: str) -> WriteEvidence:
+    """Evidence named by the schema's argument rather than the C++ parameter."""
+    return replace(evidence, param=name)
+
+
+def _qualname(namespace: str, op: str) -> str:
+    return op if "::" in op else f"{namespace}::{op}"
+
+
+@dataclass(slots=True)
+class _Collected:
+    """Definitions and bindings gathered from every file, before judging."""
+
+    defs: list[OpDef] = field(default_factory=list)
+    cpp_impls: list[tuple[str, RawImpl]] = field(default_factory=list)
+    py_impls: list[tuple[str, ImplInfo]] = field(default_factory=list)
+    fakes: set[str] = field(default_factory=set)
+    call_sites: dict[str, list[Location]] = field(default_factory=dict)
+
+
+def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
+    collected = _Collected()
+    parsed = 0
+    for path in files:
+        key, data = str(path), index.contents.get(str(path), b"")
+        if path.suffix in CPP_SUFFIXES and b"TORCH_LIBRARY" in data:
+            unit = index.parse(key)
+            for raw in unit.defs:
+                namespace = raw.schema.namespace or index.macro(raw.library)
+                name = raw.schema.name + (f".{raw.schema.overload}" if raw.schema.overload else "")
+                collected.defs.append(
+                    OpDef(
+                        f"{namespace}::{name}",
+                        raw.schema,
+                        raw.location,
+                        "cpp",
+                        raw.guard,
+                        raw.pieces,
+                        raw.inline_impl,
+                    )
+                )
+            collected.cpp_impls.extend(
+                (_qualname(index.macro(i.library), i.op), i) for i in unit.impls
+            )
+        elif path.suffix == ".py" and any(marker in data for marker in _PY_MARKERS):
+            parsed += 1
+            _merge_python(collected, extract_python(data, key))
+        elif path.suffix in BINARY_SUFFIXES:
+            parsed += 1
+            collected.defs.extend(extract_binary(_read(path), key))
+    return collected, parsed
+
+
+def _merge_python(collected: _Collected, unit: PyFile) -> None:
+    collected.defs.extend(unit.defs)
+    collected.py_impls.extend(unit.impls)
+    collected.fakes.update(unit.fakes)
+    for op, sites in unit.call_sites.items():
+        collected.call_sites.setdefault(op, []).extend(sites)
+
+
+def audit_paths(paths: Iterable[str]) -> AuditResult:
+    """Audit every op defined in the given files and directories (sources and `.so` files)."""
+    files = collect_files(paths)
+    contents = {str(p): _read(p) for p in files if p.suffix in CPP_SUFFIXES | {".py"}}
+    index = _Index(contents)
+    collected, parsed = _collect(files, index)
+    reports = []
+    for op in collected.defs:
+        impls: list[ImplInfo] = []
+        has_fake = op.qualname in collected.fakes
+        for qualname, raw in collected.cpp_impls:
+            if qualname != op.qualname:
+                continue
+            if raw.dispatch_key in FAKE_KEYS:
+                has_fake = True
+            elif (info := _cpp_impl(index, raw, op)) is not None:
+                impls.append(info)
+        for qualname, info in collected.py_impls:
+            if qualname == op.qualname:
+                impls.append(info)
+        reports.append(OpReport(op, impls, has_fake, judge(op, impls)))
+    return AuditResult(reports, len(files), len(index.parsed) + parsed, collected.call_sites)
