@@ -11,6 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from typing import Any
+
 import aiohttp
 
 from soakgate.detectors import DetectorConfig
@@ -188,7 +190,7 @@ async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
         for _ in range(shared.load.concurrency)
     ]
     waiter = asyncio.create_task(shared.stop.wait())
-    pending = set(workers)
+    pending: set[asyncio.Future[Any]] = set(workers)
     while pending and not waiter.done():
         _, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
         pending.discard(waiter)
@@ -203,8 +205,8 @@ async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
         await asyncio.gather(*late, return_exceptions=True)
     waiter.cancel()
     for task in workers:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            raise error  # a bug in the driver, not a failed request: those are records
     return stopped_by
 
 

@@ -1,4 +1,4 @@
-"""Pre-registration during a soak: the plan's hash goes into the ledger before the first request,
+"""Pre-registration during a soak: the plan's hash enters the ledger before the first request,
 and a sequential plan's looks are judged while the soak runs."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class SequentialMonitor:
         arms = [Arm.from_sequence(a, np.array(self.flags[a][:n])) for a in self.plan.arms]
         window = int(min(500, max(20, rule.n_max_per_arm // (rule.looks * 8))))
         # Looks use the cheap dispersion check only; the full clustering verdict is for reports.
-        comparison = compare_arms(*arms, alpha=self.plan.alpha, window=window,
+        comparison = compare_arms(arms[0], arms[1], alpha=self.plan.alpha, window=window,
                                   gap_permutations=0, hmm_replicates=0)  # fmt: skip
         decision = apply_decision(self.plan, comparison, self.fractions)
         self.fractions.append(min(n / rule.n_max_per_arm, 1.0))
