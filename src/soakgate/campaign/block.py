@@ -1,0 +1,223 @@
+"""Run one block: start the config's instances, guard them, soak, stop them, record everything."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soakgate.campaign.blocks import Block
+from soakgate.campaign.launch import Launcher, launch_spec, start_all
+from soakgate.campaign.model import Campaign
+from soakgate.campaign.soakcfg import block_run, soak_config
+from soakgate.campaign.state import next_incarnation
+from soakgate.guard.ledger import FaultLedger, ObservingWriter
+from soakgate.guard.telemetry import Sampler, open_samplers
+from soakgate.guard.watch import Guard
+from soakgate.load.driver import LoadSpec, SoakResult, TargetTally, soak
+from soakgate.load.runner import SoakConfig
+from soakgate.prompts import PromptPicker
+from soakgate.records import Event, Run
+from soakgate.servers import ServerInstance
+from soakgate.store import BatchWriter, Store
+from soakgate.targets import TargetSpec
+
+MAX_SEGMENTS = 4
+"""Soak passes per block: the first, plus top-ups for fault-window errors noticed at the end."""
+
+
+@dataclass(slots=True)
+class BlockResult:
+    """What one block did."""
+
+    block: Block
+    run_id: str
+    outcome: str
+    """`completed`, `failed` (no instance came up) or `interrupted`."""
+    tallies: dict[str, TargetTally] = field(default_factory=dict)
+    faults: int = 0
+
+
+@dataclass(slots=True)
+class BlockContext:
+    """Shared by every block of a campaign run."""
+
+    campaign: Campaign
+    store: Store
+    db: Path
+    logs: Path
+    stop: asyncio.Event
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None
+
+
+async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockResult:
+    """Run (or continue, when `run` is given) one block to its end."""
+    campaign = ctx.campaign
+    config = next(c for c in campaign.configs if c.label == block.label)
+    log_dir = ctx.logs / f"{block.index:03d}-{_safe(block.label)}-r{block.repetition}"
+    specs = [launch_spec(campaign, config, d, i, log_dir) for i, d in enumerate(campaign.devices)]
+    targets = [TargetSpec(s.url, s.name, model=campaign.server.model or None) for s in specs]
+    soak_cfg = soak_config(campaign, config, block, targets, ctx.db)
+    resumed = run is not None
+    run = run or block_run(soak_cfg, campaign, config, block)
+    instances = [ServerInstance(s, next_incarnation(ctx.store, run if resumed else None, s.name))
+                 for s in specs]  # fmt: skip
+    ledger = FaultLedger()
+    writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
+    run.status, run.ended_at = "running", None
+    ctx.store.save_run(run)
+    if resumed:
+        _replay_faults(ctx.store, run, ledger)
+    writer.add_event(_event(run, "resumed" if resumed else "block_started", block,
+                            devices=[d.name for d in campaign.devices]))  # fmt: skip
+    launcher = Launcher(campaign, run, writer, soak_cfg.request, soak_cfg.prompts)
+    result = BlockResult(block, run.run_id, "failed")
+    try:
+        up = await start_all(launcher, instances)
+        if up:
+            result = await _guarded_soak(ctx, block, run, soak_cfg, launcher, up, ledger)
+    finally:  # never leave a server running, whatever happened
+        for instance in instances:
+            await launcher.stop(instance)
+    _finish(ctx.store, writer, run, block, result)
+    return result
+
+
+async def _guarded_soak(
+    ctx: BlockContext, block: Block, run: Run, cfg: SoakConfig, launcher: Launcher,
+    up: list[ServerInstance], ledger: FaultLedger,
+) -> BlockResult:  # fmt: skip
+    """Soak the instances that came up, with the guard watching and restarting them."""
+    writer = launcher.writer
+    samplers, notes = _telemetry(ctx.campaign, up)
+    for text in notes:
+        writer.add_event(_event(run, "note", block, message=text))
+    guard = Guard(run, up, ctx.campaign.guard, writer, launcher.bring_up, ledger, samplers)
+    watcher = asyncio.create_task(guard.watch())
+    picker = PromptPicker(cfg.prompts, cfg.prompt_order, cfg.seed)
+    names = {i.name for i in up}
+    targets = [t for t in cfg.targets if t.name in names]
+    tallies: dict[str, TargetTally] = {}
+    models: dict[str, str] = {}
+    stopped_by = "limit"
+    try:
+        for segment in range(MAX_SEGMENTS):
+            targets = [
+                TargetSpec(t.url, t.name, model=launcher.models.get(t.name)) for t in targets
+            ]
+            result = await _segment(ctx, run, cfg, picker, writer, targets, guard)
+            _merge(tallies, result.tallies)
+            models.update(run.software.get("models", {}))
+            run.software["models"] = dict(models)  # a top-up pass covers only some targets
+            stopped_by = result.stopped_by
+            if stopped_by != "limit" or cfg.load.requests is None:
+                break
+            await guard.settled(ctx.campaign.server.startup_timeout_s * 2)
+            targets = _short(ctx.store, run, cfg.load, guard, targets)
+            if not targets:
+                break
+            writer.add_event(_event(run, "top_up", block, segment=segment + 1,
+                                    targets=[t.name for t in targets]))  # fmt: skip
+    finally:
+        await guard.close()
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    outcome = "interrupted" if stopped_by == "stop" and ctx.stop.is_set() else "completed"
+    faults = sum(1 for e in ctx.store.events(run.run_id) if e.kind == "engine_fault")
+    return BlockResult(block, run.run_id, outcome, tallies, faults)
+
+
+async def _segment(
+    ctx: BlockContext, run: Run, cfg: SoakConfig, picker: PromptPicker,
+    writer: BatchWriter, targets: list[TargetSpec], guard: Guard,
+) -> SoakResult:  # fmt: skip
+    """One soak pass; the campaign's stop event stops it (the driver sets its own at the end)."""
+    stop = asyncio.Event()
+    relay = asyncio.create_task(_relay(ctx.stop, stop))
+    try:
+        return await soak(
+            run, targets, cfg.request, cfg.load, picker, cfg.detectors, writer,
+            store_text=cfg.store_text, stop=stop, on_tick=ctx.on_tick,
+            incarnation=guard.incarnation, gate=guard.gate, credit=guard.credit,
+        )  # fmt: skip
+    finally:
+        relay.cancel()
+
+
+async def _relay(source: asyncio.Event, sink: asyncio.Event) -> None:
+    await source.wait()
+    sink.set()
+
+
+def _short(
+    store: Store, run: Run, load: LoadSpec, guard: Guard, targets: list[TargetSpec]
+) -> list[TargetSpec]:
+    """Serving targets that still owe requests (fault-window errors were credited back)."""
+    counts = store.counts(run.run_id)
+    limit = load.requests or 0
+    serving = set(guard.serving())
+    return [
+        t for t in targets
+        if t.name in serving
+        and (counts[t.name].requests if t.name in counts else 0) < limit + guard.credit(t.name)
+    ]  # fmt: skip
+
+
+def _replay_faults(store: Store, run: Run, ledger: FaultLedger) -> None:
+    """Rebuild the fault ledger of an interrupted block from its stored windows and rows."""
+    for event in store.events(run.run_id):
+        if event.kind == "fault_window" and event.target is not None:
+            before = int(event.data.get("incarnation_before", 0))
+            ledger.declare_dead(event.target, before, float(event.data.get("start", 0.0)))
+    for generation in store.generations(run.run_id):
+        ledger.observe(generation)
+
+
+def _telemetry(campaign: Campaign, up: list[ServerInstance]) -> tuple[list[Sampler], list[str]]:
+    """Samplers for the devices of the instances that came up."""
+    if not campaign.guard.telemetry:
+        return [], []
+    by_vendor: dict[str, dict[str, str]] = {}
+    names = {i.name for i in up}
+    for device in campaign.devices:
+        if device.name in names:
+            by_vendor.setdefault(device.vendor, {})[device.name] = device.index
+    return open_samplers(by_vendor)
+
+
+def _finish(
+    store: Store, writer: ObservingWriter, run: Run, block: Block, result: BlockResult
+) -> None:
+    """Close the run record; a finished block gets `block_completed` (what resume looks for)."""
+    run.ended_at = time.time()
+    run.status = {"completed": "completed", "failed": "failed"}.get(result.outcome, "interrupted")
+    counts = {
+        name: {"requests": c.requests, "errors": c.errors, "collapses": c.collapses}
+        for name, c in store.counts(run.run_id).items()
+    }
+    kind = "block_interrupted" if result.outcome == "interrupted" else "block_completed"
+    writer.add_event(_event(run, kind, block, outcome=result.outcome, counts=counts))
+    writer.flush()
+    store.save_run(run)
+
+
+def _merge(total: dict[str, TargetTally], part: dict[str, TargetTally]) -> None:
+    for name, tally in part.items():
+        into = total.setdefault(name, TargetTally(name))
+        into.requests += tally.requests
+        into.errors += tally.errors
+        into.collapses += tally.collapses
+        into.tokens += tally.tokens
+        into.clean_tokens += tally.clean_tokens
+        for key, n in tally.errors_by_class.items():
+            into.errors_by_class[key] = into.errors_by_class.get(key, 0) + n
+
+
+def _event(run: Run, kind: str, block: Block, **data: object) -> Event:
+    return Event(run.run_id, time.time(), kind, None, {"block": block.block_id, **data})
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)

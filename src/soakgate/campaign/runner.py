@@ -1,0 +1,95 @@
+"""`run_campaign`: walk the planned blocks in order, skipping finished ones on resume."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soakgate.campaign.block import BlockContext, BlockResult, run_block
+from soakgate.campaign.blocks import Block, plan_blocks
+from soakgate.campaign.model import Campaign, load_campaign
+from soakgate.campaign.state import (
+    BlockStatus,
+    begin,
+    block_statuses,
+    campaign_run_id,
+    log_root,
+    reap_orphans,
+)
+from soakgate.load.driver import TargetTally
+from soakgate.records import Event
+from soakgate.store import Store, open_store
+
+
+@dataclass(slots=True)
+class CampaignResult:
+    """What a campaign invocation did."""
+
+    campaign: Campaign
+    blocks: list[Block]
+    ran: list[BlockResult] = field(default_factory=list)
+    """Blocks run (or continued) by this invocation."""
+    skipped: list[BlockStatus] = field(default_factory=list)
+    """Blocks already done before this invocation (resume)."""
+    interrupted: bool = False
+    """True when a signal stopped the campaign; `--resume` continues it."""
+
+
+def run_campaign(
+    path: str | Path,
+    db: str | Path,
+    resume: bool = False,
+    on_block: Callable[[Block, str], None] | None = None,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
+) -> CampaignResult:
+    """Run (or resume) a campaign file against the database `db`; SIGINT/SIGTERM stop it
+    cleanly after the current block's in-flight requests, with everything stored."""
+    campaign = load_campaign(path)
+    blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
+                         campaign.repetitions)  # fmt: skip
+    store = open_store(db)
+    try:
+        begin(store, campaign, blocks, resume)
+        statuses = block_statuses(store, blocks)
+        reap_orphans(store, [s.run for s in statuses if s.run is not None and s.outcome is None])
+        result = CampaignResult(campaign, blocks, skipped=[s for s in statuses if s.outcome])
+        asyncio.run(_walk(store, Path(db), campaign, statuses, result, on_block, on_tick))
+        kind = "campaign_interrupted" if result.interrupted else "campaign_completed"
+        if result.interrupted or all(s.outcome for s in block_statuses(store, blocks)):
+            ran = [r.block.block_id for r in result.ran]
+            event = Event(campaign_run_id(campaign.name), time.time(), kind, None, {"ran": ran})
+            store.add([], [event])
+        return result
+    finally:
+        store.close()
+
+
+async def _walk(
+    store: Store, db: Path, campaign: Campaign, statuses: list[BlockStatus],
+    result: CampaignResult, on_block: Callable[[Block, str], None] | None,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+) -> None:  # fmt: skip
+    """Run the blocks that are not done, in plan order, until done or stopped."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    ctx = BlockContext(campaign, store, db, log_root(db, campaign), stop, on_tick)
+    try:
+        for status in statuses:
+            if status.outcome or stop.is_set():
+                continue
+            if on_block is not None:
+                on_block(status.block, "continuing" if status.run else "starting")
+            block_result = await run_block(ctx, status.block, status.run)
+            result.ran.append(block_result)
+            if on_block is not None:
+                on_block(status.block, block_result.outcome)
+        result.interrupted = stop.is_set()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,94 @@
+"""The SoakConfig and Run record of one block, from the campaign's settings."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+from soakgate.campaign.blocks import Block
+from soakgate.campaign.model import Campaign, ConfigEntry
+from soakgate.detectors import DetectorConfig
+from soakgate.errors import ConfigError, SoakgateError
+from soakgate.load.driver import LoadSpec
+from soakgate.load.runner import SoakConfig, new_run
+from soakgate.prompts import builtin_prompts, load_prompts
+from soakgate.records import Run
+from soakgate.targets import RequestSpec, TargetSpec
+
+
+def request_spec(campaign: Campaign) -> RequestSpec:
+    """How each request of the campaign is made."""
+    load = campaign.load
+    return RequestSpec(
+        endpoint=load.endpoint, stream=load.stream, max_tokens=load.max_tokens,
+        temperature=load.temperature, ignore_eos=load.ignore_eos,
+        return_token_ids=load.token_ids, timeout_s=load.timeout_s,
+    )  # fmt: skip
+
+
+def requests_per_block(campaign: Campaign, config: ConfigEntry) -> int | None:
+    """Requests per target per block; a plan's generations per arm are spread evenly over the
+    devices and repetitions (rounded up)."""
+    if config.requests is not None or config.plan is None:
+        return config.requests
+    plan = _read_plan(config.plan)
+    per_arm: int | None = plan.sequential.n_max_per_arm if plan.sequential else plan.n_per_arm
+    if not per_arm:
+        raise ConfigError(f"plan {config.plan} gives no sample size per arm")
+    return max(1, math.ceil(per_arm / (len(campaign.devices) * campaign.repetitions)))
+
+
+def soak_config(
+    campaign: Campaign, config: ConfigEntry, block: Block, targets: list[TargetSpec], db: Path
+) -> SoakConfig:
+    """A validated SoakConfig for one block."""
+    load = campaign.load
+    prompts = load_prompts(load.prompts) if load.prompts else list(builtin_prompts())
+    return SoakConfig(
+        targets=targets, label=config.label, request=request_spec(campaign),
+        load=LoadSpec(load.concurrency, requests_per_block(campaign, config), config.duration_s,
+                      load.grace_s),
+        db=db, prompts=prompts, prompt_order=load.prompt_order, seed=load.prompt_seed,
+        detectors=DetectorConfig(char_run_threshold=load.char_run_threshold),
+        store_text=load.store_text, campaign=block.block_id,
+    )  # fmt: skip
+
+
+def block_run(cfg: SoakConfig, campaign: Campaign, config: ConfigEntry, block: Block) -> Run:
+    """A new run record for the block, with the campaign context in its load spec."""
+    run = new_run(cfg)
+    context: dict[str, Any] = {
+        "campaign": campaign.name, "block": block.block_id, "block_index": block.index,
+        "repetition": block.repetition, "order": campaign.order, "flags": config.flags,
+        "env": config.env, "server_command": campaign.server.command,
+        "model": campaign.server.model, "devices": [d.name for d in campaign.devices],
+        "reference": campaign.reference,
+    }  # fmt: skip
+    if config.plan is not None:
+        context["plan"] = str(config.plan)
+        context["plan_file_sha256"] = hashlib.sha256(config.plan.read_bytes()).hexdigest()
+        run.plan_sha256 = _plan_hash(config.plan)
+    run.load["campaign"] = context
+    return run
+
+
+def _read_plan(path: Path) -> Any:
+    from soakgate.stats.plan import read_plan
+
+    try:
+        return read_plan(path)
+    except SoakgateError:
+        raise
+    except Exception as exc:  # the plan module is another stage's; translate at the boundary
+        raise ConfigError(f"cannot read plan {path}: {exc}") from None
+
+
+def _plan_hash(path: Path) -> str | None:
+    from soakgate.stats.plan import plan_sha256
+
+    try:
+        return plan_sha256(_read_plan(path))
+    except SoakgateError:
+        return None

@@ -1,0 +1,57 @@
+"""`soakgate campaign`: run a matrix of server configurations block by block, guarded, resumable."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add the `campaign` command."""
+    parser = subparsers.add_parser(
+        "campaign", help="start servers per config and device, soak them block by block, guarded"
+    )
+    parser.add_argument("file", help="campaign TOML file")
+    parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue this campaign; finished blocks are kept"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no per-block lines")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the campaign, print a table of its blocks; 130 when interrupted (resume later)."""
+    from rich.table import Table
+
+    from soakgate.campaign import Block, run_campaign
+    from soakgate.load.progress import wide_console
+
+    console = wide_console()
+
+    def on_block(block: Block, state: str) -> None:
+        if not args.quiet:
+            console.print(f"block {block.block_id}: {state}")
+
+    result = run_campaign(args.file, args.db, resume=args.resume, on_block=on_block)
+    table = Table(title=f"campaign {result.campaign.name}")
+    for column in ("block", "label", "run", "outcome", "requests", "errors", "collapses", "faults"):
+        table.add_column(column)
+    for status in result.skipped:
+        run_id = status.run.run_id if status.run else "-"
+        table.add_row(
+            status.block.block_id, status.block.label, run_id, f"{status.outcome} (earlier)"
+        )
+    for ran in result.ran:
+        tallies = ran.tallies.values()
+        table.add_row(
+            ran.block.block_id, ran.block.label, ran.run_id, ran.outcome,
+            str(sum(t.requests for t in tallies)), str(sum(t.errors for t in tallies)),
+            str(sum(t.collapses for t in tallies)), str(ran.faults),
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"stored in {args.db}"
+        + ("; interrupted: rerun with --resume" if result.interrupted else "")
+    )
+    return 130 if result.interrupted else 0

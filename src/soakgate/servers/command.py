@@ -1,0 +1,110 @@
+"""Server command templates and device pinning: pure helpers, no processes."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import socket
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from soakgate.errors import ConfigError
+
+PLACEHOLDERS = (
+    "model", "port", "flags", "device", "python", "log_dir", "campaign_dir", "label", "instance",
+    "host",
+)  # fmt: skip
+"""Names a `server.command` template may use, e.g. `vllm serve {model} --port {port} {flags}`;
+a config's flags may use all of them but {flags}."""
+PLACEHOLDERS_IN_FLAGS = tuple(p for p in PLACEHOLDERS if p != "flags")
+
+# Vendor -> environment variable that pins a process to one device (None: nothing to pin).
+VENDOR_ENV: dict[str, str | None] = {
+    "cuda": "CUDA_VISIBLE_DEVICES",
+    "xpu": "ZE_AFFINITY_MASK",
+    "rocm": "HIP_VISIBLE_DEVICES",
+    "cpu": None,
+}
+_VENDOR_ALIASES = {
+    "cuda": "cuda", "nvidia": "cuda", "gpu": "cuda",
+    "xpu": "xpu", "intel": "xpu", "level_zero": "xpu", "ze": "xpu",
+    "rocm": "rocm", "hip": "rocm", "amd": "rocm",
+    "cpu": "cpu",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One device a server instance is pinned to; its name is the target (unit of analysis)."""
+
+    vendor: str
+    """`cuda`, `xpu`, `rocm` or `cpu`."""
+    index: str
+    """Device index (or mask) as the vendor's variable takes it, e.g. `0` or `0.1`."""
+    name: str
+    """Target name of the instance on this device, e.g. `cuda:0`."""
+
+    @classmethod
+    def parse(cls, text: str, name: str | None = None) -> Device:
+        """`vendor:index` (e.g. `cuda:0`, `xpu:1`, `cpu:0`); a bad spec is a ConfigError."""
+        vendor, _, index = text.strip().partition(":")
+        canonical = _VENDOR_ALIASES.get(vendor.lower())
+        if canonical is None or not index or any(c.isspace() for c in index):
+            known = ", ".join(VENDOR_ENV)
+            raise ConfigError(f"device {text!r} is not VENDOR:INDEX with VENDOR one of {known}")
+        return cls(canonical, index, name or f"{canonical}:{index}")
+
+    def env(self) -> dict[str, str]:
+        """Environment that pins a process to this device (empty for CPU)."""
+        variable = VENDOR_ENV[self.vendor]
+        return {} if variable is None else {variable: self.index}
+
+
+def check_template(
+    template: str, what: str = "server.command", known: tuple[str, ...] = PLACEHOLDERS
+) -> None:
+    """Raise ConfigError when the template is empty, malformed or uses an unknown placeholder."""
+    if not template.strip():
+        raise ConfigError(f"{what} is empty")
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        shlex.split(template)
+    except ValueError as exc:
+        raise ConfigError(f"{what} cannot be parsed: {exc}") from None
+    unknown = sorted(f for f in fields if f not in known)
+    if unknown:
+        used = ", ".join("{" + u + "}" for u in unknown)
+        names = ", ".join("{" + p + "}" for p in known)
+        raise ConfigError(f"{what} uses unknown placeholder(s) {used}; known: {names}")
+
+
+def check_flags(flags: str, label: str) -> None:
+    """Raise ConfigError when a config's flags are malformed or use an unknown placeholder."""
+    if flags.strip():
+        check_template(flags, f"flags of config {label!r}", PLACEHOLDERS_IN_FLAGS)
+
+
+def render_command(template: str, values: Mapping[str, str]) -> list[str]:
+    """The argv of a template: split first (so a value with spaces stays one argument),
+    then fill each word; a word that is exactly `{flags}` expands to the flags' own words,
+    each filled in turn."""
+    check_template(template)
+    flags = values.get("flags", "")
+    check_flags(flags, values.get("label", ""))
+    flag_values = {k: v for k, v in values.items() if k != "flags"}
+    argv: list[str] = []
+    for word in shlex.split(template):
+        if word == "{flags}":
+            argv.extend(w.format_map(flag_values) for w in shlex.split(flags))
+        else:
+            argv.append(word.format_map(dict(values)))
+    return argv
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free right now (the OS picks it); the server binds it moments later."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port

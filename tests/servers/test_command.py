@@ -1,0 +1,75 @@
+"""Command templates and device pinning."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+from soakgate.errors import ConfigError
+from soakgate.servers import Device, check_template, free_port, render_command
+
+VALUES = {
+    "model": "/models/My Model", "port": "8001", "flags": "--enforce-eager --x 'a b'",
+    "device": "1", "python": sys.executable, "log_dir": "/tmp/logs", "campaign_dir": "/tmp",
+    "label": "eager", "instance": "cuda:1", "host": "127.0.0.1",
+}  # fmt: skip
+
+
+def test_render_splits_template_then_fills_so_values_with_spaces_stay_one_argument() -> None:
+    argv = render_command("vllm serve {model} --port {port} --dtype float16 {flags}", VALUES)
+    assert argv == [
+        "vllm", "serve", "/models/My Model", "--port", "8001", "--dtype", "float16",
+        "--enforce-eager", "--x", "a b",
+    ]  # fmt: skip
+
+
+def test_flags_may_use_placeholders_and_empty_flags_vanish() -> None:
+    values = {**VALUES, "flags": "--die-once-file {log_dir}/die-{instance} --seed {device}"}
+    argv = render_command("{python} -m srv --port={port} {flags}", values)
+    assert argv == [sys.executable, "-m", "srv", "--port=8001",
+                    "--die-once-file", "/tmp/logs/die-cuda:1", "--seed", "1"]  # fmt: skip
+    assert render_command("srv {flags}", {**VALUES, "flags": ""}) == ["srv"]
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [("", "is empty"), ("srv --port {prot}", "{prot}"), ("srv 'unclosed", "cannot be parsed")],
+)
+def test_bad_templates_are_config_errors(template: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        check_template(template)
+
+
+def test_flags_cannot_nest_flags() -> None:
+    with pytest.raises(ConfigError, match="flags of config"):
+        render_command("srv {flags}", {**VALUES, "flags": "--a {flags}"})
+
+
+@pytest.mark.parametrize(
+    ("text", "variable", "name"),
+    [
+        ("cuda:0", "CUDA_VISIBLE_DEVICES", "cuda:0"),
+        ("nvidia:3", "CUDA_VISIBLE_DEVICES", "cuda:3"),
+        ("xpu:1", "ZE_AFFINITY_MASK", "xpu:1"),
+        ("rocm:2", "HIP_VISIBLE_DEVICES", "rocm:2"),
+        ("cpu:0", None, "cpu:0"),
+    ],
+)
+def test_device_pinning_per_vendor(text: str, variable: str | None, name: str) -> None:
+    device = Device.parse(text)
+    assert device.name == name
+    assert device.env() == ({} if variable is None else {variable: text.split(":")[1]})
+
+
+@pytest.mark.parametrize("text", ["cuda", "tpu:0", "cuda:", "cuda:0 1"])
+def test_bad_devices_are_config_errors(text: str) -> None:
+    with pytest.raises(ConfigError, match="VENDOR:INDEX"):
+        Device.parse(text)
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
