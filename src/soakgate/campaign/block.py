@@ -17,6 +17,7 @@ from soakgate.guard.ledger import FaultLedger, ObservingWriter
 from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
 from soakgate.load.driver import LoadSpec, SoakResult, TargetTally, soak
+from soakgate.load.preregistration import register_plan
 from soakgate.load.runner import SoakConfig
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
@@ -62,6 +63,8 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
     soak_cfg = soak_config(campaign, config, block, targets, ctx.db)
     resumed = run is not None
     run = run or block_run(soak_cfg, campaign, config, block)
+    if not resumed and config.plan is not None:  # into the ledger before any request is sent
+        register_plan(ctx.store, config.plan, run, [block.label])
     instances = [ServerInstance(s, next_incarnation(ctx.store, run if resumed else None, s.name))
                  for s in specs]  # fmt: skip
     ledger = FaultLedger()

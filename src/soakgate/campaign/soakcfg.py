@@ -69,7 +69,6 @@ def block_run(cfg: SoakConfig, campaign: Campaign, config: ConfigEntry, block: B
     if config.plan is not None:
         context["plan"] = str(config.plan)
         context["plan_file_sha256"] = hashlib.sha256(config.plan.read_bytes()).hexdigest()
-        run.plan_sha256 = _plan_hash(config.plan)
     run.load["campaign"] = context
     return run
 
@@ -84,11 +83,3 @@ def _read_plan(path: Path) -> Any:
     except Exception as exc:  # the plan module is another stage's; translate at the boundary
         raise ConfigError(f"cannot read plan {path}: {exc}") from None
 
-
-def _plan_hash(path: Path) -> str | None:
-    from soakgate.stats.plan import plan_sha256
-
-    try:
-        return plan_sha256(_read_plan(path))
-    except SoakgateError:
-        return None
