@@ -15,6 +15,7 @@ from soakgate.targets import parse
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+_STALE_RETRIES = 4  # tries on a stale pooled connection before the final one
 _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
 
 
@@ -72,6 +73,14 @@ def classify(exc: BaseException) -> str:
     return "client_error"
 
 
+def is_stale_connection(exc: BaseException) -> bool:
+    """True for a connection that died before any response: the write of the request failed,
+    or the server hung up before a status line (only ever raised before the response starts)."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and "Can not write request body" in str(exc)
+
+
 class OpenAIClient:
     """Sends generation requests to one target over a shared aiohttp session."""
 
@@ -125,7 +134,7 @@ class OpenAIClient:
     ) -> None:  # fmt: skip
         """POST and read the whole response into `outcome`."""
         url = f"{self.target.url}{_PATHS[spec.endpoint]}"
-        async with self.session.post(url, data=payload, headers=headers) as response:
+        async with await self._post(url, payload, headers) as response:
             outcome.http_status = response.status
             if response.status >= 400:
                 body = (await response.read())[:300].decode("utf-8", "replace")
@@ -140,6 +149,23 @@ class OpenAIClient:
                 if outcome.finish_reason is None:
                     outcome.error_class = "truncated_stream"
                     outcome.error_detail = "response without a finish_reason"
+
+    async def _post(
+        self, url: str, payload: bytes, headers: dict[str, str]
+    ) -> aiohttp.ClientResponse:
+        """POST, retrying when a pooled keep-alive connection turns out closed before any answer.
+
+        llama.cpp closes the connection after every stream without saying so; the next request
+        on it dies unanswered (RFC 9112 §9.3.1 lets a client retry a request the server never
+        answered). Several pooled connections can be stale at once, hence a few tries.
+        """
+        for _ in range(_STALE_RETRIES):
+            try:
+                return await self.session.post(url, data=payload, headers=headers)
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+                if not is_stale_connection(exc):
+                    raise
+        return await self.session.post(url, data=payload, headers=headers)
 
     async def _read_stream(
         self, outcome: Outcome, response: aiohttp.ClientResponse, chat: bool, began: float

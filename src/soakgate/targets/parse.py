@@ -182,6 +182,11 @@ def fold_event(outcome: Outcome, event: Any, chat: bool) -> bool:
 
 
 def finish(outcome: Outcome) -> None:
-    """Fill completion_tokens from token ids when the server reported no usage."""
+    """Fill completion_tokens from token ids when the server reported no usage; drop token ids
+    that do not account for every reported token (llama.cpp leaves out the logprob entries of
+    tokens that end inside a UTF-8 character, so its ids can have gaps)."""
+    ids = outcome.token_ids
+    if ids is not None and outcome.completion_tokens not in (None, len(ids)):
+        outcome.token_ids = None
     if outcome.completion_tokens is None and outcome.token_ids is not None:
         outcome.completion_tokens = len(outcome.token_ids)

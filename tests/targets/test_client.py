@@ -1,0 +1,275 @@
+"""Unit tests of targets/spec.py and targets/parse.py, and the client against a raw HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import aiohttp
+import pytest
+
+from soakgate.errors import UsageError
+from soakgate.prompts import Prompt, builtin_prompts
+from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec, parse
+
+
+def prompt() -> Prompt:
+    return builtin_prompts()[0]
+
+
+# --- payloads ---------------------------------------------------------------------------------
+
+
+def test_streaming_payload_asks_for_usage_and_sends_only_what_was_set() -> None:
+    body = parse.build_payload(RequestSpec(max_tokens=7, temperature=0.5), prompt(), "m")
+    assert body == {
+        "model": "m", "max_tokens": 7, "prompt": prompt().text, "temperature": 0.5,
+        "stream": True, "stream_options": {"include_usage": True},
+    }  # fmt: skip
+
+
+def test_non_streaming_chat_payload_has_messages_and_no_stream_options() -> None:
+    body = parse.build_payload(RequestSpec(endpoint="chat", stream=False), prompt(), "m")
+    assert body["messages"] == prompt().messages() and "prompt" not in body
+    assert "stream" not in body and "stream_options" not in body
+
+
+def test_optional_fields_and_logprobs_shape_per_endpoint() -> None:
+    spec = RequestSpec(
+        top_p=0.9, seed=3, ignore_eos=True, return_token_ids=True, logprobs=True,
+        extra={"top_k": 5, "max_tokens": 9},
+    )  # fmt: skip
+    body = parse.build_payload(spec, prompt(), "m")
+    assert (body["top_p"], body["seed"], body["ignore_eos"], body["return_token_ids"]) == (
+        0.9, 3, True, True,
+    )  # fmt: skip
+    assert body["logprobs"] == 1 and body["top_k"] == 5
+    assert body["max_tokens"] == 9  # extra fields win: they are passed verbatim
+    chat = parse.build_payload(RequestSpec(endpoint="chat", logprobs=True), prompt(), "m")
+    assert chat["logprobs"] is True
+    plain = parse.build_payload(RequestSpec(), prompt(), "m")
+    for key in ("top_p", "seed", "ignore_eos", "return_token_ids", "logprobs"):
+        assert key not in plain
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"endpoint": "embeddings"}, {"max_tokens": 0}, {"temperature": -1}, {"timeout_s": 0}],
+)
+def test_bad_request_specs_are_usage_errors(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(UsageError):
+        RequestSpec(**kwargs)
+
+
+# --- target URLs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "url", "name"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000", "127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000", "127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000", "127.0.0.1:8000"),
+        ("gpu0=http://127.0.0.1:8001", "http://127.0.0.1:8001", "gpu0"),
+        ("http://localhost:9/proxy/v1", "http://localhost:9/proxy", "localhost:9"),
+        ("http://[::1]:8000", "http://[::1]:8000", "::1:8000"),
+    ],
+)
+def test_target_urls_parse(text: str, url: str, name: str) -> None:
+    target = TargetSpec.parse(text, api_key="k", model="m")
+    assert (target.url, target.name, target.api_key, target.model) == (url, name, "k", "m")
+    assert "k" not in repr(target)  # the key is never shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["127.0.0.1:8000", "ftp://127.0.0.1:8000", "http://", "http://h:99999", "http://h:port", ""],
+)
+def test_bad_target_urls_are_one_line_usage_errors(text: str) -> None:
+    with pytest.raises(UsageError) as info:
+        TargetSpec.parse(text)
+    assert "\n" not in str(info.value) and repr(text) in str(info.value)
+
+
+# --- SSE framing ------------------------------------------------------------------------------
+
+
+def split(stream: bytes, step: int) -> list[bytes]:
+    """Feed `stream` in chunks of `step` bytes; all event payloads in order."""
+    splitter = parse.SseSplitter()
+    events: list[bytes] = []
+    for start in range(0, len(stream), step):
+        events += splitter.feed(stream[start : start + step])
+    return events + splitter.close()
+
+
+STREAM = (
+    b": comment from a proxy\n\n"
+    b'event: message\nid: 1\ndata: {"a":\ndata: 1}\n\n'  # one event over two data lines
+    b'data:{"b":2}\r\n\r\n'  # no space after the colon, CRLF line ends
+    b"retry: 100\n\n"  # an event without data yields nothing
+    b"data: [DONE]"  # the last event without its closing blank line
+)
+
+
+@pytest.mark.parametrize("step", [1, 3, 7, len(STREAM)])
+def test_sse_events_survive_any_chunking(step: int) -> None:
+    assert split(STREAM, step) == [b'{"a":\n1}', b'{"b":2}', b"[DONE]"]
+    assert parse.decode_event(split(STREAM, step)[0]) == {"a": 1}
+
+
+def test_decode_event_rejects_trailing_garbage_and_accepts_leading_space() -> None:
+    assert parse.decode_event(b' {"x": 1} ') == {"x": 1}
+    with pytest.raises(json.JSONDecodeError):
+        parse.decode_event(b'{"x": 1} {"y": 2}')
+
+
+# --- folding responses ------------------------------------------------------------------------
+
+
+def test_stream_without_finish_reason_keeps_none() -> None:
+    outcome = Outcome(started_at=0)
+    assert parse.fold_event(outcome, {"choices": [{"text": "hi"}]}, chat=False)
+    assert outcome.text == "hi" and outcome.finish_reason is None
+
+
+def test_chat_role_chunk_and_usage_only_chunk_carry_no_content() -> None:
+    outcome = Outcome(started_at=0)
+    role = {"choices": [{"delta": {"role": "assistant", "content": None}}]}
+    assert not parse.fold_event(outcome, role, chat=True)
+    usage = {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    assert not parse.fold_event(outcome, usage, chat=True)
+    assert (outcome.prompt_tokens, outcome.completion_tokens, outcome.text) == (5, 2, "")
+
+
+def test_llamacpp_chat_style_logprobs_give_ids_only_when_every_entry_has_one() -> None:
+    outcome = Outcome(started_at=0)
+    entries = [{"id": 7, "token": "a", "logprob": -1.0}, {"id": 0, "token": "!", "logprob": -2.0}]
+    choice = {"text": "a!", "logprobs": {"content": entries}, "finish_reason": "length"}
+    parse.fold_body(outcome, {"choices": [choice]}, chat=False)
+    assert outcome.token_ids == [7, 0] and outcome.logprobs_count == 2
+    gappy = Outcome(started_at=0)
+    entries[1] = {"token": "!", "logprob": -2.0}
+    parse.fold_body(gappy, {"choices": [choice]}, chat=False)
+    assert gappy.token_ids is None and gappy.logprobs_count == 2
+
+
+def test_vllm_token_ids_win_over_logprobs() -> None:
+    outcome = Outcome(started_at=0)
+    logprobs = {"tokens": ["a", "b"], "token_logprobs": [-1.0, -1.0]}
+    choice = {"text": "ab", "token_ids": [1, 2], "logprobs": logprobs, "finish_reason": "stop"}
+    parse.fold_body(outcome, {"choices": [choice], "usage": {"completion_tokens": 2}}, chat=False)
+    assert outcome.token_ids == [1, 2] and outcome.logprobs_count == 2
+
+
+def test_finish_counts_ids_without_usage_and_drops_ids_that_miss_tokens() -> None:
+    counted = Outcome(started_at=0, token_ids=[1, 2, 3])
+    parse.finish(counted)
+    assert counted.completion_tokens == 3
+    # llama.cpp leaves out logprob entries of tokens ending inside a UTF-8 character
+    gappy = Outcome(started_at=0, token_ids=[1, 2], completion_tokens=3)
+    parse.finish(gappy)
+    assert gappy.token_ids is None and gappy.completion_tokens == 3
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"error": {"message": "CUDA error"}}, parse.ServerDeclaredError),
+        ({"error": "boom"}, parse.ServerDeclaredError),
+        ({"choices": []}, parse.ResponseFormatError),
+        ({"choices": "x"}, parse.ResponseFormatError),
+        ({"choices": [{"text": 5}]}, parse.ResponseFormatError),
+        ([1, 2], parse.ResponseFormatError),
+    ],
+)
+def test_bad_bodies_raise_the_classified_errors(body: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        parse.fold_body(Outcome(started_at=0), body, chat=False)
+
+
+# --- the client against a raw HTTP/1.1 server that drops keep-alive connections ---------------
+
+EVENTS = [
+    b": ping\n\n",
+    b'data: {"choices":[{"text":"Hello"}]}\n\n',
+    b'event: message\ndata: {"choices":[{"text":" wor',  # the chunk ends mid-line
+    b'ld","logprobs":{"content":[{"id":9,"token":" world"}]}}]}\n\n',
+    b'data: {"choices":[{"text":"","finish_reason":"length"}],\n'  # one JSON over two lines
+    b'data: "usage":{"prompt_tokens":4,"completion_tokens":2}}\n\n',
+]  # no [DONE], as from transformers serve
+
+
+class DroppingServer:
+    """Answers one streamed request per connection like llama.cpp: chunked, no `Connection:
+    close`, then closes the connection a moment later, leaving the client's pooled one stale."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.dropped = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            match = re.search(rb"(?i)content-length: *(\d+)", head)
+            await reader.readexactly(int(match.group(1)) if match else 0)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            for piece in EVENTS:
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            self.answered += 1
+            # the client reuses the connection before this close lands: its next request is lost
+            if await _more(reader, 0.05):
+                self.dropped += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _more(reader: asyncio.StreamReader, wait_s: float) -> bool:
+    """True when the client sent more bytes on this connection within `wait_s`."""
+    try:
+        return bool(await asyncio.wait_for(reader.read(1), wait_s))
+    except TimeoutError:
+        return False
+
+
+async def _soak_dropping_server(requests: int, concurrency: int) -> tuple[list[Outcome], int]:
+    server = DroppingServer()
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    target = TargetSpec.parse(f"http://127.0.0.1:{port}")
+    spec = RequestSpec(max_tokens=2, logprobs=True)
+    outcomes: list[Outcome] = []
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        client = OpenAIClient(session, target, "m")
+
+        async def worker(worker_id: int) -> None:
+            for i in range(requests // concurrency):
+                outcomes.append(await client.generate(prompt(), spec, f"r{worker_id}-{i}"))
+
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    listener.close()
+    await listener.wait_closed()
+    assert server.answered == len(outcomes)
+    return outcomes, server.dropped
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_client_survives_closed_keepalive_connections_and_odd_sse(concurrency: int) -> None:
+    outcomes, dropped = asyncio.run(_soak_dropping_server(24, concurrency))
+    assert dropped > 0  # the stale-connection path was exercised
+    for outcome in outcomes:
+        assert outcome.error_class is None, outcome.error_detail
+        assert outcome.text == "Hello world" and outcome.finish_reason == "length"
+        assert (outcome.prompt_tokens, outcome.completion_tokens) == (4, 2)
+        assert outcome.token_ids is None  # one id for two tokens: gappy, dropped
+        assert outcome.ttft_s is not None
