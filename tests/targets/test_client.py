@@ -273,3 +273,12 @@ def test_client_survives_closed_keepalive_connections_and_odd_sse(concurrency: i
         assert (outcome.prompt_tokens, outcome.completion_tokens) == (4, 2)
         assert outcome.token_ids is None  # one id for two tokens: gappy, dropped
         assert outcome.ttft_s is not None
+
+
+def test_target_names_split_at_the_first_equals_and_know_https() -> None:
+    from soakgate.targets import TargetSpec
+
+    spec = TargetSpec.parse("gpu0=http://127.0.0.1:8000/v1?x=1")
+    assert spec.name == "gpu0"
+    assert TargetSpec.parse("https://example.org").name == "example.org:443"
+    assert TargetSpec.parse("http://example.org").name == "example.org:80"

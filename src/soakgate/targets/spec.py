@@ -25,7 +25,7 @@ class TargetSpec:
     @classmethod
     def parse(cls, text: str, api_key: str | None = None, model: str | None = None) -> TargetSpec:
         """`[NAME=]URL` from the command line; a bad URL is a usage error."""
-        name, _, url = text.rpartition("=") if "=" in text.split("://")[0] else ("", "", text)
+        name, _, url = text.partition("=") if "=" in text.split("://")[0] else ("", "", text)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"target {text!r} is not an http(s) URL like http://127.0.0.1:8000")
@@ -35,7 +35,8 @@ class TargetSpec:
             raise UsageError(f"target {text!r} has a bad port") from exc
         base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         base = base.removesuffix("/v1")
-        return cls(base, name or f"{parts.hostname}:{port or 80}", api_key, model)
+        default_port = 443 if parts.scheme == "https" else 80
+        return cls(base, name or f"{parts.hostname}:{port or default_port}", api_key, model)
 
 
 @dataclass(frozen=True, slots=True)
