@@ -8,6 +8,7 @@ tests/realservers/test_llamacpp.py.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -100,11 +101,15 @@ def test_chat_style_logprobs_on_completions_are_parsed(start_mock: StartMock) ->
     plain = start_mock("--seed", "5")
     for stream in (True, False):
         spec = RequestSpec(endpoint="completions", stream=stream, max_tokens=16, logprobs=True)
-        for mock in (quirky, plain):
-            outcomes = asyncio.run(_generate(mock.url, spec, 6))
-            for outcome in outcomes:
+        quirky_outcomes = asyncio.run(_generate(quirky.url, spec, 6))
+        plain_outcomes = asyncio.run(_generate(plain.url, spec, 6))
+        with_ids = asyncio.run(_generate(plain.url, replace(spec, return_token_ids=True), 6))
+        for quirk, ordinary, ids in zip(quirky_outcomes, plain_outcomes, with_ids, strict=True):
+            for outcome in (quirk, ordinary):
                 assert outcome.error_class is None, outcome.error_detail
                 assert outcome.logprobs_count == outcome.completion_tokens == 16
-                # neither shape carries ids here (the mock's chat-style entries have no `id`,
-                # llama.cpp's do: see tests/realservers), so none are invented
-                assert outcome.token_ids is None
+            # llama-server's chat-style entries carry each token's `id`: the client reads the
+            # token ids from them, and they are the ids the server returns when asked outright
+            assert quirk.token_ids == ids.token_ids and quirk.text == ordinary.text
+            # OpenAI's completions shape has no ids, so none are invented
+            assert ordinary.token_ids is None

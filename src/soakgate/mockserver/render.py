@@ -49,12 +49,19 @@ def _entry(token: int, logprob: float) -> dict[str, Any]:
     return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
 
 
-def chat_logprobs(ids: list[int], top_n: int, first: int) -> dict[str, Any]:
-    """Chat-style logprobs ({"content": [...]}) for tokens `ids` from output position `first`."""
+def chat_logprobs(
+    ids: list[int], top_n: int, first: int, with_ids: bool = False
+) -> dict[str, Any]:
+    """Chat-style logprobs ({"content": [...]}) for tokens `ids` from output position `first`.
+
+    `with_ids` adds llama-server's per-entry token `id`, which clients can read token ids from.
+    """
     content = []
     for i, token in enumerate(ids):
         lp = token_logprob(token, first + i, top_n)
         entry = _entry(token, lp.logprob)
+        if with_ids:
+            entry["id"] = token
         entry["top_logprobs"] = [_entry(t, v) for t, v in lp.top]
         content.append(entry)
     return {"content": content}
@@ -65,7 +72,7 @@ def _logprobs(plan: Plan, ids: list[int], first: int, offset: int, chat_style: b
     if top_n is None:
         return None
     if chat_style or plan.sampling.endpoint == "chat":
-        return chat_logprobs(ids, top_n, first)
+        return chat_logprobs(ids, top_n, first, with_ids=chat_style)
     return completion_logprobs(ids, top_n, first, offset)
 
 
