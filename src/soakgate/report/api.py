@@ -1,0 +1,127 @@
+"""What the `report`, `compare` and `export` commands call: database path in, text out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from soakgate.errors import UsageError
+from soakgate.report.model import Analysis, ClusteringOptions, analyze
+from soakgate.store import SqliteStore
+
+if TYPE_CHECKING:
+    from soakgate.report.comparisons import ComparisonReport
+
+
+@contextmanager
+def existing_store(db: str | Path) -> Iterator[SqliteStore]:
+    """Open a database that must already exist (reading must never create an empty one)."""
+    from soakgate.store import open_store
+
+    path = Path(db)
+    if not path.is_file():
+        raise UsageError(f"no database at {path}")
+    store = open_store(path)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def load_analysis(
+    db: str | Path, options: ClusteringOptions | None = None, clustering: bool = True
+) -> Analysis:
+    """Analyse a database file."""
+    with existing_store(db) as store:
+        analysis = analyze(store, options, clustering)
+    if not analysis.units:
+        raise UsageError(f"{db} holds no generations")
+    return analysis
+
+
+def report(
+    db: str | Path,
+    fmt: str = "table",
+    html: str | Path | None = None,
+    options: ClusteringOptions | None = None,
+    clustering: bool = True,
+) -> str:
+    """The report in `fmt`; with `html`, also write the HTML report (with every label
+    compared against the first when units match)."""
+    from soakgate.report.tables import RENDERERS
+
+    if fmt not in RENDERERS:
+        raise UsageError(f"unknown format {fmt!r}; choose from {', '.join(RENDERERS)}")
+    analysis = load_analysis(db, options, clustering)
+    if html is not None:
+        from soakgate.report.html import render_html, write_html
+
+        comparisons = default_comparisons(analysis, options)
+        write_html(
+            html, render_html(analysis, comparisons, title=f"soakgate report: {Path(db).name}")
+        )
+    return RENDERERS[fmt](analysis)
+
+
+def default_comparisons(
+    analysis: Analysis, options: ClusteringOptions | None
+) -> list[ComparisonReport]:
+    """Every label against the first one (Holm), when all labels are the same kind of unit."""
+    from soakgate.report.comparisons import compare_baseline, unit_mismatch
+
+    labels = analysis.labels
+    if len(labels) < 2:
+        return []
+    arms = [analysis.unit(label) for label in labels]
+    if any(a is None or a.rate is None for a in arms):
+        return []
+    if any(unit_mismatch(arms[0], a) for a in arms[1:] if a is not None and arms[0] is not None):
+        return []
+    return compare_baseline(analysis, labels[0], options)
+
+
+def compare(
+    db: str | Path,
+    a: str | None,
+    b: str | None,
+    baseline: str | None = None,
+    plan: str | Path | None = None,
+    allow_unit_mismatch: bool = False,
+    alpha: float = 0.05,
+    options: ClusteringOptions | None = None,
+) -> str:
+    """The text `soakgate compare` prints: one pair, a --baseline family, or a --plan's rule."""
+    from soakgate.report.compare_text import render_comparison
+    from soakgate.report.comparisons import compare_baseline, compare_units, compare_with_plan
+
+    analysis = load_analysis(db, options, clustering=False)
+    if plan is not None:
+        if a or b or baseline:
+            raise UsageError("--plan names its own arms; give no A B or --baseline with it")
+        reports = [compare_with_plan(analysis, plan, options, allow_unit_mismatch)]
+    elif baseline is not None:
+        if a or b:
+            raise UsageError("give either A B or --baseline LABEL, not both")
+        reports = compare_baseline(analysis, baseline, options, allow_unit_mismatch, alpha)
+    else:
+        if not a or not b:
+            raise UsageError("give two arms A B (LABEL or LABEL@TARGET), --baseline or --plan")
+        reports = [compare_units(analysis, a, b, options, allow_unit_mismatch, alpha)]
+    text = "\n\n".join(render_comparison(r) for r in reports)
+    if baseline is not None:
+        text = (
+            f"{len(reports)} comparisons against {baseline}, Holm-adjusted (method='holm')\n\n"
+            + text
+        )
+    warnings = [f"warning: {w}" for w in analysis.warnings]
+    return "\n".join([text, *warnings])
+
+
+def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
+    """Export every generation; returns the count written."""
+    from soakgate.report.export import export as export_rows
+
+    with existing_store(db) as store:
+        return export_rows(store, fmt, out)

@@ -1,0 +1,184 @@
+"""Comparisons between arms of a database: `label` or `label@target`, checked for unit match.
+
+An arm covering several targets (a data-parallel aggregate) is a different unit from one
+target; comparing them produces false "improvements", so it is refused unless the user
+asks for it, and then every output says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from soakgate.errors import UnitMismatchError, UsageError
+from soakgate.report.model import Analysis, ClusteringOptions, Unit
+from soakgate.stats.compare import AdjustedComparison, Arm, Comparison
+from soakgate.stats.plan import Decision, Plan
+
+MISMATCH_LABEL = "UNIT MISMATCH (allowed by --allow-unit-mismatch): not a like-for-like comparison"
+
+
+@dataclass(slots=True)
+class ComparisonReport:
+    """One comparison as shown: the statistics plus what is questionable about it."""
+
+    comparison: Comparison
+    """Rates, tests and the verdict's choice (A = reference)."""
+    units: tuple[Unit, Unit]
+    """The arms' units (or aggregates)."""
+    mismatch: str | None = None
+    """Why the units differ, when allowed anyway."""
+    adjusted_p: float | None = None
+    """Holm-adjusted p-value in a --baseline family."""
+    adjusted_significant: bool | None = None
+    """Rejected after Holm."""
+    decision: Decision | None = None
+    """The plan's verdict, with --plan."""
+    notes: list[str] = field(default_factory=list)
+    """Other lines worth printing (e.g. which ledger entry registered the plan)."""
+
+
+def parse_arm(spec: str) -> tuple[str, str | None]:
+    """`label` or `label@target` -> (label, target or None)."""
+    label, sep, target = spec.partition("@")
+    if not label or (sep and not target):
+        raise UsageError(f"arm {spec!r} must be LABEL or LABEL@TARGET")
+    return label, target or None
+
+
+def resolve(analysis: Analysis, spec: str) -> Unit:
+    """The unit (or aggregate) an arm spec names; a UsageError lists what exists."""
+    label, target = parse_arm(spec)
+    unit = analysis.unit(label, target)
+    if unit is None or unit.rate is None:
+        known = ", ".join(u.name for u in analysis.units if u.rate is not None) or "nothing"
+        raise UsageError(f"no clean generations for {spec!r} in the database (have: {known})")
+    return unit
+
+
+def unit_mismatch(a: Unit, b: Unit, matched: bool = False) -> str | None:
+    """Why two arms are not the same kind of unit (None when they are)."""
+    if len(a.targets) != len(b.targets) and 1 in (len(a.targets), len(b.targets)):
+        return (
+            f"{a.name} covers {len(a.targets)} target(s) and {b.name} covers {len(b.targets)}: "
+            "an aggregate over several targets against one target"
+        )
+    if matched and set(a.targets) != set(b.targets):
+        return (
+            f"the plan says matched targets, but {a.name} ran on {', '.join(a.targets)} and "
+            f"{b.name} on {', '.join(b.targets)}"
+        )
+    return None
+
+
+def to_arm(unit: Unit) -> Arm:
+    """A stats arm: counts, the time-ordered sequence and per-run replicates."""
+    replicates = tuple((s.collapses, s.n) for s in unit.slices if s.n > 0)
+    return Arm(unit.name, unit.collapses, unit.n, unit.sequence, replicates, unit.clustering)
+
+
+def _checked(a: Unit, b: Unit, allow: bool, matched: bool = False) -> str | None:
+    why = unit_mismatch(a, b, matched)
+    if why and not allow:
+        raise UnitMismatchError(f"refusing to compare: {why} (--allow-unit-mismatch to force)")
+    return why
+
+
+def compare_units(
+    analysis: Analysis,
+    spec_a: str,
+    spec_b: str,
+    options: ClusteringOptions | None = None,
+    allow_unit_mismatch: bool = False,
+    alpha: float = 0.05,
+) -> ComparisonReport:
+    """Compare arm B with reference arm A (`label` or `label@target`)."""
+    from soakgate.stats.compare import compare_arms
+
+    options = options or ClusteringOptions()
+    a, b = resolve(analysis, spec_a), resolve(analysis, spec_b)
+    if a is b:
+        raise UsageError(f"{spec_a} and {spec_b} are the same arm")
+    why = _checked(a, b, allow_unit_mismatch)
+    comparison = compare_arms(
+        to_arm(a), to_arm(b), alpha, window=options.window,
+        gap_permutations=options.gap_permutations, hmm_replicates=options.hmm_replicates,
+        seed=options.seed,
+    )  # fmt: skip
+    return ComparisonReport(comparison, (a, b), why)
+
+
+def compare_baseline(
+    analysis: Analysis,
+    baseline: str,
+    options: ClusteringOptions | None = None,
+    allow_unit_mismatch: bool = False,
+    alpha: float = 0.05,
+) -> list[ComparisonReport]:
+    """Every other label against the baseline, Holm-adjusted (method='holm', explicitly)."""
+    from soakgate.stats.compare import compare_with_baseline
+
+    options = options or ClusteringOptions()
+    base = resolve(analysis, baseline)
+    others = [resolve(analysis, label) for label in analysis.labels if label != base.label]
+    if not others:
+        raise UsageError(f"no label other than {base.label} to compare with")
+    whys = [_checked(base, other, allow_unit_mismatch) for other in others]
+    adjusted: Sequence[AdjustedComparison] = compare_with_baseline(
+        to_arm(base), [to_arm(o) for o in others], alpha, options.window,
+        options.gap_permutations, options.hmm_replicates,
+    )  # fmt: skip
+    return [
+        ComparisonReport(item.comparison, (base, other), why, item.adjusted_p, item.significant)
+        for item, other, why in zip(adjusted, others, whys, strict=True)
+    ]
+
+
+def _first_generations(analysis: Analysis, units: Sequence[Unit]) -> dict[str, float]:
+    """Run id -> start of its first generation, over every run the units draw on."""
+    firsts: dict[str, float] = {}
+    for unit in units:
+        for target in unit.targets:
+            for g in analysis.generations.get((unit.label, target), []):
+                firsts[g.run_id] = min(firsts.get(g.run_id, g.started_at), g.started_at)
+    return firsts
+
+
+def _earlier_looks(analysis: Analysis, plan: Plan, units: Sequence[Unit]) -> list[float]:
+    """Information fractions of looks before now, from `look` events (sequential plans only)."""
+    if plan.sequential is None:
+        return []
+    now = min(u.n for u in units) / plan.sequential.n_max_per_arm
+    run_ids = {r for u in units for r in u.run_ids}
+    looks = [e for e in analysis.events if e.kind == "look" and e.run_id in run_ids]
+    fractions = {float(e.data["fraction"]) for e in looks if "fraction" in e.data}
+    return sorted(f for f in fractions if 0.0 < f < min(now, 1.0))
+
+
+def compare_with_plan(
+    analysis: Analysis,
+    plan_path: str | Path,
+    options: ClusteringOptions | None = None,
+    allow_unit_mismatch: bool = False,
+) -> ComparisonReport:
+    """Apply exactly a registered plan's rule to its two arms; refuse an unregistered plan."""
+    from soakgate.report.checks import check_registration
+    from soakgate.stats.compare import compare_arms
+    from soakgate.stats.decision import apply_decision
+    from soakgate.stats.plan import plan_sha256, read_plan
+
+    options = options or ClusteringOptions()
+    plan: Plan = read_plan(plan_path)
+    digest = plan_sha256(plan)
+    a, b = resolve(analysis, plan.arms[0]), resolve(analysis, plan.arms[1])
+    used = check_registration(digest, analysis.ledger, _first_generations(analysis, (a, b)))
+    why = _checked(a, b, allow_unit_mismatch, plan.matched_targets)
+    comparison = compare_arms(
+        to_arm(a), to_arm(b), plan.alpha, window=options.window,
+        gap_permutations=options.gap_permutations, hmm_replicates=options.hmm_replicates,
+        seed=options.seed,
+    )  # fmt: skip
+    decision = apply_decision(plan, comparison, _earlier_looks(analysis, plan, (a, b)))
+    notes = [f"plan {digest[:12]}... registered in ledger entries {[e.index for e in used]}"]
+    return ComparisonReport(comparison, (a, b), why, decision=decision, notes=notes)

@@ -1,0 +1,150 @@
+"""Summary rows of an analysis and their text renderings: rich table, JSON, CSV, Markdown."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from soakgate.report.model import Analysis, Unit
+
+COLUMNS = (
+    "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
+    "upper_95_if_zero", "errors", "errors_by_class", "tok_s", "clean_tok_s", "duration_s",
+    "runs", "clustered", "design_effect", "effective_n", "clustering_reason",
+)  # fmt: skip
+
+
+def unit_row(unit: Unit) -> dict[str, Any]:
+    """One summary row: every figure of a unit (or aggregate) as plain JSON-ready values."""
+    rate, clustering = unit.rate, unit.clustering
+    return {
+        "label": unit.label, "target": unit.target, "aggregate": unit.aggregate,
+        "requests": unit.requests, "n": unit.n, "collapses": unit.collapses,
+        "rate": rate.rate if rate else None, "ci_low": rate.ci_low if rate else None,
+        "ci_high": rate.ci_high if rate else None,
+        "upper_95_if_zero": rate.upper_bound_one_sided if rate else None,
+        "errors": unit.errors, "errors_by_class": dict(sorted(unit.errors_by_class.items())),
+        "tok_s": unit.tok_s, "clean_tok_s": unit.clean_tok_s, "duration_s": unit.duration_s,
+        "runs": len(unit.run_ids),
+        "clustered": clustering.clustered if clustering else None,
+        "design_effect": clustering.design_effect if clustering else None,
+        "effective_n": clustering.effective_n if clustering else None,
+        "clustering_reason": clustering.reason if clustering else None,
+    }  # fmt: skip
+
+
+def summary_rows(analysis: Analysis) -> list[dict[str, Any]]:
+    """Rows in report order: each label's units, then its aggregate."""
+    return [unit_row(u) for u in analysis.units]
+
+
+def percent(value: float | None, digits: int = 3) -> str:
+    """A rate as a percentage string, '-' when absent."""
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.{digits}f}%"
+
+
+def rate_cell(row: dict[str, Any]) -> str:
+    """`rate [low, high]`, plus the one-sided bound when there were no collapses."""
+    if row["rate"] is None:
+        return "-"
+    text = f"{percent(row['rate'])} [{percent(row['ci_low'])}, {percent(row['ci_high'])}]"
+    if row["upper_95_if_zero"] is not None:
+        text += f" (≤ {percent(row['upper_95_if_zero'])} one-sided)"
+    return text
+
+
+def clustering_cell(row: dict[str, Any]) -> str:
+    """`clustered`/`independent` with design effect and effective n; '-' for aggregates."""
+    if row["clustered"] is None:
+        return "-"
+    word = "CLUSTERED" if row["clustered"] else "no clustering"
+    return f"{word} (deff {row['design_effect']:.2f}, n_eff {row['effective_n']:,.0f})"
+
+
+def errors_cell(row: dict[str, Any]) -> str:
+    """`total (class: k, ...)`."""
+    by_class = ", ".join(f"{k}: {v}" for k, v in row["errors_by_class"].items())
+    return f"{row['errors']} ({by_class})" if by_class else str(row["errors"])
+
+
+def display_rows(analysis: Analysis) -> list[list[str]]:
+    """The human table: one list of cell strings per row, in HEADERS order."""
+    cells = []
+    for row in summary_rows(analysis):
+        target = "ALL (aggregate)" if row["aggregate"] else row["target"]
+        cells.append([
+            row["label"], target, f"{row['n']:,}", str(row["collapses"]), rate_cell(row),
+            errors_cell(row), f"{row['tok_s']:,.0f}", f"{row['clean_tok_s']:,.0f}",
+            f"{row['duration_s']:,.0f}", clustering_cell(row),
+        ])  # fmt: skip
+    return cells
+
+
+HEADERS = (
+    "label", "target", "n", "collapses", "rate [95% CI]", "errors", "tok/s", "clean tok/s",
+    "duration s", "clustering",
+)  # fmt: skip
+
+
+def render_table(analysis: Analysis, width: int = 200) -> str:
+    """The rich table plus methodology warnings, as text."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="soakgate report (n = clean generations; aggregates are not units)")
+    for header in HEADERS:
+        table.add_column(header, overflow="fold")
+    for cells in display_rows(analysis):
+        table.add_row(*cells, style="dim" if cells[1].startswith("ALL") else None)
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    console.print(table)
+    for line in analysis.warnings:
+        console.print(f"warning: {line}", markup=False, highlight=False)
+    return console.export_text()
+
+
+def render_json(analysis: Analysis) -> str:
+    """Rows, warnings and events as one JSON document."""
+    document = {
+        "units": summary_rows(analysis),
+        "warnings": analysis.warnings,
+        "events": [
+            {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
+            for e in analysis.events
+        ],
+    }
+    return json.dumps(document, indent=2, default=str)
+
+
+def render_csv(analysis: Analysis) -> str:
+    """One CSV row per unit and aggregate; errors_by_class as JSON in its cell."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in summary_rows(analysis):
+        writer.writerow({**row, "errors_by_class": json.dumps(row["errors_by_class"])})
+    return buffer.getvalue()
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(analysis: Analysis) -> str:
+    """A GitHub-flavoured Markdown table plus warnings as a list."""
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += [
+        "| " + " | ".join(_md_cell(c) for c in cells) + " |" for cells in display_rows(analysis)
+    ]
+    if analysis.warnings:
+        lines += ["", "**Methodology warnings**", ""]
+        lines += [f"- {_md_cell(w)}" for w in analysis.warnings]
+    return "\n".join(lines) + "\n"
+
+
+RENDERERS = {
+    "table": render_table, "json": render_json, "csv": render_csv, "markdown": render_markdown,
+}  # fmt: skip

@@ -1,0 +1,173 @@
+"""Comparisons from a database: arms, unit match, Holm families and registered plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from statsmodels.stats.multitest import multipletests
+from tests.report.synth import add_run, bernoulli
+
+from soakgate.cli.main import main
+from soakgate.errors import PlanError, UnitMismatchError, UsageError
+from soakgate.report.api import load_analysis
+from soakgate.report.comparisons import (
+    compare_baseline,
+    compare_units,
+    compare_with_plan,
+    parse_arm,
+)
+from soakgate.report.model import ClusteringOptions, analyze
+from soakgate.stats.decision import apply_decision
+from soakgate.stats.plan import make_plan, plan_sha256, plan_to_dict, write_plan
+from soakgate.store import MemoryStore
+
+FAST_ARGS = ["--hmm-replicates", "0", "--gap-permutations", "49"]
+
+
+def test_arm_specs_parse_and_bad_ones_are_usage_errors() -> None:
+    assert parse_arm("eager") == ("eager", None)
+    assert parse_arm("eager@gpu0") == ("eager", "gpu0")
+    for bad in ("@gpu0", "eager@", ""):
+        with pytest.raises(UsageError):
+            parse_arm(bad)
+
+
+def test_aggregate_against_one_target_is_refused(
+    two_label_db: Path, fast: ClusteringOptions
+) -> None:
+    analysis = load_analysis(two_label_db, fast, clustering=False)
+    with pytest.raises(UnitMismatchError, match="aggregate over several targets"):
+        compare_units(analysis, "eager", "graph@gpu1", fast)
+    forced = compare_units(analysis, "eager", "graph@gpu1", fast, allow_unit_mismatch=True)
+    assert forced.mismatch is not None
+    same_kind = compare_units(analysis, "eager@gpu0", "graph@gpu1", fast)
+    assert same_kind.mismatch is None
+    assert same_kind.comparison.labels == ("eager@gpu0", "graph@gpu1")
+
+
+def test_cli_refuses_mismatch_with_exit_2_and_labels_a_forced_one(
+    two_label_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", str(two_label_db), "eager", "graph@gpu1", *FAST_ARGS]) == 2
+    assert "refusing to compare" in capsys.readouterr().err
+    argv = ["compare", str(two_label_db), "eager", "graph@gpu1", "--allow-unit-mismatch"]
+    assert main([*argv, *FAST_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert out.count("UNIT MISMATCH") == 2
+    for part in ("difference B-A", "rate ratio B/A", "pooled_z", "fisher", "verdict test:"):
+        assert part in out
+
+
+def test_clustered_arm_makes_the_verdict_robust(
+    two_label_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", str(two_label_db), "eager@gpu0", "graph@gpu0", *FAST_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "batch_means" in out and "verdict test: batch_means, because clustering" in out
+
+
+def test_baseline_family_uses_holm_explicitly(fast: ClusteringOptions) -> None:
+    store = MemoryStore()
+    add_run(store, "base", "gpu0", bernoulli(4000, 0.004, 10))
+    for i, rate in enumerate((0.004, 0.007, 0.012)):
+        add_run(store, f"arm{i}", "gpu0", bernoulli(4000, rate, 20 + i), start=1.8e9 + i * 1e4)
+    analysis = analyze(store, fast, clustering=False)
+    family = compare_baseline(analysis, "base", fast)
+    assert [r.units[1].label for r in family] == ["arm0", "arm1", "arm2"]
+    raw = [r.comparison.p_value for r in family]
+    _, holm, _, _ = multipletests(raw, alpha=0.05, method="holm")
+    assert [r.adjusted_p for r in family] == pytest.approx(list(holm))
+    assert [r.adjusted_significant for r in family] == [p < 0.05 for p in holm]
+    assert family[2].adjusted_significant and not family[0].adjusted_significant
+
+
+def _planned_store(register_at: float | None, tmp_path: Path) -> tuple[MemoryStore, Path, str]:
+    store = MemoryStore()
+    plan = make_plan("graph raises the rate", ("eager", "graph"), 0.004, 2.0)
+    path = tmp_path / "plan.toml"
+    digest = write_plan(plan, path)
+    runs = [
+        add_run(store, "eager", "gpu0", bernoulli(3000, 0.004, 1)),
+        add_run(store, "graph", "gpu0", bernoulli(3000, 0.008, 2), start=1_700_001_000.0),
+    ]
+    if register_at is not None:
+        for run in runs:
+            payload = {"sha256": digest, "run_id": run.run_id, "plan": plan_to_dict(plan)}
+            store.append_ledger("plan", payload, at=register_at)
+    return store, path, digest
+
+
+def test_plan_registered_before_the_data_is_applied_exactly(
+    tmp_path: Path, fast: ClusteringOptions
+) -> None:
+    store, path, digest = _planned_store(1_699_999_000.0, tmp_path)
+    report = compare_with_plan(analyze(store, fast, clustering=False), path, fast)
+    assert report.decision is not None and report.decision.plan_sha256 == digest
+    expected = apply_decision(make_plan("graph raises the rate", ("eager", "graph"), 0.004, 2.0),
+                              report.comparison)  # fmt: skip
+    assert report.decision == expected
+    assert any("n=3000 is below the planned" in d for d in report.decision.deviations)
+
+
+def test_plan_registered_late_or_never_or_altered_is_refused(
+    tmp_path: Path, fast: ClusteringOptions
+) -> None:
+    late, path, _ = _planned_store(1_700_000_500.0, tmp_path)  # between the two runs' starts
+    with pytest.raises(PlanError, match="after its first generation"):
+        compare_with_plan(analyze(late, fast, clustering=False), path, fast)
+    never, path, _ = _planned_store(None, tmp_path)
+    with pytest.raises(PlanError, match="never registered"):
+        compare_with_plan(analyze(never, fast, clustering=False), path, fast)
+    store, path, _ = _planned_store(1_699_999_000.0, tmp_path)
+    path.write_text(path.read_text().replace("alpha = 0.05", "alpha = 0.1"))
+    with pytest.raises(PlanError, match="never registered"):
+        compare_with_plan(analyze(store, fast, clustering=False), path, fast)
+
+
+def test_plan_for_other_runs_does_not_cover_these(tmp_path: Path, fast: ClusteringOptions) -> None:
+    store, path, digest = _planned_store(None, tmp_path)
+    store.append_ledger("plan", {"sha256": digest, "run_id": "some-other-run"}, at=1.0)
+    with pytest.raises(PlanError, match="not registered for run"):
+        compare_with_plan(analyze(store, fast, clustering=False), path, fast)
+    assert plan_sha256(make_plan("x", ("a", "b"), 0.01, 2.0)) != digest
+
+
+def test_plan_with_matched_targets_refuses_arms_on_different_targets(
+    tmp_path: Path, fast: ClusteringOptions
+) -> None:
+    store = MemoryStore()
+    plan = make_plan("h", ("eager", "graph"), 0.004, 2.0)
+    path = tmp_path / "plan.toml"
+    digest = write_plan(plan, path)
+    store.append_ledger("plan", {"sha256": digest, "run_id": None}, at=1.0)  # a DB-wide entry
+    add_run(store, "eager", "gpu0", bernoulli(2000, 0.004, 1))
+    add_run(store, "graph", "gpu1", bernoulli(2000, 0.004, 2), start=1_700_001_000.0)
+    analysis = analyze(store, fast, clustering=False)
+    with pytest.raises(UnitMismatchError, match="matched targets"):
+        compare_with_plan(analysis, path, fast)
+    forced = compare_with_plan(analysis, path, fast, allow_unit_mismatch=True)
+    assert forced.mismatch is not None and forced.decision is not None
+
+
+def test_sequential_plan_takes_earlier_looks_from_events(
+    tmp_path: Path, fast: ClusteringOptions
+) -> None:
+    from soakgate.records import Event
+
+    store = MemoryStore()
+    plan = make_plan("h", ("eager", "graph"), 0.004, 2.0, looks=4)
+    assert plan.sequential is not None
+    path = tmp_path / "plan.toml"
+    digest = write_plan(plan, path)
+    store.append_ledger("plan", {"sha256": digest}, at=1.0)
+    n = plan.sequential.n_max_per_arm // 2
+    look = Event("graph-gpu0-1700001000", 1_700_001_100.0, "look", "gpu0", {"fraction": 0.25})
+    add_run(store, "eager", "gpu0", bernoulli(n, 0.004, 1))
+    add_run(store, "graph", "gpu0", bernoulli(n, 0.004, 2), start=1_700_001_000.0, events=[look])
+    report = compare_with_plan(analyze(store, fast, clustering=False), path, fast)
+    assert report.decision is not None
+    # Second look at about half the information: equal rates cannot cross the boundary yet.
+    assert report.decision.verdict == "continue"
+    assert "at look 2" in report.decision.reason  # the recorded look at 0.25 counted
+    assert report.decision.test in ("batch_means", "pooled_z")

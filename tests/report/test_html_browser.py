@@ -1,0 +1,68 @@
+"""The HTML report in a real headless Chromium: it renders, logs no error, and runs no injected
+script. Skips when Chromium is absent (`apt-get install -y chromium`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.report.chromium import Chromium, find_chromium
+from tests.report.test_html import PAYLOAD, hostile_store
+
+from soakgate.report.api import default_comparisons
+from soakgate.report.html import render_html
+from soakgate.report.model import ClusteringOptions, analyze
+
+pytestmark = pytest.mark.browser
+
+PROBES = {
+    "title": "document.title",
+    "scripts": "document.querySelectorAll('script').length",
+    "handlers": "document.querySelectorAll('[onerror],[onload]').length",
+    "summary_rows": "document.querySelectorAll('#summary-table tbody tr').length",
+    "figures": "[...document.images].filter(i => i.complete && i.naturalWidth > 100).length",
+    "images": "document.images.length",
+    "exemplar": "document.querySelector('pre.generation').textContent",
+    "pwned": "window.pwned === true",
+}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Chromium]:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium not installed (Debian: apt-get install -y chromium)")
+    chromium = Chromium(binary)
+    yield chromium
+    chromium.stop()
+
+
+def test_report_renders_without_errors_and_runs_no_injected_script(
+    browser: Chromium, tmp_path: Path
+) -> None:
+    options = ClusteringOptions(gap_permutations=49, hmm_replicates=0)
+    analysis = analyze(hostile_store(), options)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(analysis, default_comparisons(analysis, options), title="safe"))
+    result = browser.load(page.as_uri(), PROBES)
+    assert result.problems == []
+    values = result.values
+    assert values["title"] == "safe" and values["pwned"] is False
+    assert values["scripts"] == 0 and values["handlers"] == 0
+    assert values["summary_rows"] == len(analysis.units)
+    assert values["images"] == values["figures"] == 4  # forest, two timelines, throughput
+    assert values["exemplar"].startswith(PAYLOAD)  # shown as text, verbatim
+
+
+def test_harness_sees_script_execution_and_console_errors(
+    browser: Chromium, tmp_path: Path
+) -> None:
+    # The same payload, unescaped and without a CSP: the probes above must be able to fail.
+    page = tmp_path / "unsafe.html"
+    page.write_text(
+        f"<html><body>{PAYLOAD}<script>window.pwned = true; console.error('boom')</script>"
+    )
+    result = browser.load(page.as_uri(), PROBES)
+    assert result.values["title"] == "pwned" and result.values["pwned"] is True
+    assert any("boom" in p for p in result.problems)
