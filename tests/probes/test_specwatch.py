@@ -68,3 +68,41 @@ def test_absent_counters_are_noted_once(
 ) -> None:
     events = soak_levels(start_mock(), tmp_path / "s.sqlite", 2)
     assert [e["kind"] for e in events] == ["spec_decode_absent"]
+
+
+def test_a_sustained_fall_is_flagged_but_a_single_low_window_is_not() -> None:
+    import asyncio
+
+    from soakgate.probes import specwatch
+
+    acceptance = iter([0.40, 0.40, 0.10, 0.40, 0.10, 0.10, 0.40])
+    state = {"accepted": 0.0, "drafted": 0.0, "at": 0.0}
+
+    stop = asyncio.Event()
+
+    async def scrape(session: object, url: str) -> specwatch.Sample:
+        rate = next(acceptance, None)
+        if rate is None:
+            stop.set()
+        else:
+            state["accepted"] += 100 * rate
+            state["drafted"] += 100
+            state["at"] += 1
+        return specwatch.Sample(state["at"], state["accepted"], state["drafted"], state["at"] * 50)
+
+    records: list[tuple[str, dict[str, object]]] = []
+
+    async def run() -> None:
+        original = specwatch._scrape
+        specwatch._scrape = scrape  # type: ignore[assignment]
+        try:
+            task = asyncio.create_task(
+                specwatch.watch(None, "u", stop, lambda k, d: records.append((k, d)), 0.001)  # type: ignore[arg-type]
+            )
+            await asyncio.wait_for(task, timeout=5)
+        finally:
+            specwatch._scrape = original  # type: ignore[assignment]
+
+    asyncio.run(run())
+    collapses = [d for k, d in records if k == "spec_decode_collapse"]
+    assert len(collapses) == 1 and "acceptance 10%" in str(collapses[0]["reason"])

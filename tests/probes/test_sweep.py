@@ -51,3 +51,19 @@ def test_cli_bad_levels_exit_2(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "increasing" in result.stderr
+
+
+def test_sweep_reports_speculative_acceptance_falling_with_concurrency(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    from soakgate.probes.sweep import acceptance_collapses
+
+    mock = start_mock("--spec-decode", "--spec-collapse-at", "8", "--tokens-per-s", "200")
+    base = SoakConfig(
+        targets=[TargetSpec.parse(mock.url)], label="spec", request=RequestSpec(max_tokens=64),
+        load=LoadSpec(1, requests=1), db=tmp_path / "s.sqlite", metrics_interval_s=0.3,
+    )  # fmt: skip
+    levels = run_sweep(base, [2, 16], requests_per_level=40)
+    low, high = (level.spec_acceptance for level in levels)
+    assert low is not None and high is not None and low > 0.3 > 0.15 > high
+    assert acceptance_collapses(levels) == [16]

@@ -25,7 +25,13 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the sweep and print one row per level plus the saturation point."""
     from soakgate.load.progress import wide_console
-    from soakgate.probes.sweep import parse_levels, run_sweep, saturation_point, sweep_table
+    from soakgate.probes.sweep import (
+        acceptance_collapses,
+        parse_levels,
+        run_sweep,
+        saturation_point,
+        sweep_table,
+    )
 
     levels = parse_levels(args.concurrency)
     args.concurrency, args.requests = levels[0], args.requests_per_level
@@ -36,4 +42,7 @@ def main(args: argparse.Namespace) -> int:
     point = saturation_point(results, args.min_gain)
     where = f"concurrency {point}" if point else f"not reached up to {levels[-1]}"
     console.print(f"saturation point (throughput gain < {args.min_gain:.0%}): {where}")
+    fallen = acceptance_collapses(results)
+    if fallen:
+        console.print(f"speculative-decoding acceptance collapsed at concurrency {fallen}")
     return 0

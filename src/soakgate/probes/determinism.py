@@ -76,7 +76,9 @@ async def probe(
         for name, by_prompt in results.items()
     ]
     for first, second in itertools.combinations(results, 2):
-        pairs = list(zip((r[0] for r in results[first]), (r[0] for r in results[second]), strict=True))
+        pairs = list(
+            zip((r[0] for r in results[first]), (r[0] for r in results[second]), strict=True)
+        )
         report.append(agreement(f"{first} vs {second}", pairs))
     return report
 

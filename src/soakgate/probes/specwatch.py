@@ -72,13 +72,15 @@ def window(previous: Sample, current: Sample) -> Window:
 
 
 def collapse_reason(history: list[Window], latest: Window, ratio: float = 0.5) -> str | None:
-    """Why `latest` counts as a collapse against the best earlier window, or None."""
+    """Why `latest` falls below `ratio` of the best earlier window, or None."""
     accepted = [w.acceptance for w in history if w.acceptance is not None]
     if latest.acceptance is not None and accepted and latest.acceptance < ratio * max(accepted):
         return f"acceptance {latest.acceptance:.0%} < {ratio:.0%} of best {max(accepted):.0%}"
     speeds = [w.tokens_per_s for w in history if w.tokens_per_s > 0]
     if speeds and latest.tokens_per_s < ratio * max(speeds):
-        return f"throughput {latest.tokens_per_s:,.0f} tok/s < {ratio:.0%} of best {max(speeds):,.0f}"
+        return (
+            f"throughput {latest.tokens_per_s:,.0f} tok/s < {ratio:.0%} of best {max(speeds):,.0f}"
+        )
     return None
 
 
@@ -89,9 +91,12 @@ async def watch(
     record: Callable[[str, dict[str, object]], None],
     interval_s: float = 5.0,
 ) -> None:
-    """Scrape until `stop`; record `spec_decode` windows and `spec_decode_collapse` flags."""
+    """Scrape until `stop`; record `spec_decode` windows, and `spec_decode_collapse` when two
+    consecutive windows fall below half of the best earlier one."""
     previous: Sample | None = None
     history: list[Window] = []
+    low_before = False  # one low window can be a ramp or the drain at the end; two in a row count
+    in_episode = False
     while not stop.is_set():
         current = await _scrape(session, metrics_url)
         if current is None and previous is None:
@@ -102,8 +107,11 @@ async def watch(
             reason = collapse_reason(history, latest)
             record("spec_decode", {"acceptance": latest.acceptance,
                                    "tokens_per_s": latest.tokens_per_s, "start": latest.start})  # fmt: skip
-            if reason:
+            if reason and low_before and not in_episode:
                 record("spec_decode_collapse", {"reason": reason, "start": latest.start})
+                in_episode = True  # one event per episode, until a window recovers
+            in_episode = in_episode and reason is not None
+            low_before = reason is not None
             history.append(latest)
         previous = current or previous
         try:

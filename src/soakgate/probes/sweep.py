@@ -31,6 +31,8 @@ class SweepLevel:
     latency_p50_s: float
     latency_p95_s: float
     collapse_rate: RateSummary
+    spec_acceptance: float | None = None
+    """Mean speculative-decoding acceptance over the level's windows (None: no counters)."""
 
 
 def saturation_point(levels: Sequence[SweepLevel], min_gain: float = 0.10) -> int | None:
@@ -70,8 +72,12 @@ def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
     store = open_store(config.db)
     try:
         rows = list(store.generations(run_id))
+        windows = [
+            e.data.get("acceptance") for e in store.events(run_id) if e.kind == "spec_decode"
+        ]
     finally:
         store.close()
+    accepted = [float(a) for a in windows if isinstance(a, int | float)]
     clean = [g for g in rows if g.ok]
     collapses = sum(g.collapsed for g in clean)
     tokens = sum(g.completion_tokens or 0 for g in clean)
@@ -86,7 +92,20 @@ def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
         latency_p50_s=float(np.percentile(latency, 50)),
         latency_p95_s=float(np.percentile(latency, 95)),
         collapse_rate=summarize_rate(collapses, len(clean)) if clean else summarize_rate(0, 1),
+        spec_acceptance=float(np.mean(accepted)) if accepted else None,
     )  # fmt: skip
+
+
+def acceptance_collapses(levels: Sequence[SweepLevel], ratio: float = 0.5) -> list[int]:
+    """Levels whose speculative acceptance fell below `ratio` of the best lower level's."""
+    fallen, best = [], 0.0
+    for level in levels:
+        if level.spec_acceptance is None:
+            continue
+        if best and level.spec_acceptance < ratio * best:
+            fallen.append(level.concurrency)
+        best = max(best, level.spec_acceptance)
+    return fallen
 
 
 def sweep_table(levels: Sequence[SweepLevel]) -> Any:
@@ -95,14 +114,17 @@ def sweep_table(levels: Sequence[SweepLevel]) -> Any:
 
     table = Table(title="soakgate sweep")
     for column in ("concurrency", "n", "tok/s", "clean tok/s", "p50 s", "p95 s", "collapses",
-                   "rate [95% CI]", "errors"):  # fmt: skip
+                   "rate [95% CI]", "errors", "spec accept"):  # fmt: skip
         table.add_column(column, justify="right")
+    fallen = set(acceptance_collapses(levels))
     for level in levels:
         rate = level.collapse_rate
+        accept = "-" if level.spec_acceptance is None else f"{level.spec_acceptance:.0%}"
+        accept += " (collapsed)" if level.concurrency in fallen else ""
         table.add_row(
             str(level.concurrency), str(level.requests), f"{level.tokens_per_s:,.0f}",
             f"{level.clean_tokens_per_s:,.0f}", f"{level.latency_p50_s:.3f}",
             f"{level.latency_p95_s:.3f}", str(level.collapses),
-            f"{rate.rate:.3%} [{rate.ci_low:.3%}, {rate.ci_high:.3%}]", str(level.errors),
+            f"{rate.rate:.3%} [{rate.ci_low:.3%}, {rate.ci_high:.3%}]", str(level.errors), accept,
         )  # fmt: skip
     return table
