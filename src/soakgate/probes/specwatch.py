@@ -105,8 +105,8 @@ async def watch(
         if current is not None and previous is not None:
             latest = window(previous, current)
             reason = collapse_reason(history, latest)
-            record("spec_decode", {"acceptance": latest.acceptance,
-                                   "tokens_per_s": latest.tokens_per_s, "start": latest.start})  # fmt: skip
+            figures = {"acceptance": latest.acceptance, "tokens_per_s": latest.tokens_per_s}
+            record("spec_decode", {**figures, "start": latest.start})
             if reason and low_before and not in_episode:
                 record("spec_decode_collapse", {"reason": reason, "start": latest.start})
                 in_episode = True  # one event per episode, until a window recovers

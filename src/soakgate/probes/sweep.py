@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,7 @@ class SweepLevel:
 
 def saturation_point(levels: Sequence[SweepLevel], min_gain: float = 0.10) -> int | None:
     """The first level past which throughput rises by less than `min_gain` (None: not reached)."""
-    for current, following in zip(levels, levels[1:], strict=False):
+    for current, following in itertools.pairwise(levels):
         if following.tokens_per_s < current.tokens_per_s * (1 + min_gain):
             return current.concurrency
     return None
