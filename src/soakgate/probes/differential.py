@@ -54,7 +54,7 @@ class Baseline:
 
     @property
     def informative(self) -> bool:
-        """True when the reference always repeated itself (so differential verdicts mean something)."""
+        """True when the reference always repeated itself: differential verdicts mean something."""
         return self.pairs > 0 and self.divergent == 0
 
 
