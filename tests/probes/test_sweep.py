@@ -67,3 +67,22 @@ def test_sweep_reports_speculative_acceptance_falling_with_concurrency(
     low, high = (level.spec_acceptance for level in levels)
     assert low is not None and high is not None and low > 0.3 > 0.15 > high
     assert acceptance_collapses(levels) == [16]
+
+
+def test_sweep_runs_are_marked_as_one_sweep(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    from soakgate.store import open_store
+
+    mock = start_mock()
+    base = SoakConfig(
+        targets=[TargetSpec.parse(mock.url)], label="s", request=RequestSpec(max_tokens=4),
+        load=LoadSpec(1, requests=1), db=tmp_path / "s.sqlite",
+    )  # fmt: skip
+    run_sweep(base, [1, 2], requests_per_level=4)
+    store = open_store(tmp_path / "s.sqlite")
+    runs = store.runs()
+    store.close()
+    assert [r.load["concurrency"] for r in runs] == [1, 2]
+    assert len({r.load["sweep"]["id"] for r in runs}) == 1
+    assert runs[0].load["sweep"]["levels"] == [1, 2]

@@ -47,6 +47,7 @@ class SoakConfig:
     campaign: str | None = None
     flush_interval_s: float = 0.5
     labels: dict[str, str] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
     plan: Path | None = None
     until_verdict: bool = False
     watch_metrics: bool = True
@@ -81,7 +82,7 @@ def new_run(config: SoakConfig) -> Run:
         **config.request.to_dict(), "concurrency": config.load.concurrency,
         "requests_per_target": config.load.requests, "duration_s": config.load.duration_s,
         "prompt_order": config.prompt_order, "seed": config.seed,
-        "prompts": len(config.prompts), "store_text": config.store_text,
+        "prompts": len(config.prompts), "store_text": config.store_text, **config.context,
     }  # fmt: skip
     software = {"soakgate": __version__, "python": platform.python_version()}
     return Run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,9 +61,11 @@ def parse_levels(text: str) -> list[int]:
 def run_sweep(base: SoakConfig, levels: Sequence[int], requests_per_level: int) -> list[SweepLevel]:
     """Soak each level in turn (one stored run per level) and summarise it."""
     results = []
+    sweep_id = uuid.uuid4().hex[:8]
     for level in levels:
         load = LoadSpec(level, requests=requests_per_level, grace_s=base.load.grace_s)
-        config = dataclasses.replace(base, load=load, run_id=None)
+        context = {**base.context, "sweep": {"id": sweep_id, "levels": list(levels)}}
+        config = dataclasses.replace(base, load=load, run_id=None, context=context)
         result = run_soak(config)
         results.append(_summarise(config, level, result.run.run_id))
     return results
