@@ -14,13 +14,11 @@ import aiohttp
 import pytest
 
 from soakgate.detectors import DetectorConfig
-from soakgate.load import LoadSpec
-from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.records import Generation
 from soakgate.servers.llamacpp import LlamaCppProcess
-from soakgate.store import open_store
-from soakgate.targets import RequestSpec, TargetSpec
+from soakgate.targets import RequestSpec
 from tests.realservers.helpers import skip_reason
+from tests.soaking import soak_rows
 
 llamacpp_only = pytest.mark.llamacpp
 
@@ -29,17 +27,8 @@ def soak(
     server: LlamaCppProcess, db: Path, request: RequestSpec, requests: int = 8,
     concurrency: int = 4,
 ) -> list[Generation]:  # fmt: skip
-    """One bounded soak through run_soak; the rows as stored in SQLite."""
-    config = SoakConfig(
-        targets=[TargetSpec.parse(server.url)], label="llamacpp", request=request,
-        load=LoadSpec(concurrency=concurrency, requests=requests, grace_s=30), db=db,
-    )  # fmt: skip
-    run_id = run_soak(config).run.run_id
-    store = open_store(db)
-    try:
-        return sorted(store.generations(run_id), key=lambda g: g.seq)
-    finally:
-        store.close()
+    """One bounded soak of the real server; the rows as stored in SQLite."""
+    return soak_rows(server.url, db, request, requests, concurrency, label="llamacpp")
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> Any:

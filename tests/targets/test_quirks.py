@@ -8,19 +8,17 @@ tests/realservers/test_llamacpp.py.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
+from tests.soaking import soak_rows
 
-from soakgate.load import LoadSpec
-from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
 from soakgate.prompts import builtin_prompts
 from soakgate.records import Generation
-from soakgate.store import open_store
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec, discover_model
 
 StartMock = Callable[..., MockProcess]
@@ -29,17 +27,8 @@ StartMock = Callable[..., MockProcess]
 def soak(
     mock: MockProcess, db: Path, request: RequestSpec, requests: int, concurrency: int = 8
 ) -> list[Generation]:
-    """A bounded soak through run_soak; the rows as stored."""
-    config = SoakConfig(
-        targets=[TargetSpec.parse(mock.url)], label="quirk", request=request,
-        load=LoadSpec(concurrency=concurrency, requests=requests, grace_s=10), db=db,
-    )  # fmt: skip
-    run_id = run_soak(config).run.run_id
-    store = open_store(db)
-    try:
-        return sorted(store.generations(run_id), key=lambda g: g.seq)
-    finally:
-        store.close()
+    """A bounded soak of the mock; the rows as stored."""
+    return soak_rows(mock.url, db, request, requests, concurrency, label="quirk", grace_s=10)
 
 
 def test_streams_without_done_are_clean_when_finish_reason_arrives(

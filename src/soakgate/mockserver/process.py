@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import selectors
@@ -18,6 +17,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from soakgate.errors import ServerError
+from soakgate.servers.instance import signal_group
 
 _READY = "soakgate-mock listening on "  # kept equal to serve.READY_PREFIX (no import: no cycle)
 
@@ -143,11 +143,11 @@ class MockProcess:
         if proc is None:
             return None
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(self._stop_grace_s)
             except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
+                signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(self._stop_grace_s)
         if proc.stdout is not None:
             proc.stdout.close()
@@ -171,9 +171,3 @@ class MockProcess:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _signal_group(pid: int, signum: signal.Signals) -> None:
-    """Signal the process group led by `pid` (it was started in its own session)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signum)
