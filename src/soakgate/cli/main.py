@@ -26,7 +26,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The full parser with every discovered command registered."""
-    parser = _Parser(prog="soakgate", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(
+        prog="soakgate",
+        description="Find silent output corruption in LLM inference servers.",
+        epilog="Run `soakgate demo` for a 30 s tour; `soakgate COMMAND --help` for details.",
+    )
     parser.add_argument("--version", action="version", version=f"soakgate {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     package = importlib.import_module("soakgate.cli")
