@@ -12,9 +12,11 @@ DEVICE_LOST = "RuntimeError: UR_RESULT_ERROR_DEVICE_LOST: device lost (injected 
 
 def write_campaign(
     folder: Path, configs: dict[str, str], *, requests: int, order: str = "interleaved",
-    repetitions: int = 1, max_tokens: int = 16, name: str = "t",
+    repetitions: int = 1, max_tokens: int = 16, name: str = "t", token_ids: bool = False,
+    top: str = "", tables: str = "",
 ) -> Path:  # fmt: skip
-    """A two-device CPU campaign of mock servers; `configs` maps label -> mock flags."""
+    """A two-device CPU campaign of mock servers; `configs` maps label -> mock flags; `top` adds
+    top-level keys and `tables` whole tables."""
     entries = "".join(f"[[configs]]\nlabel = {label!r}\nflags = {flags!r}\n\n"
                       for label, flags in configs.items())  # fmt: skip
     text = f"""
@@ -22,6 +24,7 @@ name = "{name}"
 order = "{order}"
 repetitions = {repetitions}
 devices = ["cpu:0", "cpu:1"]
+{top}
 
 [server]
 command = "{MOCK}"
@@ -35,6 +38,7 @@ concurrency = 2
 max_tokens = {max_tokens}
 requests = {requests}
 grace = 5
+token_ids = {str(token_ids).lower()}
 
 [guard]
 interval = 0.1
@@ -42,6 +46,8 @@ health_interval = 0.5
 restart_backoff = 0.1
 max_restarts = 2
 telemetry = false
+
+{tables}
 """
     path = folder / "campaign.toml"
     path.write_text(text)

@@ -11,12 +11,13 @@ from pathlib import Path
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.launch import Launcher, launch_spec, start_all
 from soakgate.campaign.model import Campaign
+from soakgate.campaign.reference import reference_specs, start_differential
 from soakgate.campaign.soakcfg import block_run, soak_config
 from soakgate.campaign.state import next_incarnation
 from soakgate.guard.ledger import FaultLedger, ObservingWriter
 from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
-from soakgate.load.driver import LoadSpec, SoakResult, TargetTally, soak
+from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, soak
 from soakgate.load.preregistration import register_plan
 from soakgate.load.runner import SoakConfig
 from soakgate.prompts import PromptPicker
@@ -59,14 +60,16 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
     config = next(c for c in campaign.configs if c.label == block.label)
     log_dir = ctx.logs / f"{block.index:03d}-{_safe(block.label)}-r{block.repetition}"
     specs = [launch_spec(campaign, config, d, i, log_dir) for i, d in enumerate(campaign.devices)]
+    references = reference_specs(campaign, config, log_dir)
     targets = [TargetSpec(s.url, s.name, model=campaign.server.model or None) for s in specs]
+    target_names = {t.name for t in targets}
     soak_cfg = soak_config(campaign, config, block, targets, ctx.db)
     resumed = run is not None
     run = run or block_run(soak_cfg, campaign, config, block)
     if not resumed and config.plan is not None:  # into the ledger before any request is sent
         register_plan(ctx.store, config.plan, run, [block.label])
     instances = [ServerInstance(s, next_incarnation(ctx.store, run if resumed else None, s.name))
-                 for s in specs]  # fmt: skip
+                 for s in [*specs, *references.values()]]  # fmt: skip
     ledger = FaultLedger()
     writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
     run.status, run.ended_at = "running", None
@@ -79,8 +82,12 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
     result = BlockResult(block, run.run_id, "failed")
     try:
         up = await start_all(launcher, instances)
-        if up:
-            result = await _guarded_soak(ctx, block, run, soak_cfg, launcher, up, ledger)
+        if any(i.name in target_names for i in up):
+            differential = await start_differential(
+                soak_cfg, run, writer, campaign.reference, references, up, launcher.models
+            )
+            result = await _guarded_soak(ctx, block, run, soak_cfg, launcher, up, ledger,
+                                         differential)  # fmt: skip
     finally:  # never leave a server running, whatever happened
         for instance in instances:
             await launcher.stop(instance)
@@ -90,9 +97,10 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
 
 async def _guarded_soak(
     ctx: BlockContext, block: Block, run: Run, cfg: SoakConfig, launcher: Launcher,
-    up: list[ServerInstance], ledger: FaultLedger,
+    up: list[ServerInstance], ledger: FaultLedger, differential: Differential | None = None,
 ) -> BlockResult:  # fmt: skip
-    """Soak the instances that came up, with the guard watching and restarting them."""
+    """Soak the instances that came up (reference instances included), with the guard watching
+    and restarting them; `differential` pairs each target with its reference."""
     writer = launcher.writer
     samplers, notes = _telemetry(ctx.campaign, up)
     for text in notes:
@@ -110,7 +118,7 @@ async def _guarded_soak(
             targets = [
                 TargetSpec(t.url, t.name, model=launcher.models.get(t.name)) for t in targets
             ]
-            result = await _segment(ctx, run, cfg, picker, writer, targets, guard)
+            result = await _segment(ctx, run, cfg, picker, writer, targets, guard, differential)
             _merge(tallies, result.tallies)
             models.update(run.software.get("models", {}))
             run.software["models"] = dict(models)  # a top-up pass covers only some targets
@@ -135,6 +143,7 @@ async def _guarded_soak(
 async def _segment(
     ctx: BlockContext, run: Run, cfg: SoakConfig, picker: PromptPicker,
     writer: BatchWriter, targets: list[TargetSpec], guard: Guard,
+    differential: Differential | None = None,
 ) -> SoakResult:  # fmt: skip
     """One soak pass; the campaign's stop event stops it (the driver sets its own at the end)."""
     stop = asyncio.Event()
@@ -144,6 +153,7 @@ async def _segment(
             run, targets, cfg.request, cfg.load, picker, cfg.detectors, writer,
             store_text=cfg.store_text, stop=stop, on_tick=ctx.on_tick,
             incarnation=guard.incarnation, gate=guard.gate, credit=guard.credit,
+            differential=differential,
         )  # fmt: skip
     finally:
         relay.cancel()

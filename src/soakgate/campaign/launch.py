@@ -22,20 +22,26 @@ from soakgate.targets.client import discover_model
 
 
 def launch_spec(
-    campaign: Campaign, config: ConfigEntry, device: Device, position: int, log_dir: Path
-) -> LaunchSpec:
-    """The instance of `config` on `device`: rendered argv, pinned environment, port, logs."""
+    campaign: Campaign, config: ConfigEntry, device: Device, position: int, log_dir: Path,
+    instance: str | None = None,
+) -> LaunchSpec:  # fmt: skip
+    """The instance of `config` on `device`: rendered argv, pinned environment, port, logs.
+
+    `instance` names it (target name, log file, `{instance}`) when it is not the device's own
+    instance, e.g. a reference instance sharing the device; `position` picks its base_port slot.
+    """
     server = campaign.server
+    name = instance or device.name
     port = server.base_port + position if server.base_port else free_port(server.host)
     values = {
         "model": server.model, "port": str(port), "flags": config.flags,
         "device": device.index, "python": sys.executable, "log_dir": str(log_dir),
         "campaign_dir": str(log_dir.parent),
-        "label": config.label, "instance": device.name, "host": server.host,
+        "label": config.label, "instance": name, "host": server.host,
     }  # fmt: skip
     host = f"[{server.host}]" if ":" in server.host else server.host
     return LaunchSpec(
-        name=device.name, argv=render_command(server.command, values),
+        name=name, argv=render_command(server.command, values),
         env={**server.env, **config.env, **device.env()}, url=f"http://{host}:{port}",
         log_dir=log_dir, health_paths=server.health_paths, stop_grace_s=server.stop_grace_s,
     )  # fmt: skip

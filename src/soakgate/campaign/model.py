@@ -100,7 +100,10 @@ class Campaign:
     repetitions: int = 1
     """How many blocks each configuration gets."""
     reference: str | None = None
-    """Label of the reference configuration for the differential check (stored; not run yet)."""
+    """Label of the reference configuration: every other config's blocks also start one instance
+    of it per device, and a sampled share of requests is compared with it token by token."""
+    reference_fraction: float = 0.03
+    """Share of requests sent greedy to both the target and its reference (`[differential]`)."""
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -130,14 +133,18 @@ def campaign_from_dict(data: dict[str, Any], path: Path, sha256: str = "") -> Ca
         _config(Table(c, f"configs[{i}]"), base, default_bound) for i, c in enumerate(entries)
     )
     guard = _guard(top.table("guard"))
+    differential = top.table("differential")
     campaign = Campaign(
         name=top.text("name", path.stem), path=path, sha256=sha256, server=server,
         devices=devices, configs=configs, load=load, guard=guard,
         order=top.choice("order", ORDERS, "interleaved"),
         repetitions=top.integer("repetitions", 1, minimum=1),
         reference=top.optional_str("reference"),
+        reference_fraction=_fraction(differential),
     )  # fmt: skip
     top.done()
+    if differential.data and campaign.reference is None:
+        raise ConfigError('[differential] needs a reference config, e.g. reference = "eager"')
     _check(campaign)
     return campaign
 
@@ -156,6 +163,15 @@ def _check(campaign: Campaign) -> None:
         raise ConfigError(f"reference {campaign.reference!r} is not a config label")
     if not campaign.name or any(c in campaign.name for c in "/\\:"):
         raise ConfigError(f"name {campaign.name!r} must be non-empty without / \\ or :")
+
+
+def _fraction(table: Table) -> float:
+    """The `[differential]` table's sampled share of requests, in (0, 1]."""
+    fraction = table.number("fraction", 0.03)
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"differential: fraction must be in (0, 1], not {fraction:g}")
+    table.done()
+    return fraction
 
 
 def _server(table: Table) -> ServerTemplate:

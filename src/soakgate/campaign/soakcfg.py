@@ -53,6 +53,7 @@ def soak_config(
         db=db, prompts=prompts, prompt_order=load.prompt_order, seed=load.prompt_seed,
         detectors=DetectorConfig(char_run_threshold=load.char_run_threshold),
         store_text=load.store_text, campaign=block.block_id,
+        reference_fraction=campaign.reference_fraction,
     )  # fmt: skip
 
 
@@ -64,7 +65,7 @@ def block_run(cfg: SoakConfig, campaign: Campaign, config: ConfigEntry, block: B
         "repetition": block.repetition, "order": campaign.order, "flags": config.flags,
         "env": config.env, "server_command": campaign.server.command,
         "model": campaign.server.model, "devices": [d.name for d in campaign.devices],
-        "reference": campaign.reference,
+        "reference": campaign.reference, "reference_fraction": campaign.reference_fraction,
     }  # fmt: skip
     if config.plan is not None:
         context["plan"] = str(config.plan)
@@ -82,4 +83,3 @@ def _read_plan(path: Path) -> Any:
         raise
     except Exception as exc:  # the plan module is another stage's; translate at the boundary
         raise ConfigError(f"cannot read plan {path}: {exc}") from None
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from typing import Any
@@ -101,7 +101,8 @@ class _Shared:
     incarnation: Callable[[str], int] = lambda target: 0
     gate: Callable[[str], Awaitable[bool]] | None = None
     credit: Callable[[str], int] = lambda target: 0
-    reference: OpenAIClient | None = None
+    references: dict[str, OpenAIClient] = field(default_factory=dict)
+    """Target name -> the client its sampled greedy requests are compared against."""
     reference_fraction: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
     on_generation: Callable[[Generation], None] | None = None
@@ -111,10 +112,18 @@ class _Shared:
 class Differential:
     """Send a sampled fraction of requests, greedy, to a reference too and store the divergence."""
 
-    reference: TargetSpec
-    """The reference configuration's server (e.g. the eager build)."""
+    reference: TargetSpec | None
+    """The reference configuration's server (e.g. the eager build), for targets not in
+    `per_target`."""
     fraction: float = 0.03
     """Share of requests sampled (reproducibly, by sequence number)."""
+    per_target: Mapping[str, TargetSpec] = field(default_factory=dict)
+    """Target name -> its own reference (a campaign pairs each device with a reference instance
+    on the same device)."""
+
+    def reference_for(self, target: str) -> TargetSpec | None:
+        """The reference a target is compared against (None: that target is not compared)."""
+        return self.per_target.get(target, self.reference)
 
 
 async def soak(
@@ -162,7 +171,7 @@ async def soak(
     try:
         clients = [await _client(sessions[t.name], t) for t in targets]
         if differential is not None:
-            shared.reference = await _client(sessions[""], differential.reference)
+            shared.references = await _reference_clients(sessions[""], differential, targets)
         run.software["models"] = {c.target.name: c.model for c in clients}
         writer.store.save_run(run)
         ticker = asyncio.create_task(_tick(shared, on_tick, started))
@@ -180,6 +189,21 @@ async def _client(session: aiohttp.ClientSession, target: TargetSpec) -> OpenAIC
     """A client for one target, discovering its model name when not given."""
     model = target.model or await discover_model(session, target)
     return OpenAIClient(session, target, model)
+
+
+async def _reference_clients(
+    session: aiohttp.ClientSession, differential: Differential, targets: list[TargetSpec]
+) -> dict[str, OpenAIClient]:
+    """Each compared target's reference client (one client, one discovery per reference)."""
+    made: dict[TargetSpec, OpenAIClient] = {}
+    clients: dict[str, OpenAIClient] = {}
+    for target in targets:
+        spec = differential.reference_for(target.name)
+        if spec is not None:
+            if spec not in made:
+                made[spec] = await _client(session, spec)
+            clients[target.name] = made[spec]
+    return clients
 
 
 async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
@@ -233,16 +257,17 @@ async def _worker(shared: _Shared, client: OpenAIClient) -> None:
         prompt = shared.picker.pick(seq)
         request_id = f"{shared.run.run_id}-{seq}"
         outcome = Outcome(started_at=time.time())
-        sampled = shared.reference is not None and is_sampled(seq, shared.reference_fraction)
+        reference = shared.references.get(name)
+        sampled = reference is not None and is_sampled(seq, shared.reference_fraction)
         spec = greedy(shared.spec) if sampled else shared.spec
         divergence: int | None = None
         tally.in_flight += 1
         try:
             await client.generate(prompt, spec, request_id, outcome)
-            if sampled and outcome.error_class is None and shared.reference is not None:
-                reference = await shared.reference.generate(prompt, spec, f"{request_id}-ref")
-                if reference.error_class is None:
-                    divergence = outcome_divergence(outcome, reference)
+            if sampled and outcome.error_class is None and reference is not None:
+                answer = await reference.generate(prompt, spec, f"{request_id}-ref")
+                if answer.error_class is None:
+                    divergence = outcome_divergence(outcome, answer)
         except asyncio.CancelledError:
             _store(shared, outcome, name, seq, prompt, request_id)
             raise
