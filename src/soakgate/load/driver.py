@@ -7,10 +7,10 @@ Every response is scored and handed to a BatchWriter; nothing is summarised away
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-
 from typing import Any
 
 import aiohttp
@@ -158,7 +158,8 @@ async def soak(
     shared = _Shared(
         run=run, spec=spec, load=load, picker=picker, detectors=detectors, store_text=store_text,
         writer=writer, deadline=started + load.duration_s if load.duration_s else float("inf"),
-        stop=stop or asyncio.Event(), next_seq=max((c.next_seq for c in counts.values()), default=0),
+        stop=stop or asyncio.Event(),
+        next_seq=max((c.next_seq for c in counts.values()), default=0),
         issued={t.name: counts[t.name].requests if t.name in counts else 0 for t in targets},
         tallies={t.name: TargetTally(t.name) for t in targets},
         incarnation=incarnation or (lambda target: 0), gate=gate,
@@ -311,10 +312,8 @@ def _next_backoff(backoff: float, error_class: str | None) -> float:
 
 async def _pause(shared: _Shared, seconds: float) -> None:
     """Sleep, but wake at once when the soak is stopped."""
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(shared.stop.wait(), timeout=seconds)
-    except TimeoutError:
-        pass
 
 
 async def _tick(
