@@ -43,7 +43,7 @@ def planned_requests(plan: Plan) -> int:
 
 @dataclass(slots=True)
 class SequentialMonitor:
-    """Collects each arm's time-ordered collapse flags and judges the plan's looks as data arrive."""
+    """Collects each arm's time-ordered collapse flags; judges the plan's looks as data arrive."""
 
     plan: Plan
     stop: asyncio.Event

@@ -34,7 +34,7 @@ def progress_table(
 
 
 def summary_table(label: str, tallies: Mapping[str, TargetTally], elapsed_s: float) -> Table:
-    """The end-of-soak table: label | target | n | tok/s | clean tok/s | collapses | rate | errors."""
+    """The end-of-soak table: label, target, n, tok/s, clean tok/s, collapses, rate, errors."""
     table = Table(title="soakgate summary")
     columns = ("label", "target", "n", "tok/s", "clean tok/s", "collapses", "rate", "errors")
     for column in columns:

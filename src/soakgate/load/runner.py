@@ -1,4 +1,4 @@
-"""`run_soak`: open the store, create or resume the run, drive the soak, close everything cleanly."""
+"""`run_soak`: open the store, create or resume the run, drive the soak, close everything."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from soakgate.errors import UsageError
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.probes.differential import Baseline, measure_baseline
-from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.probes.specwatch import watch
+from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Event, Run
 from soakgate.stats.plan import Plan
 from soakgate.store import BatchWriter, Store, open_store
