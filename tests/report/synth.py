@@ -45,10 +45,14 @@ def add_run(
     requests_asked: int | None = None,
     pause_at: int | None = None,
     pause_s: float = 0.0,
+    latency_s: float = 0.5,
+    load: dict[str, object] | None = None,
+    divergence: dict[int, int] | None = None,
 ) -> Run:
     """Store one run on one target: generation i collapses when collapses[i] (unless errored)."""
     run_id = run_id or f"{label}-{target}-{int(start)}"
-    run = Run(run_id, label, [target], start, load={"requests_per_target": requests_asked},
+    load = {"requests_per_target": requests_asked, **(load or {})}
+    run = Run(run_id, label, [target], start, load=load,
               status="completed", ended_at=start + len(collapses) * step_s + pause_s)  # fmt: skip
     store.save_run(run)
     rows, errors, texts = [], errors or {}, texts or {}
@@ -59,11 +63,12 @@ def add_run(
         rows.append(Generation(
             run_id=run_id, request_id=f"{run_id}-{i}", target=target, label=label, seq=i,
             prompt_id="p0", endpoint="completions", stream=True, started_at=at,
-            ended_at=at + 0.5, completion_tokens=None if error else 32,
+            ended_at=at + latency_s, completion_tokens=None if error else 32,
             error_class=error, text=None if error else text,
             flags=["char_run"] if bad and not error else [],
             scores={"char_run": 120.0 if bad else 1.0},
             details={"char_run": {"char": "!"}} if bad and not error else {},
+            reference_divergence=(divergence or {}).get(i),
         ))  # fmt: skip
     store.add(rows, events)
     return run

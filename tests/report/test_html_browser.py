@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 from tests.report.chromium import Chromium, find_chromium
+from tests.report.synth import add_run, bernoulli
 from tests.report.test_html import PAYLOAD, hostile_store
+from tests.report.test_probes import look_events, spec_events, sweep_store
 
 from soakgate.report.api import default_comparisons
 from soakgate.report.html import render_html
@@ -53,6 +55,31 @@ def test_report_renders_without_errors_and_runs_no_injected_script(
     assert values["summary_rows"] == len(analysis.units)
     assert values["images"] == values["figures"] == 4  # forest, two timelines, throughput
     assert values["exemplar"].startswith(PAYLOAD)  # shown as text, verbatim
+
+
+def test_probe_sections_render_without_errors(browser: Chromium, tmp_path: Path) -> None:
+    store = sweep_store()
+    divergence = {i: (i % 7 if i % 5 == 0 else -1) for i in range(0, 400, 2)}
+    add_run(store, "graph", "gpu1", bernoulli(400, 0.0, 9), run_id="graph-gpu1",
+            events=[*spec_events("graph-gpu1", "gpu1"), *look_events("graph-gpu1")],
+            divergence=divergence)  # fmt: skip
+    options = ClusteringOptions(gap_permutations=0, hmm_replicates=0)
+    analysis = analyze(store, options, clustering=False)
+    page = tmp_path / "probes.html"
+    page.write_text(render_html(analysis, title="probes"))
+    probes = {
+        **PROBES,
+        "sections": "['differential', 'sweeps', 'spec-decode', 'spec-collapses', 'looks']"
+        ".filter(id => document.getElementById(id)).length",
+        "look_rows": "document.querySelectorAll('#looks-table tbody tr').length",
+    }
+    result = browser.load(page.as_uri(), probes)
+    assert result.problems == []
+    values = result.values
+    assert values["pwned"] is False and values["scripts"] == 0 and values["handlers"] == 0
+    assert values["sections"] == 5 and values["look_rows"] == 2
+    # forest, two timelines, throughput, the sweep and one acceptance plot: all decoded
+    assert values["images"] == values["figures"] == 6
 
 
 def test_harness_sees_script_execution_and_console_errors(

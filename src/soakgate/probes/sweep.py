@@ -14,6 +14,7 @@ import numpy as np
 from soakgate.errors import UsageError
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.records import Event, Generation
 from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.store import open_store
 
@@ -72,15 +73,21 @@ def run_sweep(base: SoakConfig, levels: Sequence[int], requests_per_level: int) 
 
 
 def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
-    """Read one level's rows back and compute its figures over the span of its requests."""
+    """Read one level's rows and events back and summarise them."""
     store = open_store(config.db)
     try:
         rows = list(store.generations(run_id))
-        windows = [
-            e.data.get("acceptance") for e in store.events(run_id) if e.kind == "spec_decode"
-        ]
+        events = list(store.events(run_id))
     finally:
         store.close()
+    return summarise_level(level, run_id, rows, events)
+
+
+def summarise_level(
+    level: int, run_id: str, rows: Sequence[Generation], events: Sequence[Event]
+) -> SweepLevel:
+    """One level's figures over the span of its requests (pure: the report reuses it)."""
+    windows = [e.data.get("acceptance") for e in events if e.kind == "spec_decode"]
     accepted = [float(a) for a in windows if isinstance(a, int | float)]
     clean = [g for g in rows if g.ok]
     collapses = sum(g.collapsed for g in clean)

@@ -69,7 +69,7 @@ def default_comparisons(
     analysis: Analysis, options: ClusteringOptions | None
 ) -> list[ComparisonReport]:
     """Every label against the first one (Holm), when all labels are the same kind of unit."""
-    from soakgate.report.comparisons import compare_baseline, unit_mismatch
+    from soakgate.report.comparisons import attach_differential, compare_baseline, unit_mismatch
 
     labels = analysis.labels
     if len(labels) < 2:
@@ -79,7 +79,9 @@ def default_comparisons(
         return []
     if any(unit_mismatch(arms[0], a) for a in arms[1:] if a is not None and arms[0] is not None):
         return []
-    return compare_baseline(analysis, labels[0], options)
+    reports = compare_baseline(analysis, labels[0], options)
+    attach_differential(analysis, reports, options)
+    return reports
 
 
 def compare(
@@ -94,7 +96,12 @@ def compare(
 ) -> str:
     """The text `soakgate compare` prints: one pair, a --baseline family, or a --plan's rule."""
     from soakgate.report.compare_text import render_comparison
-    from soakgate.report.comparisons import compare_baseline, compare_units, compare_with_plan
+    from soakgate.report.comparisons import (
+        attach_differential,
+        compare_baseline,
+        compare_units,
+        compare_with_plan,
+    )
 
     analysis = load_analysis(db, options, clustering=False)
     if plan is not None:
@@ -109,6 +116,7 @@ def compare(
         if not a or not b:
             raise UsageError("give two arms A B (LABEL or LABEL@TARGET), --baseline or --plan")
         reports = [compare_units(analysis, a, b, options, allow_unit_mismatch, alpha)]
+    attach_differential(analysis, reports, options)
     text = "\n\n".join(render_comparison(r) for r in reports)
     if baseline is not None:
         text = (

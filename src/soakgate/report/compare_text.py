@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 
-from soakgate.report.comparisons import MISMATCH_LABEL, ComparisonReport
+from soakgate.report.comparisons import (
+    MISMATCH_LABEL,
+    ComparisonReport,
+    DifferentialComparison,
+)
 from soakgate.report.tables import percent
 from soakgate.stats.clustering import ClusteringResult
 from soakgate.stats.rates import RateSummary
@@ -59,6 +63,27 @@ def verdict_line(report: ComparisonReport) -> str:
     return f"verdict: {word} ({c.verdict_test} p = {c.p_value:.4g}, alpha {c.alpha})"
 
 
+def differential_lines(differential: DifferentialComparison) -> list[str]:
+    """The divergence-rate comparison; never a finding when a reference baseline was not clean."""
+    c = differential.comparison
+    lines = [
+        "  differential check (greedy rows against each arm's reference; rate = divergent share):",
+        "    " + rate_line(f"A {c.labels[0]}", c.a),
+        "    " + rate_line(f"B {c.labels[1]}", c.b),
+        f"    difference B-A: {percent(c.difference)} "
+        f"[{percent(c.difference_ci[0])}, {percent(c.difference_ci[1])}]",
+        *[f"    {test_line(t)}" for t in c.tests.values()],
+        f"    verdict test: {c.verdict_test}, because {c.reason}",
+    ]
+    if differential.uninformative:
+        lines.append("    differential verdict: UNINFORMATIVE, no finding ("
+                     + "; ".join(differential.uninformative) + ")")  # fmt: skip
+    else:
+        word = "DIFFER" if c.significant else "no significant difference"
+        lines.append(f"    differential verdict: {word} ({c.verdict_test} p = {c.p_value:.4g})")
+    return lines
+
+
 def render_comparison(report: ComparisonReport) -> str:
     """Everything `compare` prints for one pair of arms."""
     c = report.comparison
@@ -86,6 +111,8 @@ def render_comparison(report: ComparisonReport) -> str:
             "  plan deviations: none"
         ]
     lines += [f"  {note}" for note in report.notes]
+    if report.differential is not None:
+        lines += differential_lines(report.differential)
     if report.mismatch:
         lines.append(f"*** {MISMATCH_LABEL} ***")
     return "\n".join(lines)

@@ -19,6 +19,16 @@ from soakgate.stats.plan import Decision, Plan
 MISMATCH_LABEL = "UNIT MISMATCH (allowed by --allow-unit-mismatch): not a like-for-like comparison"
 
 
+@dataclass(frozen=True, slots=True)
+class DifferentialComparison:
+    """Divergence rates of two arms against their references, compared like collapse rates."""
+
+    comparison: Comparison
+    """Divergent / compared per arm, with the same tests as collapse rates."""
+    uninformative: tuple[str, ...]
+    """Why the verdict is no finding (an arm's reference baseline was not clean); empty if none."""
+
+
 @dataclass(slots=True)
 class ComparisonReport:
     """One comparison as shown: the statistics plus what is questionable about it."""
@@ -37,6 +47,8 @@ class ComparisonReport:
     """The plan's verdict, with --plan."""
     notes: list[str] = field(default_factory=list)
     """Other lines worth printing (e.g. which ledger entry registered the plan)."""
+    differential: DifferentialComparison | None = None
+    """The arms' differential-check divergence rates compared, when both have compared rows."""
 
 
 def parse_arm(spec: str) -> tuple[str, str | None]:
@@ -182,3 +194,34 @@ def compare_with_plan(
     decision = apply_decision(plan, comparison, _earlier_looks(analysis, plan, (a, b)))
     notes = [f"plan {digest[:12]}... registered in ledger entries {[e.index for e in used]}"]
     return ComparisonReport(comparison, (a, b), why, decision=decision, notes=notes)
+
+
+def compare_divergence(
+    analysis: Analysis, a: Unit, b: Unit, alpha: float = 0.05,
+    options: ClusteringOptions | None = None,
+) -> DifferentialComparison | None:  # fmt: skip
+    """Compare the arms' divergence rates when both sent greedy rows to a reference."""
+    from soakgate.report.probes import differential_unit
+    from soakgate.stats.compare import compare_arms
+
+    options = options or ClusteringOptions()
+    left, right = differential_unit(analysis, a), differential_unit(analysis, b)
+    if left is None or right is None or not left.compared or not right.compared:
+        return None
+    arms = [Arm(u.name, u.divergent, u.compared, u.sequence) for u in (left, right)]
+    comparison = compare_arms(
+        arms[0], arms[1], alpha, window=options.window,
+        gap_permutations=options.gap_permutations, hmm_replicates=options.hmm_replicates,
+        seed=options.seed,
+    )  # fmt: skip
+    why = tuple(f"{u.name}: {u.verdict}" for u in (left, right) if not u.informative)
+    return DifferentialComparison(comparison, why)
+
+
+def attach_differential(
+    analysis: Analysis, reports: Sequence[ComparisonReport], options: ClusteringOptions | None
+) -> None:
+    """Add the differential comparison to every report whose arms both have compared rows."""
+    for report in reports:
+        a, b = report.units
+        report.differential = compare_divergence(analysis, a, b, report.comparison.alpha, options)

@@ -1,4 +1,4 @@
-"""Figures of the HTML report as SVG data URIs: forest plot, collapse timelines, throughput.
+"""Figures of the HTML report as SVG data URIs: forest plot, timelines, throughput, probes.
 
 Data URIs keep the report one self-contained file, and an SVG shown through <img> cannot
 run script, so labels and target names inside figures cannot inject anything.
@@ -18,6 +18,8 @@ from soakgate.report.model import Analysis, Unit
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+    from soakgate.report.probes import SpecSeries, Sweep
 
 COLLAPSE = "#d62728"
 ERROR = "#ff7f0e"
@@ -153,4 +155,63 @@ def throughput(analysis: Analysis, bins: int = 60) -> str | None:
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="lower right", ncols=2)
     axes.spines[["top", "right"]].set_visible(False)
+    return to_data_uri(figure)
+
+
+def sweep_plot(sweep: Sweep) -> str:
+    """Throughput (tok/s, clean tok/s) and collapse rate with exact 95% CI against concurrency;
+    the saturation point as a dashed line."""
+    levels = sweep.levels
+    x = np.array([level.concurrency for level in levels], dtype=float)
+    figure = _figure(10.0, 3.0)
+    speed, rate = figure.subplots(1, 2)
+    speed.plot(x, [lv.tokens_per_s for lv in levels], "o-", color=_PALETTE[0], label="tok/s")
+    clean = [lv.clean_tokens_per_s for lv in levels]
+    speed.plot(x, clean, "s--", color=_PALETTE[2], label="clean tok/s")
+    speed.set_ylabel("completion tok/s")
+    speed.set_ylim(bottom=0.0)
+    speed.legend(fontsize=8, loc="lower right")
+    scored = [lv for lv in levels if lv.requests > lv.errors]
+    middle = np.array([100 * lv.collapse_rate.rate for lv in scored])
+    low = middle - np.array([100 * lv.collapse_rate.ci_low for lv in scored])
+    high = np.array([100 * lv.collapse_rate.ci_high for lv in scored]) - middle
+    rate.errorbar([lv.concurrency for lv in scored], middle, yerr=[low, high], fmt="o",
+                  color=COLLAPSE, capsize=3)  # fmt: skip
+    rate.set_ylabel("collapse rate, % (exact 95% CI)")
+    rate.set_ylim(bottom=0.0)
+    for axes in (speed, rate):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(x, [str(int(v)) for v in x])
+        axes.set_xlabel("concurrency")
+        axes.grid(alpha=0.3)
+        axes.spines[["top", "right"]].set_visible(False)
+        if sweep.saturation is not None:
+            axes.axvline(sweep.saturation, color=EVENT, ls="--", lw=1.2)
+    figure.suptitle(f"sweep {sweep.sweep_id}: saturation point {sweep.saturation or 'not reached'}",
+                    fontsize=10)  # fmt: skip
+    return to_data_uri(figure)
+
+
+def acceptance_plot(target: str, series: list[SpecSeries]) -> str:
+    """Speculative-decoding acceptance per scrape window over time, one line per run, collapses
+    marked as red dashed lines."""
+    points = [p for s in series for p in s.points]
+    origin = min(t for t, _, _ in points)
+    scale, unit_name = time_scale(max(t for t, _, _ in points) - origin)
+    figure = _figure(10.0, 2.4)
+    axes = figure.add_subplot()
+    for index, s in enumerate(series):
+        times = [(t - origin) / scale for t, a, _ in s.points if a is not None]
+        shown = [100 * a for _, a, _ in s.points if a is not None]
+        axes.plot(times, shown, ".-", lw=1.2, color=_PALETTE[index % len(_PALETTE)],
+                  label=f"{s.label} ({s.run_id})")  # fmt: skip
+        for collapse in s.collapses:
+            axes.axvline((collapse.at - origin) / scale, color=COLLAPSE, ls="--", lw=1.2)
+    axes.set_ylim(0.0, 100.0)
+    axes.set_ylabel("acceptance, %")
+    axes.set_xlabel(f"{unit_name} since the first window")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="upper right", ncols=2)
+    axes.spines[["top", "right"]].set_visible(False)
+    figure.suptitle(f"{target}: speculative-decoding acceptance", fontsize=10)
     return to_data_uri(figure)

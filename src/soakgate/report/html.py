@@ -20,11 +20,14 @@ from soakgate.report.model import Analysis, Unit
 from soakgate.report.tables import HEADERS, display_rows
 
 EXEMPLARS_PER_UNIT = 3
-EXEMPLAR_CHARS = 1200
+EXEMPLAR_CHARS = 1200  # enough to see the collapse, short enough to keep the file small
 # Bookkeeping events stay in the events table but would only clutter the timelines.
 QUIET_EVENTS = frozenset(
-    {"ended", "started", "telemetry", "note", "spec_decode_absent"}
-)  # enough to see the collapse, short enough to keep the file small
+    {"ended", "started", "telemetry", "note", "spec_decode_absent", "spec_decode",
+     "reference_baseline"}
+)  # fmt: skip
+# Spec-decode windows arrive every few seconds for hours: they are plotted, not listed.
+PLOTTED_EVENTS = frozenset({"spec_decode"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,44 @@ def _event_rows(analysis: Analysis) -> list[dict[str, str]]:
             "data": json.dumps(e.data, sort_keys=True, default=str)[:400],
         }
         for e in analysis.events
+        if e.kind not in PLOTTED_EVENTS
     ]  # fmt: skip
+
+
+def _probe_context(analysis: Analysis) -> dict[str, Any]:
+    """Tables, verdict lines and figures of the differential check, sweeps, spec-decode, looks."""
+    from soakgate.report import figures
+    from soakgate.report import probe_tables as pt
+    from soakgate.report.probes import Probes, SpecSeries
+
+    probes = analysis.probes or Probes()
+    by_target: dict[str, list[SpecSeries]] = {}
+    for series in probes.spec:
+        if series.accepted:
+            by_target.setdefault(series.target, []).append(series)
+    sweeps = [
+        {"title": pt.sweep_title(s), "verdict": pt.sweep_verdict(s), "uri": figures.sweep_plot(s),
+         "rows": [pt.level_cells(lv, lv.concurrency in s.acceptance_collapses) for lv in s.levels]}
+        for s in probes.sweeps
+    ]  # fmt: skip
+    return {
+        "differential": {
+            "headers": pt.DIFFERENTIAL_HEADERS,
+            "rows": [pt.differential_cells(d) for d in probes.differential],
+            "uninformative": [d.name for d in probes.differential if not d.informative],
+        },
+        "sweeps": {"headers": pt.SWEEP_HEADERS, "found": sweeps},
+        "spec": {
+            "collapses": [c.line() for c in probes.spec_collapses],
+            "lines": pt.spec_lines(probes),
+            "absent": probes.spec_absent,
+            "plots": [
+                {"target": t, "uri": figures.acceptance_plot(t, group)}
+                for t, group in by_target.items()
+            ],
+        },
+        "looks": {"headers": pt.LOOK_HEADERS, "rows": [pt.look_cells(x) for x in probes.looks]},
+    }
 
 
 def render_html(
@@ -144,6 +184,7 @@ def render_html(
         events=_event_rows(analysis),
         exemplars=exemplars(analysis),
         units=[u for u in analysis.units if not u.aggregate],
+        probes=_probe_context(analysis),
     )
 
 

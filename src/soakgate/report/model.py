@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ from soakgate.records import Event, Generation, Run
 from soakgate.stats.clustering import ClusteringResult
 from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.store.base import LedgerEntry, Store
+
+if TYPE_CHECKING:
+    from soakgate.report.probes import Probes
 
 BoolArray = npt.NDArray[np.bool_]
 AGGREGATE = "(all targets)"  # target name shown for a label's aggregate row
@@ -138,6 +142,8 @@ class Analysis:
     """Generations per (label, target) in time order, for figures and exemplars."""
     warnings: list[str] = field(default_factory=list)
     """Methodology warnings, one line each."""
+    probes: Probes | None = None
+    """Differential check, sweeps, speculative-decoding watch and sequential looks."""
 
     def unit(self, label: str, target: str | None = None) -> Unit | None:
         """The unit `label@target`, or the label's aggregate (or its only unit) without target."""
@@ -236,6 +242,7 @@ def analyze(
 ) -> Analysis:
     """Read a store into units, aggregates, clustering verdicts and methodology warnings."""
     from soakgate.report.checks import methodology_warnings
+    from soakgate.report.probes import find_probes
 
     options = options or ClusteringOptions()
     runs = store.runs()
@@ -256,4 +263,5 @@ def analyze(
     flat = {key: [g for rows in by.values() for g in rows] for key, by in grouped.items()}
     analysis = Analysis(units, runs, store.events(), store.ledger(), flat)
     analysis.warnings = methodology_warnings(analysis)
+    analysis.probes = find_probes(analysis)
     return analysis

@@ -103,14 +103,41 @@ def render_table(analysis: Analysis, width: int = 200) -> str:
     console.print(table)
     for line in analysis.warnings:
         console.print(f"warning: {line}", markup=False, highlight=False)
+    if analysis.probes is not None:
+        _print_probes(analysis, console)
     return console.export_text()
 
 
+def _print_probes(analysis: Analysis, console: Any) -> None:
+    """Differential check, sweeps, looks, and speculative-decoding collapses as alerts."""
+    from rich.table import Table
+
+    from soakgate.report.probe_tables import probe_sections, spec_lines
+
+    assert analysis.probes is not None
+    for title, headers, rows, note in probe_sections(analysis.probes):
+        table = Table(title=title)
+        for header in headers:
+            table.add_column(header, overflow="fold")
+        for cells in rows:
+            table.add_row(*cells)
+        console.print(table)
+        if note:
+            console.print(note, markup=False, highlight=False)
+    for line in spec_lines(analysis.probes):
+        console.print(f"spec-decode: {line}", markup=False, highlight=False)
+    for collapse in analysis.probes.spec_collapses:
+        console.print(f"ALERT: {collapse.line()}", markup=False, highlight=False)
+
+
 def render_json(analysis: Analysis) -> str:
-    """Rows, warnings and events as one JSON document."""
+    """Rows, warnings, probe findings and events as one JSON document."""
+    from soakgate.report.probe_tables import probes_json
+
     document = {
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
+        "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
         "events": [
             {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
             for e in analysis.events
@@ -142,7 +169,29 @@ def render_markdown(analysis: Analysis) -> str:
     if analysis.warnings:
         lines += ["", "**Methodology warnings**", ""]
         lines += [f"- {_md_cell(w)}" for w in analysis.warnings]
+    if analysis.probes is not None:
+        lines += _markdown_probes(analysis)
     return "\n".join(lines) + "\n"
+
+
+def _markdown_probes(analysis: Analysis) -> list[str]:
+    from soakgate.report.probe_tables import probe_sections, spec_lines
+
+    assert analysis.probes is not None
+    lines: list[str] = []
+    collapses = analysis.probes.spec_collapses
+    if collapses:
+        lines += ["", "**Speculative-decoding collapses**", ""]
+        lines += [f"- {_md_cell(c.line())}" for c in collapses]
+    for title, headers, rows, note in probe_sections(analysis.probes):
+        lines += ["", f"**{_md_cell(title)}**", "", "| " + " | ".join(headers) + " |"]
+        lines.append("|" + "---|" * len(headers))
+        lines += ["| " + " | ".join(_md_cell(c) for c in cells) + " |" for cells in rows]
+        lines += ["", _md_cell(note)] if note else []
+    spec = spec_lines(analysis.probes)
+    if spec:
+        lines += ["", "**Speculative-decoding watch**", ""] + [f"- {_md_cell(x)}" for x in spec]
+    return lines
 
 
 RENDERERS = {
