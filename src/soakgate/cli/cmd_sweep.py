@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     levels = parse_levels(args.concurrency)
     args.concurrency, args.requests = levels[0], args.requests_per_level
     config = soak_config(args, args.target)
-    results = run_sweep(config, levels, args.requests_per_level)
+    results = run_sweep(config, levels, args.requests_per_level, args.min_gain)
     console = wide_console()
     console.print(sweep_table(results))
     point = saturation_point(results, args.min_gain)

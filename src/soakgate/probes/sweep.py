@@ -59,13 +59,16 @@ def parse_levels(text: str) -> list[int]:
     return levels
 
 
-def run_sweep(base: SoakConfig, levels: Sequence[int], requests_per_level: int) -> list[SweepLevel]:
+def run_sweep(
+    base: SoakConfig, levels: Sequence[int], requests_per_level: int, min_gain: float = 0.10
+) -> list[SweepLevel]:
     """Soak each level in turn (one stored run per level) and summarise it."""
     results = []
     sweep_id = uuid.uuid4().hex[:8]
     for level in levels:
         load = LoadSpec(level, requests=requests_per_level, grace_s=base.load.grace_s)
-        context = {**base.context, "sweep": {"id": sweep_id, "levels": list(levels)}}
+        sweep = {"id": sweep_id, "levels": list(levels), "min_gain": min_gain}
+        context = {**base.context, "sweep": sweep}
         config = dataclasses.replace(base, load=load, run_id=None, context=context)
         result = run_soak(config)
         results.append(_summarise(config, level, result.run.run_id))

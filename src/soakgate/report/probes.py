@@ -227,12 +227,14 @@ def _sweeps(analysis: Analysis, rows_by_run: dict[str, list[Generation]]) -> lis
     grouped: dict[str, list[tuple[int, str]]] = {}
     labels: dict[str, str] = {}
     targets: dict[str, set[str]] = {}
+    gains: dict[str, float] = {}
     for run in analysis.runs:
         sweep, level = run.load.get("sweep"), run.load.get("concurrency")
         if not isinstance(sweep, dict) or "id" not in sweep or not isinstance(level, int):
             continue
         grouped.setdefault(str(sweep["id"]), []).append((level, run.run_id))
         labels.setdefault(str(sweep["id"]), run.label)
+        gains.setdefault(str(sweep["id"]), float(sweep.get("min_gain", SATURATION_GAIN)))
         targets.setdefault(str(sweep["id"]), set()).update(run.targets)
     events: dict[str, list[Event]] = {}
     for e in analysis.events:
@@ -243,7 +245,8 @@ def _sweeps(analysis: Analysis, rows_by_run: dict[str, list[Generation]]) -> lis
             summarise_level(level, run_id, rows_by_run.get(run_id, []), events.get(run_id, []))
             for level, run_id in sorted(members)
         ]
-        found.append(Sweep(sweep_id, labels[sweep_id], tuple(sorted(targets[sweep_id])), levels))
+        where = tuple(sorted(targets[sweep_id]))
+        found.append(Sweep(sweep_id, labels[sweep_id], where, levels, min_gain=gains[sweep_id]))
     return found
 
 
