@@ -1,0 +1,195 @@
+"""vLLM's CPU build serving the shared model, started by the campaign machinery: eager against
+compiled, every request shape, and the dropped-op positive control (real software, real bug).
+
+Slow (each server start is 1-3 min on a 2-core machine); skipped with the reason when
+scripts/setup-vllm-cpu.sh has not been run (see tests/realservers/vllm_support.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from soakgate.campaign import load_campaign, run_campaign
+from soakgate.campaign.launch import launch_spec
+from soakgate.load import LoadSpec
+from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.prompts import builtin_prompts
+from soakgate.records import Generation
+from soakgate.report.api import compare, report
+from soakgate.servers import ServerInstance
+from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
+from tests.realservers.vllm_support import (
+    REPO,
+    campaign_for_test,
+    plugin_installed,
+    skip_reason,
+    stored,
+    vllm_python,
+)
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
+]
+EXAMPLES = REPO / "examples"
+
+
+def by_label(generations: list[Generation]) -> dict[str, list[Generation]]:
+    """Generations grouped by configuration label."""
+    groups: dict[str, list[Generation]] = defaultdict(list)
+    for generation in generations:
+        groups[generation.label].append(generation)
+    return groups
+
+
+def soakgate_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `soakgate` command line."""
+    command = [sys.executable, "-m", "soakgate", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def assert_clean_and_parsed(rows: list[Generation]) -> None:
+    """Every row completed, usage and token ids parsed and consistent, nothing flagged."""
+    assert rows
+    for row in rows:
+        assert row.ok, (row.error_class, row.error_detail)
+        assert row.finish_reason in ("stop", "length")
+        assert row.prompt_tokens and row.prompt_tokens > 0
+        assert row.completion_tokens and row.completion_tokens > 0
+        assert row.token_ids is not None and len(row.token_ids) == row.completion_tokens
+        assert row.text, "empty text with tokens"
+        assert not row.flags, (row.flags, row.text)
+
+
+def test_campaign_eager_vs_compiled(tmp_path: Path) -> None:
+    """The example campaign: both configs start, soak cleanly, and report/compare run on it."""
+    python = vllm_python()
+    assert python is not None
+    toml = campaign_for_test(EXAMPLES / "vllm-cpu-campaign.toml", tmp_path, python, requests=24)
+    db = tmp_path / "vllm.sqlite"
+    result = run_campaign(toml, db)
+    assert [r.outcome for r in result.ran] == ["completed", "completed"]
+    generations, events = stored(db)
+    groups = by_label(generations)
+    assert sorted(groups) == ["compiled", "eager"]
+    for label, rows in groups.items():
+        assert len(rows) >= 24, label
+        assert_clean_and_parsed(rows)
+        tokens = sum(r.completion_tokens or 0 for r in rows)
+        span = max(r.ended_at for r in rows) - min(r.started_at for r in rows)
+        print(f"\n{label}: {len(rows)} requests, {tokens / span:.0f} output tok/s at concurrency 8")
+    ready = [e for e in events if e.kind == "server_ready"]
+    assert len(ready) == 2, [e.kind for e in events]
+    for event in ready:
+        print(f"server ready (with warm-up) after {event.data['startup_s']} s")
+    assert not [e for e in events if e.kind == "engine_fault"]
+
+    text = report(db, "table", tmp_path / "report.html", clustering=False)
+    assert "eager" in text and "compiled" in text
+    assert (tmp_path / "report.html").stat().st_size > 1000
+    comparison = compare(db, "eager", "compiled")
+    assert "eager" in comparison and "compiled" in comparison
+    for args in (["report", str(db)], ["compare", str(db), "eager", "compiled"]):
+        done = soakgate_cli(*args)
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def eager_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerInstance, str]]:
+    """The eager config of the example campaign, started by the campaign's launcher code;
+    yields the instance and the model name it serves."""
+    python = vllm_python()
+    assert python is not None
+    folder = tmp_path_factory.mktemp("vllm-eager")
+    toml = campaign_for_test(EXAMPLES / "vllm-cpu-campaign.toml", folder, python, requests=8)
+    campaign = load_campaign(toml)
+    eager = next(c for c in campaign.configs if c.label == "eager")
+    instance = ServerInstance(launch_spec(campaign, eager, campaign.devices[0], 0, folder / "logs"))
+    instance.launch()
+    try:
+        began = time.monotonic()
+        asyncio.run(instance.wait_healthy(campaign.server.startup_timeout_s))
+        print(f"\neager vLLM healthy after {time.monotonic() - began:.1f} s")
+        yield instance, campaign.server.model
+    finally:
+        code = asyncio.run(instance.stop())
+        assert code is not None, instance.log_tail()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "stream"),
+    [("completions", True), ("completions", False), ("chat", True), ("chat", False)],
+)
+def test_request_shapes(
+    eager_server: tuple[ServerInstance, str], tmp_path: Path, endpoint: str, stream: bool
+) -> None:
+    """Completions and chat, streamed and not: usage, token ids and logprobs all parsed."""
+    instance, model = eager_server
+    target = TargetSpec(instance.spec.url, "cpu:0", model=model)
+    request = RequestSpec(
+        endpoint=endpoint, stream=stream, max_tokens=48, temperature=0.8, logprobs=True,
+        return_token_ids=True, timeout_s=300,
+    )  # fmt: skip
+    for outcome in asyncio.run(direct_requests(target, request, count=3)):
+        assert outcome.error_class is None, outcome.error_detail
+        assert outcome.completion_tokens and outcome.logprobs_count == outcome.completion_tokens
+        assert outcome.token_ids and len(outcome.token_ids) == outcome.completion_tokens
+    db = tmp_path / "shape.sqlite"
+    config = SoakConfig(
+        targets=[target], label=f"{endpoint}-{'stream' if stream else 'whole'}", request=request,
+        load=LoadSpec(concurrency=4, requests=8, grace_s=60), db=db,
+    )  # fmt: skip
+    run_soak(config)
+    rows, _ = stored(db)
+    assert len(rows) == 8
+    assert all(r.endpoint == endpoint and r.stream == stream for r in rows)
+    assert_clean_and_parsed(rows)
+
+
+async def direct_requests(target: TargetSpec, request: RequestSpec, count: int) -> list[Outcome]:
+    """`count` requests through soakgate's client, returning the raw Outcomes."""
+    assert target.model is not None
+    async with aiohttp.ClientSession() as session:
+        client = OpenAIClient(session, target, target.model)
+        prompts = list(builtin_prompts())[:count]
+        return [await client.generate(p, request, f"shape-{i}") for i, p in enumerate(prompts)]
+
+
+def test_positive_control_dropped_op(tmp_path: Path) -> None:
+    """The plugin's unannotated op: compiled emits token id 0 only, eager is clean; soakgate's
+    campaign and compare flag the compiled config, and `soakgate audit` flags the schema."""
+    python = vllm_python()
+    assert python is not None
+    if not plugin_installed(python):
+        pytest.skip("positive-control plugin not installed in the vLLM venv (setup script does)")
+    example = EXAMPLES / "vllm-cpu-dropped-op-campaign.toml"
+    toml = campaign_for_test(example, tmp_path, python, requests=16, max_tokens=32)
+    db = tmp_path / "control.sqlite"
+    result = run_campaign(toml, db)
+    assert [r.outcome for r in result.ran] == ["completed", "completed"]
+    groups = by_label(stored(db)[0])
+    assert_clean_and_parsed(groups["eager"])
+    compiled = groups["compiled"]
+    assert len(compiled) >= 16
+    for row in compiled:
+        assert row.ok and row.collapsed, (row.flags, row.text)
+        assert row.token_ids and set(row.token_ids) == {0}
+        assert row.text and set(row.text) == {"!"}
+    comparison = compare(db, "eager", "compiled")
+    assert "compiled" in comparison
+
+    audit = soakgate_cli("audit", str(REPO / "examples" / "vllm-dropped-op-plugin"))
+    assert audit.returncode == 1, audit.stdout + audit.stderr
+    assert "soakgate_ctl::copy_into" in audit.stdout
+    assert "critical" in audit.stdout
