@@ -5,6 +5,7 @@
 # Usage (repo root): scripts/gpu/transformers_serve_campaign.sh MODEL_DIR [options]
 #   --minutes M        soak minutes per configuration (default: fit the budget, at most 2.5)
 #   --concurrency C    requests in flight (default 32)
+#   --serve-flags F    extra `transformers serve` flags for every config (e.g. --continuous-batching)
 #   --configs LIST     comma-separated, from eager, compiled, compiled-dropped-op (default
 #                      eager,compiled); compiled-dropped-op is the positive control: the buggy
 #                      op of examples/vllm-dropped-op-plugin patched into the model, compiled
@@ -19,12 +20,13 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 model_src="${1:?usage: $0 MODEL_DIR [--minutes M] [--concurrency C] [--configs LIST] [--mock]}"
 shift
-minutes="" concurrency=32 config_list=eager,compiled budget=530 mock=0 device=cuda:0
+minutes="" concurrency=32 config_list=eager,compiled budget=530 mock=0 device=cuda:0 serve_flags=""
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --minutes) minutes="$2"; shift 2 ;;
         --concurrency) concurrency="$2"; shift 2 ;;
         --configs) config_list="$2"; shift 2 ;;
+        --serve-flags) serve_flags="$2"; shift 2 ;;
         --budget) budget="$2"; shift 2 ;;
         --mock) mock=1; shift ;;
         --device) device="$2"; shift 2 ;;
@@ -108,7 +110,7 @@ if [[ $mock == 1 ]]; then
     declare -A envs=([eager]="" [compiled]="" [compiled-dropped-op]="")
     health=/health model_name=""
 else
-    command="{python} scripts/gpu/serve_transformers.py {model} --host {host} --port {port} --device $device {flags}"
+    command="{python} scripts/gpu/serve_transformers.py {model} --host {host} --port {port} --device $device $serve_flags {flags}"
     declare -A flags=([eager]="--no-compile" [compiled]="--compile"
                       [compiled-dropped-op]="--compile")
     declare -A envs=([eager]="" [compiled]="" [compiled-dropped-op]='SOAKGATE_DROPPED_OP = "1"')
