@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from soakgate.detectors.base import Detection, DetectorConfig, register
-from soakgate.detectors.runs import (
-    code_points,
-    longest_equal_run,
-    longest_true_run,
-    run_starts_and_lengths,
-)
+from soakgate.detectors.runs import char_runs, longest_equal_run, longest_true_run
 
 # Characters that people repeat on purpose: rules, underlines, box drawing, leader dots.
 SEPARATORS = frozenset("-=_*#~.+|/\\<>:`'\"^") | frozenset(chr(c) for c in range(0x2500, 0x2580))
@@ -42,26 +38,18 @@ def char_run(
     config: DetectorConfig,
 ) -> Detection:
     """Longest run of one repeated character; whitespace and separators get higher thresholds."""
-    points = code_points(text)
-    if points.shape[0] == 0:
+    longest, start, long_runs = char_runs(text, config.char_run_threshold)
+    if longest == 0:
         return Detection(0, False, {})
-    starts, lengths = run_starts_and_lengths(points)
-    best = int(np.argmax(lengths))
-    longest = int(lengths[best])
-    evidence = {
-        "char": chr(int(points[starts[best]])),
-        "length": longest,
-        "start": int(starts[best]),
-    }
+    evidence: dict[str, Any] = {"char": text[start], "length": longest, "start": start}
     if longest < min(config.char_run_threshold, config.separator_run_threshold):
         return Detection(longest, False, evidence)
-    # Only a long run reaches here, so the per-run Python loop is over few candidates.
-    candidates = np.flatnonzero(lengths >= config.char_run_threshold)
-    for index in candidates[np.argsort(-lengths[candidates], kind="stable")]:
-        char = chr(int(points[starts[index]]))
+    # Only a long run reaches here; longest first (stable: earliest first among equals).
+    for run_start, length in sorted(long_runs, key=lambda run: -run[1]):
+        char = text[run_start]
         klass = char_class(char)
-        if int(lengths[index]) >= _threshold(config, klass):
-            flagged = {"char": char, "length": int(lengths[index]), "start": int(starts[index])}
+        if length >= _threshold(config, klass):
+            flagged = {"char": char, "length": length, "start": run_start}
             return Detection(longest, True, {**flagged, "class": klass})
     return Detection(longest, False, {**evidence, "class": char_class(evidence["char"])})
 
@@ -73,7 +61,7 @@ def token_run(
     completion_tokens: int | None,
     config: DetectorConfig,
 ) -> Detection:
-    """Longest run of one repeated token id; token id 0 (`!` in Qwen-style vocabularies) is stricter."""
+    """Longest run of one repeated token id; token id 0 (`!` in Qwen vocabularies) is stricter."""
     if not token_ids:
         return Detection(0, False, {"available": False})
     length, token, start = longest_equal_run(token_ids)
@@ -100,8 +88,8 @@ def word_loop(
     words = text.split()
     if len(words) < config.loop_min_words:
         return Detection(0, False, {})
-    vocabulary: dict[str, int] = {}
-    ids = np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for w in words), np.int64)
+    # Words compared by their 64-bit hash: map(hash) runs at C speed, unlike a vocabulary dict.
+    ids = np.fromiter(map(hash, words), np.int64, len(words))
     best = (0, 0, -1)  # covered words, period, start
     for period in range(1, config.loop_max_period + 1):
         if period >= ids.shape[0]:
@@ -113,7 +101,7 @@ def word_loop(
     covered, period, start = best
     repeats = covered / period if period else 0.0
     flagged = covered >= config.loop_min_words and repeats >= config.loop_min_repeats
-    evidence = {"period": period, "repeats": round(repeats, 1), "start_word": start}
+    evidence: dict[str, Any] = {"period": period, "repeats": round(repeats, 1), "start_word": start}
     if covered:
         evidence["phrase"] = " ".join(words[start : start + period])[:200]
     return Detection(covered, flagged, evidence)

@@ -17,6 +17,68 @@ def code_points(text: str) -> CodePoints:
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
+# Runs of up to this many repeats are measured by substring searches; past it the long runs
+# themselves are searched for, and past _SEARCHED_RUNS of those numpy lists every run.
+_SEARCHED_REPEATS = 64
+_SEARCHED_RUNS = 256
+CharRun = tuple[int, int]
+"""(start, length) of a run of one character."""
+
+
+def char_runs(text: str, min_length: int) -> tuple[int, int, list[CharRun]]:
+    """The first longest run (length, start) and every run at least `min_length` long.
+
+    Ordinary text has only short runs, so after one vectorised comparison the longest is found
+    by a few C-speed substring searches, without listing every run.
+    """
+    points = code_points(text)
+    if min_length <= 1 or points.shape[0] <= 1:
+        starts, lengths = run_starts_and_lengths(points)
+        return _summary([(int(s), int(n)) for s, n in zip(starts, lengths, strict=True)], 1)
+    repeats = points[1:] == points[:-1]
+    flat = repeats.tobytes()  # byte 1 where the next character repeats this one
+    found, size = 0, 1  # most repeats seen in a row; the next count to look for
+    while size <= _SEARCHED_REPEATS and b"\1" * size in flat:
+        found, size = size, size * 2
+    if found < _SEARCHED_REPEATS:
+        while size - found > 1:  # bisect: `found` repeats in a row exist, `size` do not
+            middle = (found + size) // 2
+            if b"\1" * middle in flat:
+                found = middle
+            else:
+                size = middle
+        if found + 1 < min_length:
+            return found + 1, flat.find(b"\1" * found) if found else 0, []
+    runs = _runs_by_search(flat, min(found, min_length - 1))
+    if runs is None:
+        starts, lengths = true_runs(repeats)
+        keep = lengths >= min(found, min_length - 1)
+        runs = [(int(s), int(n) + 1) for s, n in zip(starts[keep], lengths[keep], strict=True)]
+    return _summary(runs, min_length)
+
+
+def _runs_by_search(flat: bytes, repeats: int) -> list[CharRun] | None:
+    """Runs of at least `repeats` repeats, found by search; None when there are too many."""
+    needle, runs = b"\1" * repeats, []
+    at = flat.find(needle)
+    while at >= 0:
+        end = flat.find(b"\0", at + repeats)
+        end = len(flat) if end < 0 else end
+        runs.append((at, end - at + 1))
+        if len(runs) > _SEARCHED_RUNS:
+            return None
+        at = flat.find(needle, end)
+    return runs
+
+
+def _summary(runs: list[CharRun], min_length: int) -> tuple[int, int, list[CharRun]]:
+    """The first longest of `runs` and those at least `min_length` long."""
+    if not runs:
+        return 0, -1, []
+    start, length = max(runs, key=lambda run: run[1])
+    return length, start, [run for run in runs if run[1] >= min_length]
+
+
 def run_starts_and_lengths(values: npt.NDArray[np.generic]) -> tuple[npt.NDArray[np.intp], ...]:
     """Start index and length of every maximal run of equal values."""
     size = values.shape[0]
@@ -29,15 +91,25 @@ def run_starts_and_lengths(values: npt.NDArray[np.generic]) -> tuple[npt.NDArray
     return starts, lengths
 
 
+def true_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Start and length of every run of True; costs one pass plus the number of runs."""
+    # Run boundaries; runs alternate in value, starting with mask[0].
+    edges = np.flatnonzero(mask[1:] != mask[:-1]) + 1
+    bounds = np.empty(edges.shape[0] + 2, dtype=np.intp)
+    bounds[0], bounds[-1] = 0, mask.shape[0]
+    bounds[1:-1] = edges
+    first = 0 if mask.shape[0] and mask[0] else 1
+    starts = bounds[first:-1:2]
+    return starts, bounds[first + 1 :: 2] - starts
+
+
 def longest_true_run(mask: npt.NDArray[np.bool_]) -> tuple[int, int]:
     """Length and start of the longest run of True in a boolean array ((0, -1) if none)."""
     if not mask.any():
         return 0, -1
-    padded = np.concatenate(([False], mask, [False])).view(np.int8)
-    edges = np.flatnonzero(np.diff(padded))
-    starts, ends = edges[0::2], edges[1::2]
-    best = int(np.argmax(ends - starts))
-    return int(ends[best] - starts[best]), int(starts[best])
+    starts, lengths = true_runs(mask)
+    best = int(np.argmax(lengths))
+    return int(lengths[best]), int(starts[best])
 
 
 def longest_equal_run(items: Sequence[int]) -> tuple[int, int, int]:

@@ -52,8 +52,12 @@ RUN_COLUMNS = (
 )
 
 
+# One encoder for every row: json.dumps with non-default options builds a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def generation_row(g: Generation) -> tuple[Any, ...]:

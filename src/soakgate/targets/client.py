@@ -145,7 +145,7 @@ class OpenAIClient:
             if spec.stream:
                 await self._read_stream(outcome, response, chat, began)
             else:
-                parse.fold_body(outcome, json.loads(await response.read()), chat)
+                parse.fold_body(outcome, parse.decode_event(await response.read()), chat)
                 if outcome.finish_reason is None:
                     outcome.error_class = "truncated_stream"
                     outcome.error_detail = "response without a finish_reason"

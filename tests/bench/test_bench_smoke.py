@@ -1,0 +1,63 @@
+"""Each bench script runs at a tiny size, exits 0 and prints its figures' labels (no rot)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run_bench(script: str, *args: str, timeout_s: float = 120) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=BENCH.parent,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_bench_detectors_prints_rates_and_the_char_run_verdict() -> None:
+    out = run_bench("bench_detectors.py", "--size-mb", "0.01", "--min-seconds", "0.005")
+    for label in ("realistic prose", "one char '!' x size", "MB/s per core", "char_run slowest"):
+        assert label in out
+    assert "us CPU per generation" in out
+
+
+def test_bench_store_prints_write_rates_and_a_kill_window() -> None:
+    out = run_bench("bench_store.py", "--generations", "300", "--kills", "1", "--concurrency", "8")
+    assert "generations/s" in out and "bytes/generation" in out
+    assert "loss window over 1 kills: max" in out
+
+
+def test_bench_longrun_prints_rss_checkpoints_and_db_bytes() -> None:
+    out = run_bench("bench_longrun.py", "--generations", "200", "--concurrency", "8")
+    assert "RSS at        200 generations" in out
+    assert "bytes per generation" in out
+
+
+@pytest.mark.slow
+def test_bench_client_prints_cpu_per_request_for_soakgate_and_the_bare_loop() -> None:
+    out = run_bench(
+        "bench_client.py",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.2",
+        "--clients",
+        "soakgate,aiohttp",
+        "--modes",
+        "nostream",
+        "--concurrency",
+        "8",
+    )
+    assert "CPU-ms/req" in out and "in-flight" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("soakgate", "aiohttp"))]
+    assert [row[0] for row in rows] == ["soakgate", "aiohttp"]
+    assert all(float(row[1]) > 0 for row in rows)
