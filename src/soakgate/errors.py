@@ -4,9 +4,9 @@
     ├── UsageError                bad input from the user (arguments, files, numbers): exit 2
     │   ├── ConfigError           a campaign/plan/prompt file that cannot be used
     │   └── UnitMismatchError     a comparison of different units of analysis
-    ├── TargetError               a target cannot be used at all (unreachable before the soak starts)
+    ├── TargetError               a target cannot be used at all (unreachable before the soak)
     ├── StoreError                the database cannot be opened, is of a newer schema, or is corrupt
-    ├── PlanError                 a pre-registration is missing, altered or registered after the data
+    ├── PlanError                 a pre-registration missing, altered or registered after the data
     ├── ServerError               a managed server failed to start or stay up (campaigns)
     └── AuditError                a source or library cannot be audited
 

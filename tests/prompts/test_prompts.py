@@ -35,7 +35,7 @@ def test_jsonl_prompts_and_messages(tmp_path: Path) -> None:
 def test_bad_files_name_the_problem(tmp_path: Path, content: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
-    with pytest.raises(ConfigError, match="bad.jsonl"):
+    with pytest.raises(ConfigError, match=r"bad\.jsonl"):
         load_prompts(path)
 
 

@@ -21,6 +21,7 @@ from soakgate.campaign.state import (
     reap_orphans,
 )
 from soakgate.load.driver import TargetTally
+from soakgate.load.runner import run_async
 from soakgate.records import Event
 from soakgate.store import Store, open_store
 
@@ -57,7 +58,7 @@ def run_campaign(
         statuses = block_statuses(store, blocks)
         reap_orphans(store, [s.run for s in statuses if s.run is not None and s.outcome is None])
         result = CampaignResult(campaign, blocks, skipped=[s for s in statuses if s.outcome])
-        asyncio.run(_walk(store, Path(db), campaign, statuses, result, on_block, on_tick))
+        run_async(_walk(store, Path(db), campaign, statuses, result, on_block, on_tick))
         kind = "campaign_interrupted" if result.interrupted else "campaign_completed"
         if result.interrupted or all(s.outcome for s in block_statuses(store, blocks)):
             ran = [r.block.block_id for r in result.ran]

@@ -4,6 +4,7 @@ A detector is a function `(text, token_ids, completion_tokens, config) -> Detect
 registered by name in `REGISTRY`. `score_generation` applies a configured set of them.
 """
 
+from soakgate.detectors import builtin as _builtin  # noqa: F401  (registers the detectors)
 from soakgate.detectors.base import (
     DEFAULT_DETECTORS,
     REGISTRY,

@@ -91,9 +91,6 @@ def score_text(
     config: DetectorConfig,
 ) -> dict[str, Detection]:
     """Apply every enabled detector to one generation."""
-    # Imported for its registrations; kept here so `base` has no import cycle.
-    from soakgate.detectors import builtin  # noqa: F401
-
     results: dict[str, Detection] = {}
     for name in config.enabled:
         fn = REGISTRY.get(name)

@@ -49,9 +49,7 @@ def _entry(token: int, logprob: float) -> dict[str, Any]:
     return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
 
 
-def chat_logprobs(
-    ids: list[int], top_n: int, first: int, with_ids: bool = False
-) -> dict[str, Any]:
+def chat_logprobs(ids: list[int], top_n: int, first: int, with_ids: bool = False) -> dict[str, Any]:
     """Chat-style logprobs ({"content": [...]}) for tokens `ids` from output position `first`.
 
     `with_ids` adds llama-server's per-entry token `id`, which clients can read token ids from.

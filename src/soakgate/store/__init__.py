@@ -1,4 +1,4 @@
-"""Durable storage of runs, generations, events and the plan ledger (SQLite, plus an in-memory twin)."""
+"""Durable storage of runs, generations, events and the plan ledger (SQLite + in-memory twin)."""
 
 from soakgate.store.base import LedgerEntry, Store, TargetCounts
 from soakgate.store.batch import BatchWriter

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from soakgate.prompts import Prompt
 from soakgate.targets.spec import Outcome, RequestSpec
 
@@ -45,18 +47,16 @@ def build_payload(spec: RequestSpec, prompt: Prompt, model: str) -> dict[str, An
     return body
 
 
-_DECODER = json.JSONDecoder()
-
-
 def decode_event(data: bytes) -> Any:
-    """Decode one SSE payload (or a whole UTF-8 JSON body) like json.loads, at half its cost."""
-    text = data.decode("utf-8")
-    if text[:1].isspace():
-        return json.loads(text)
-    value, end = _DECODER.raw_decode(text)
-    if end != len(text) and text[end:].strip():
-        raise json.JSONDecodeError("Extra data", text, end)
-    return value
+    """Decode one SSE payload (or a whole JSON body) with orjson, a third of json.loads' cost.
+
+    orjson is strict JSON; on its rare refusal the stdlib decides, so what Python's json accepts
+    (NaN, Infinity) is never misclassified as malformed.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data.decode("utf-8"))
 
 
 class SseSplitter:
@@ -134,7 +134,7 @@ def fold_choice(outcome: Outcome, choice: Any, chat: bool, streaming: bool) -> b
 
 
 def _fold_logprobs(outcome: Outcome, logprobs: Any) -> list[int] | None:
-    """Count logprob entries; return llama.cpp-style per-entry token ids when every entry has one."""
+    """Count logprob entries; return llama.cpp-style per-entry token ids when all have one."""
     if not isinstance(logprobs, dict):
         return None
     content = logprobs.get("content")
