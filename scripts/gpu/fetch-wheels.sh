@@ -18,7 +18,7 @@ wheels=(
     fastapi==0.165.0 starlette==1.10.0 uvicorn==0.54.0
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
     annotated-doc==0.0.7 opentelemetry-api==1.45.2 typing-extensions==4.16.0
-    anyio==4.16.0 sniffio==1.3.1 openai==2.30.0 distro==1.9.0 jiter==0.19.0 tomli-w==1.2.0
+    anyio==4.16.0 sniffio==1.3.1 openai==2.30.0 distro==1.9.0 jiter==0.19.0 tomli-w==1.2.0 orjson==3.11.5
     accelerate==1.15.0 psutil==7.2.2
 )
 

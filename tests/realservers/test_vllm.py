@@ -193,3 +193,34 @@ def test_positive_control_dropped_op(tmp_path: Path) -> None:
     assert audit.returncode == 1, audit.stdout + audit.stderr
     assert "soakgate_ctl::copy_into" in audit.stdout
     assert "critical" in audit.stdout
+
+
+def test_differential_compiled_against_an_eager_reference(tmp_path: Path) -> None:
+    """`reference = "eager"`: the compiled block is checked greedy, token by token, against an
+    eager vLLM on the same device; vLLM CPU fp32 is deterministic, so nothing may diverge."""
+    import tomllib
+
+    import tomli_w
+
+    python = vllm_python()
+    assert python is not None
+    toml = campaign_for_test(EXAMPLES / "vllm-cpu-campaign.toml", tmp_path, python, requests=16)
+    data = tomllib.loads(toml.read_text())
+    data["reference"] = "eager"
+    data["differential"] = {"fraction": 0.5}
+    # Each instance keeps its own vLLM and Inductor caches.
+    data["server"]["command"] = data["server"]["command"].replace(
+        "--run-dir {log_dir}", "--run-dir {log_dir}/{instance}"
+    )
+    toml.write_text(tomli_w.dumps(data))
+    db = tmp_path / "differential.sqlite"
+    result = run_campaign(toml, db)
+    assert [r.outcome for r in result.ran] == ["completed", "completed"]
+    generations, events = stored(db)
+    (baseline,) = [e for e in events if e.kind == "reference_baseline"]
+    assert baseline.data["informative"], baseline.data
+    compared = [g for g in by_label(generations)["compiled"] if g.reference_divergence is not None]
+    divergent = [g.reference_divergence for g in compared if g.reference_divergence >= 0]
+    print(f"\ncompiled vs eager: {len(compared)} compared, {len(divergent)} divergent; "
+          f"baseline {baseline.data}")  # fmt: skip
+    assert compared and not divergent
