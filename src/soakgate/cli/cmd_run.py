@@ -37,14 +37,18 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=main)
 
 
-def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
-    """Load, request and storage options shared by `run` and `demo`."""
+def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) -> None:
+    """Load, request and storage options shared by `run` and `sweep` (`levels`: a list of
+    concurrency levels instead of one)."""
     parser.add_argument(
         "--target", action="append", default=[], metavar="[NAME=]URL",
         help="an OpenAI-compatible server (one per GPU); repeat for several",
     )  # fmt: skip
     parser.add_argument("--label", default="default", help="configuration label of this run")
-    parser.add_argument("--concurrency", type=positive_int, default=8, help="in flight per target")
+    if levels:
+        parser.add_argument("--concurrency", default="24,48,96,192", help="levels, e.g. 24,48,96")
+    else:
+        parser.add_argument("--concurrency", type=positive_int, default=8, help="per target")
     parser.add_argument("--requests", type=positive_int, help="requests per target")
     parser.add_argument("--duration", type=duration, help="how long to soak, e.g. 30m or 2h")
     parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")

@@ -12,11 +12,7 @@ from soakgate.cli.cmd_run import add_soak_arguments, soak_config
 def register(subparsers: Any) -> None:
     """Add the `sweep` command."""
     parser = subparsers.add_parser("sweep", help="find the saturation point of a target")
-    add_soak_arguments(parser)
-    parser.set_defaults(concurrency_levels=None)
-    for action in parser._actions:
-        if action.dest == "concurrency":  # the sweep's --concurrency is a list of levels
-            action.type, action.default, action.help = str, "24,48,96,192", "levels, e.g. 24,48,96"
+    add_soak_arguments(parser, levels=True)
     parser.add_argument("--requests-per-level", type=positive_int, required=True)
     parser.add_argument("--min-gain", type=float, default=0.10, help="saturation threshold")
     parser.set_defaults(func=main)

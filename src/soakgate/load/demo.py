@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from soakgate.load.driver import SoakResult, TargetTally
@@ -37,12 +38,12 @@ class DemoCheck:
 
 def run_demo(
     config: SoakConfig,
-    on_tick: object = None,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
 ) -> tuple[SoakResult, DemoCheck]:
     """Start the mock on loopback, soak it with `config` (targets replaced), check ground truth."""
     with MockProcess(list(DEMO_MOCK_ARGS)) as mock:
         config.targets = [TargetSpec.parse(f"mock-gpu0={mock.url}")]
-        result = run_soak(config, on_tick=on_tick)  # type: ignore[arg-type]
+        result = run_soak(config, on_tick=on_tick)
         truth = {row["request_id"]: row for row in mock.ground_truth()}
     store = open_store(config.db)
     try:
@@ -59,7 +60,3 @@ def run_demo(
     )  # fmt: skip
     return result, check
 
-
-def demo_tallies(result: SoakResult) -> dict[str, TargetTally]:
-    """The per-target tallies of a demo soak (for the summary table)."""
-    return result.tallies
