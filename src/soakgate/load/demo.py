@@ -59,4 +59,3 @@ def run_demo(
         errors_recorded=sum(1 for g in rows if not g.ok),
     )  # fmt: skip
     return result, check
-
