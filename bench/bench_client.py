@@ -53,24 +53,10 @@ Command = Callable[[Job], list[str] | str]
 
 def soakgate_cmd(job: Job) -> list[str]:
     """`soakgate run` with every default detector on and every generation stored."""
-    return [
-        sys.executable,
-        "-m",
-        "soakgate",
-        "run",
-        "--target",
-        job.url,
-        "--quiet",
-        "--concurrency",
-        str(job.concurrency),
-        "--max-tokens",
-        str(job.max_tokens),
-        "--duration",
-        f"{int(job.seconds)}s",
-        "--db",
-        str(job.workdir / "soak.sqlite"),
-        *([] if job.stream else ["--no-stream"]),
-    ]
+    return benchlib.soak_command(
+        job.url, job.workdir / "soak.sqlite", job.concurrency, "--duration", f"{int(job.seconds)}s",
+        max_tokens=job.max_tokens, stream=job.stream,
+    )  # fmt: skip
 
 
 def soakgate_uvloop_cmd(job: Job) -> list[str] | str:

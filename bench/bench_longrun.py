@@ -37,27 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mock = benchlib.start_mock(server_core)
     folder = Path(tempfile.mkdtemp(prefix="soakgate-longrun-"))
     db = folder / "long.sqlite"
+    limit = ("--requests", str(args.generations))
     command = [
-        "taskset",
-        "-c",
-        str(client_core),
-        sys.executable,
-        "-m",
-        "soakgate",
-        "run",
-        "--target",
-        mock.url,
-        "--quiet",
-        "--concurrency",
-        str(args.concurrency),
-        "--max-tokens",
-        "64",
-        "--requests",
-        str(args.generations),
-        "--db",
-        str(db),
-        *([] if args.stream else ["--no-stream"]),
-    ]
+        "taskset", "-c", str(client_core),
+        *benchlib.soak_command(mock.url, db, args.concurrency, *limit, stream=args.stream),
+    ]  # fmt: skip
     started = time.monotonic()
     soak = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = last = 0

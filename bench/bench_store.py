@@ -91,23 +91,7 @@ def kill_window(rng: random.Random, folder: Path, concurrency: int) -> tuple[flo
     """Soak the mock, SIGKILL the soak at a random moment: (seconds lost, rows stored)."""
     mock = benchlib.start_mock(0)
     db = folder / f"kill-{rng.random():.6f}.sqlite"
-    command = [
-        sys.executable,
-        "-m",
-        "soakgate",
-        "run",
-        "--target",
-        mock.url,
-        "--quiet",
-        "--concurrency",
-        str(concurrency),
-        "--max-tokens",
-        "64",
-        "--duration",
-        "120s",
-        "--db",
-        str(db),
-    ]
+    command = benchlib.soak_command(mock.url, db, concurrency, "--duration", "120s", stream=True)
     soak = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         started = time.monotonic()

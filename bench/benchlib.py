@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from soakgate.mockserver.process import MockProcess
 
@@ -115,3 +117,15 @@ def cores() -> tuple[int, int]:
     if len(allowed) < 2:
         return allowed[0], allowed[0]
     return allowed[0], allowed[1]
+
+
+def soak_command(
+    url: str, db: Path, concurrency: int, *limit: str, max_tokens: int = 64, stream: bool = False
+) -> list[str]:
+    """`soakgate run` against `url` with every default detector on and every generation stored;
+    `limit` is `--requests N` or `--duration Ts`."""
+    return [
+        sys.executable, "-m", "soakgate", "run", "--target", url, "--quiet",
+        "--concurrency", str(concurrency), "--max-tokens", str(max_tokens), *limit,
+        "--db", str(db), *([] if stream else ["--no-stream"]),
+    ]  # fmt: skip
