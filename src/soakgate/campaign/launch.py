@@ -17,8 +17,8 @@ from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance, free_port, render_command
 from soakgate.servers.command import Device
 from soakgate.store import BatchWriter
-from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
-from soakgate.targets.client import discover_model
+from soakgate.targets import Outcome, RequestSpec, TargetSpec
+from soakgate.targets.client import connect
 
 
 def launch_spec(
@@ -102,10 +102,10 @@ class Launcher:
         connector = aiohttp.TCPConnector(limit=4)
         async with aiohttp.ClientSession(connector=connector) as session:
             try:
-                model = target.model or await discover_model(session, target)
+                client = await connect(session, target)
             except TargetError as exc:
                 raise ServerError(f"{instance.name}: {exc}") from None
-            client = OpenAIClient(session, target, model)
+            model = client.model
             failures = []
             for i in range(count):
                 prompt = self.prompts[i % len(self.prompts)]

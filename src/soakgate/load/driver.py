@@ -22,7 +22,7 @@ from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run
 from soakgate.store import BatchWriter
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
-from soakgate.targets.client import discover_model, make_session
+from soakgate.targets.client import connect, make_session
 
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
@@ -170,7 +170,7 @@ async def soak(
     if differential is not None:
         sessions[""] = make_session(load.concurrency * len(targets))
     try:
-        clients = [await _client(sessions[t.name], t) for t in targets]
+        clients = [await connect(sessions[t.name], t) for t in targets]
         if differential is not None:
             shared.references = await _reference_clients(sessions[""], differential, targets)
         run.software["models"] = {c.target.name: c.model for c in clients}
@@ -186,12 +186,6 @@ async def soak(
     return SoakResult(run, shared.tallies, elapsed, stopped_by)
 
 
-async def _client(session: aiohttp.ClientSession, target: TargetSpec) -> OpenAIClient:
-    """A client for one target, discovering its model name when not given."""
-    model = target.model or await discover_model(session, target)
-    return OpenAIClient(session, target, model)
-
-
 async def _reference_clients(
     session: aiohttp.ClientSession, differential: Differential, targets: list[TargetSpec]
 ) -> dict[str, OpenAIClient]:
@@ -202,7 +196,7 @@ async def _reference_clients(
         spec = differential.reference_for(target.name)
         if spec is not None:
             if spec not in made:
-                made[spec] = await _client(session, spec)
+                made[spec] = await connect(session, spec)
             clients[target.name] = made[spec]
     return clients
 

@@ -24,8 +24,8 @@ from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Event, Run
 from soakgate.stats.plan import Plan
 from soakgate.store import BatchWriter, Store, open_store
-from soakgate.targets import OpenAIClient, RequestSpec, TargetSpec
-from soakgate.targets.client import discover_model, make_session
+from soakgate.targets import RequestSpec, TargetSpec
+from soakgate.targets.client import connect, make_session
 
 T = TypeVar("T")
 
@@ -190,10 +190,7 @@ async def reference_baseline(config: SoakConfig, picker: PromptPicker) -> Baseli
     """The references' own nondeterminism on a few prompts, before any differential verdict."""
     prompts = [picker.pick(seq) for seq in range(config.baseline_prompts)]
     async with make_session(4) as session:
-        clients = [
-            OpenAIClient(session, ref, ref.model or await discover_model(session, ref))
-            for ref in config.references
-        ]
+        clients = [await connect(session, ref) for ref in config.references]
         return await measure_baseline(clients, prompts, config.request)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from soakgate.probes.differential import greedy, outcome_divergence
 from soakgate.prompts import Prompt
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
-from soakgate.targets.client import discover_model, make_session
+from soakgate.targets.client import connect, make_session
 
 CAVEAT = (
     "Cross-instance disagreement is expected on many serving stacks (batch-size-dependent "
@@ -67,9 +67,7 @@ async def probe(
     """Greedy generations, `repeats` per prompt per target; agreement within and across targets."""
     greedy_spec = greedy(spec)
     async with make_session(8) as session:
-        clients = [
-            OpenAIClient(session, t, t.model or await discover_model(session, t)) for t in targets
-        ]
+        clients = [await connect(session, t) for t in targets]
         results = {c.target.name: await _collect(c, prompts, greedy_spec, repeats) for c in clients}
     report = [
         agreement(f"within {name}", [(runs[0], other) for runs in by_prompt for other in runs[1:]])

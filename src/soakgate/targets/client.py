@@ -197,3 +197,9 @@ def make_session(concurrency: int) -> aiohttp.ClientSession:
     """One session per target with a connection pool sized to the concurrency."""
     connector = aiohttp.TCPConnector(limit=max(1, concurrency), force_close=False)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+
+async def connect(session: aiohttp.ClientSession, target: TargetSpec) -> OpenAIClient:
+    """A client for one target, discovering its model name when not given."""
+    model = target.model or await discover_model(session, target)
+    return OpenAIClient(session, target, model)
