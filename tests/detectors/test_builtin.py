@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from soakgate.detectors import DetectorConfig, score_text
 from soakgate.detectors.builtin import char_run, empty, token_run, word_loop
-from soakgate.detectors.runs import longest_equal_run
+from soakgate.detectors.runs import longest_equal_run, longest_ones
 
 CONFIG = DetectorConfig()
 
@@ -36,8 +36,55 @@ def test_char_run_evidence_points_at_a_real_run(text: str) -> None:
 
 @given(st.lists(st.integers(0, 3), max_size=300))
 def test_longest_equal_run_matches_groupby(ids: list[int]) -> None:
-    expected = max((len(list(g)) for _, g in itertools.groupby(ids)), default=0)
-    assert longest_equal_run(ids)[0] == expected
+    runs = [(value, len(list(g))) for value, g in itertools.groupby(ids)]
+    length = max((n for _, n in runs), default=0)
+    first = next(((i, value) for i, (value, n) in enumerate(runs) if n == length), None)
+    result = longest_equal_run(ids)
+    assert result[0] == length
+    if first is not None:  # the first longest run: its value and where it starts
+        assert result[1] == first[1]
+        assert result[2] == sum(n for _, n in runs[: first[0]])
+
+
+def brute_longest_ones(bits: list[int], cap: int | None) -> tuple[int, int]:
+    """Reference for longest_ones: every run listed, the first longest kept."""
+    best, best_start, at = 0, -1, 0
+    for value, group in itertools.groupby(bits):
+        size = len(list(group))
+        if value and min(size, cap or size) > best:
+            best, best_start = min(size, cap or size), at
+        at += size
+    return best, best_start
+
+
+@given(st.lists(st.integers(0, 1), max_size=400), st.none() | st.integers(1, 70))
+@settings(max_examples=400)
+def test_longest_ones_matches_brute_force(bits: list[int], cap: int | None) -> None:
+    assert longest_ones(bytes(bits), cap) == brute_longest_ones(bits, cap)
+
+
+def brute_word_loop(words: list[str], max_period: int) -> tuple[int, int, int]:
+    """Reference for word_loop: (covered words, period, start word) of the longest stretch in
+    which every word equals the one `period` words before, over each period in turn."""
+    best = (0, 0, -1)
+    for period in range(1, max_period + 1):
+        if period >= len(words):
+            break
+        matches = [int(words[i] == words[i + period]) for i in range(len(words) - period)]
+        run, start = brute_longest_ones(matches, None)
+        if run and run + period > best[0]:
+            best = (run + period, period, start)
+    return best
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c", "the", "cache"]), min_size=64, max_size=220))
+@settings(max_examples=200)
+def test_word_loop_matches_brute_force(words: list[str]) -> None:
+    detection = word_loop(" ".join(words), None, None, CONFIG)
+    covered, period, start = brute_word_loop(words, CONFIG.loop_max_period)
+    assert detection.score == covered
+    assert detection.evidence["period"] == period
+    assert detection.evidence["start_word"] == start
 
 
 def test_bang_run_is_flagged_at_the_threshold_and_not_below() -> None:

@@ -25,33 +25,40 @@ CharRun = tuple[int, int]
 """(start, length) of a run of one character."""
 
 
-def char_runs(text: str, min_length: int) -> tuple[int, int, list[CharRun]]:
-    """The first longest run (length, start) and every run at least `min_length` long.
+def longest_ones(flat: bytes, cap: int | None = None) -> tuple[int, int]:
+    """Length and start of the first longest run of 1-bytes in a 0/1 byte string ((0, -1) if
+    none); with `cap`, a longer run counts as `cap` long.
 
-    Ordinary text has only short runs, so after one vectorised comparison the longest is found
-    by a few C-speed substring searches, without listing every run.
+    Doubling then bisecting substring searches (C speed): ordinary text has only short runs, so
+    this takes a handful of searches, without listing every run.
     """
+    limit = len(flat) if cap is None else cap
+    found, size = 0, 1  # a run of `found` ones exists; the next length to look for
+    while size <= limit and b"\1" * size in flat:
+        found, size = size, size * 2
+    size = min(size, limit + 1)
+    while size - found > 1:  # bisect: `found` ones in a row exist, `size` do not
+        middle = (found + size) // 2
+        if b"\1" * middle in flat:
+            found = middle
+        else:
+            size = middle
+    return (found, flat.find(b"\1" * found)) if found else (0, -1)
+
+
+def char_runs(text: str, min_length: int) -> tuple[int, int, list[CharRun]]:
+    """The first longest run (length, start) and every run at least `min_length` long."""
     points = code_points(text)
     if min_length <= 1 or points.shape[0] <= 1:
         starts, lengths = run_starts_and_lengths(points)
         return _summary([(int(s), int(n)) for s, n in zip(starts, lengths, strict=True)], 1)
-    repeats = points[1:] == points[:-1]
-    flat = repeats.tobytes()  # byte 1 where the next character repeats this one
-    found, size = 0, 1  # most repeats seen in a row; the next count to look for
-    while size <= _SEARCHED_REPEATS and b"\1" * size in flat:
-        found, size = size, size * 2
-    if found < _SEARCHED_REPEATS:
-        while size - found > 1:  # bisect: `found` repeats in a row exist, `size` do not
-            middle = (found + size) // 2
-            if b"\1" * middle in flat:
-                found = middle
-            else:
-                size = middle
-        if found + 1 < min_length:
-            return found + 1, flat.find(b"\1" * found) if found else 0, []
+    flat = (points[1:] == points[:-1]).tobytes()  # byte 1 where the next character repeats
+    found, start = longest_ones(flat, _SEARCHED_REPEATS)
+    if found < _SEARCHED_REPEATS and found + 1 < min_length:
+        return found + 1, max(start, 0), []
     runs = _runs_by_search(flat, min(found, min_length - 1))
     if runs is None:
-        starts, lengths = true_runs(repeats)
+        starts, lengths = true_runs(np.frombuffer(flat, dtype=np.bool_))
         keep = lengths >= min(found, min_length - 1)
         runs = [(int(s), int(n) + 1) for s, n in zip(starts[keep], lengths[keep], strict=True)]
     return _summary(runs, min_length)
@@ -104,19 +111,16 @@ def true_runs(mask: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.intp], npt.ND
 
 
 def longest_true_run(mask: npt.NDArray[np.bool_]) -> tuple[int, int]:
-    """Length and start of the longest run of True in a boolean array ((0, -1) if none)."""
-    if not mask.any():
-        return 0, -1
-    starts, lengths = true_runs(mask)
-    best = int(np.argmax(lengths))
-    return int(lengths[best]), int(starts[best])
+    """Length and start of the first longest run of True in a boolean array ((0, -1) if none)."""
+    return longest_ones(mask.tobytes())
 
 
 def longest_equal_run(items: Sequence[int]) -> tuple[int, int, int]:
-    """Length, value and start of the longest run of one repeated integer ((0, -1, -1) if empty)."""
+    """Length, value and start of the first longest run of one repeated integer ((0, -1, -1) if
+    empty)."""
     if not items:
         return 0, -1, -1
     values = np.asarray(items, dtype=np.int64)
-    starts, lengths = run_starts_and_lengths(values)
-    best = int(np.argmax(lengths))
-    return int(lengths[best]), int(values[starts[best]]), int(starts[best])
+    repeats, start = longest_ones((values[1:] == values[:-1]).tobytes())
+    start = max(start, 0)
+    return repeats + 1, int(values[start]), start

@@ -6,6 +6,8 @@ import json
 from array import array
 from typing import Any
 
+import orjson
+
 from soakgate.records import Event, Generation, Run
 
 SCHEMA_VERSION = 1
@@ -60,6 +62,20 @@ def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def _dumps_fast(value: Any) -> str:
+    """`_dumps` for the per-generation columns at a tenth of its cost (orjson).
+
+    orjson writes NaN and infinities as `null` where the stdlib writes `NaN`, and refuses what it
+    cannot encode (non-string keys, huge ints); whenever its output holds a `null`, or it
+    refuses, the stdlib encodes instead, so what is stored is what `_dumps` would store.
+    """
+    try:
+        encoded = orjson.dumps(value)
+    except TypeError:
+        return _ENCODER.encode(value)
+    return _ENCODER.encode(value) if b"null" in encoded else encoded.decode()
+
+
 def generation_row(g: Generation) -> tuple[Any, ...]:
     """A Generation as a tuple in GENERATION_COLUMNS order."""
     ids = array("i", g.token_ids).tobytes() if g.token_ids is not None else None
@@ -67,8 +83,8 @@ def generation_row(g: Generation) -> tuple[Any, ...]:
         g.run_id, g.request_id, g.target, g.label, g.seq, g.prompt_id, g.endpoint, int(g.stream),
         g.started_at, g.ended_at, g.ttft_s, g.prompt_tokens, g.completion_tokens, g.finish_reason,
         g.http_status, g.error_class, g.error_detail, g.text, g.text_sha256, ids,
-        _dumps(g.scores), _dumps(g.details), ",".join(g.flags), int(g.collapsed), g.incarnation,
-        g.reference_divergence,
+        _dumps_fast(g.scores), _dumps_fast(g.details), ",".join(g.flags), int(g.collapsed),
+        g.incarnation, g.reference_divergence,
     )  # fmt: skip
 
 
