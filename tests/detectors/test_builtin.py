@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from soakgate.detectors import DetectorConfig, score_text
 from soakgate.detectors.builtin import char_run, empty, token_run, word_loop
-from soakgate.detectors.runs import longest_equal_run, longest_ones
+from soakgate.detectors.runs import longest_equal_run, longest_ones, repeat_flags
 
 CONFIG = DetectorConfig()
 
@@ -23,6 +23,13 @@ def brute_longest_run(text: str) -> int:
 @settings(max_examples=300)
 def test_char_run_score_equals_brute_force(text: str) -> None:
     assert char_run(text, None, None, CONFIG).score == brute_longest_run(text)
+
+
+@given(st.text(alphabet="ab!\n\x00\x7f", max_size=300) | st.text(max_size=300))
+@settings(max_examples=300)
+def test_repeat_flags_mark_exactly_the_repeated_neighbours(text: str) -> None:
+    expected = bytes(int(a == b) for a, b in itertools.pairwise(text))
+    assert repeat_flags(text) == expected
 
 
 @given(st.text(alphabet="ab!\n -é😀", max_size=400))
@@ -60,6 +67,18 @@ def brute_longest_ones(bits: list[int], cap: int | None) -> tuple[int, int]:
 @given(st.lists(st.integers(0, 1), max_size=400), st.none() | st.integers(1, 70))
 @settings(max_examples=400)
 def test_longest_ones_matches_brute_force(bits: list[int], cap: int | None) -> None:
+    assert longest_ones(bytes(bits), cap) == brute_longest_ones(bits, cap)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1), st.integers(1, 9000)), max_size=6),
+    st.none() | st.integers(1, 10000),
+)
+@settings(max_examples=60)
+def test_longest_ones_matches_brute_force_on_long_runs(
+    runs: list[tuple[int, int]], cap: int | None
+) -> None:
+    bits = [value for value, length in runs for _ in range(length)]
     assert longest_ones(bytes(bits), cap) == brute_longest_ones(bits, cap)
 
 

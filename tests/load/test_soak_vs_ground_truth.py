@@ -26,7 +26,14 @@ def soak_mock(mock: MockProcess, db: Path, request: RequestSpec, requests: int =
         targets=[TargetSpec.parse(mock.url)], label="mock", request=request,
         load=LoadSpec(concurrency=16, requests=requests, grace_s=5), db=db,
     )  # fmt: skip
-    return run_soak(config).run.run_id
+    result = run_soak(config)
+    # rows are scored and counted as their batch is stored: the tally equals the stored rows
+    rows = list(open_store(db).generations(result.run.run_id))
+    (tally,) = result.tallies.values()
+    assert (tally.requests, tally.errors, tally.collapses) == (
+        len(rows), sum(not g.ok for g in rows), sum(g.collapsed for g in rows)
+    )  # fmt: skip
+    return result.run.run_id
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])

@@ -123,3 +123,29 @@ def test_batch_writer_flushes_on_interval_and_size() -> None:
     for seq in range(2, 5):
         writer.add_generation(make_generation(seq))
     assert writer.pending == 0 and writer.flushed_rows == 5
+
+
+def test_batch_writer_prepares_each_batch_once_and_stores_it_even_if_preparing_fails() -> None:
+    store = MemoryStore()
+    writer = BatchWriter(store, interval_s=60.0)
+    seen: list[list[int]] = []
+
+    def prepare(batch: list[Generation]) -> None:
+        seen.append([g.seq for g in batch])
+        for generation in batch:
+            generation.scores["prepared"] = 1.0
+        if len(seen) == 2:
+            raise ValueError("a detector bug")
+
+    writer.prepare = prepare
+    for seq in range(3):
+        writer.add_generation(make_generation(seq))
+    writer.flush()
+    writer.add_generation(make_generation(3))
+    with pytest.raises(ValueError, match="detector bug"):
+        writer.flush()
+    writer.flush()  # nothing left: prepare is not called on an empty batch
+    assert seen == [[0, 1, 2], [3]]
+    stored = list(store.generations())
+    assert [g.seq for g in stored] == [0, 1, 2, 3]
+    assert all(g.scores.get("prepared") == 1.0 for g in stored)

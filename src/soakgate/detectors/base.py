@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -91,10 +92,16 @@ def score_text(
     config: DetectorConfig,
 ) -> dict[str, Detection]:
     """Apply every enabled detector to one generation."""
-    results: dict[str, Detection] = {}
-    for name in config.enabled:
-        fn = REGISTRY.get(name)
-        if fn is None:
-            raise UsageError(f"unknown detector {name!r}; known: {', '.join(sorted(REGISTRY))}")
-        results[name] = fn(text, token_ids, completion_tokens, config)
-    return results
+    return {
+        name: fn(text, token_ids, completion_tokens, config)
+        for name, fn in _resolve(config.enabled)
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve(enabled: tuple[str, ...]) -> tuple[tuple[str, DetectorFn], ...]:
+    """The registered function of each enabled detector, looked up once per configuration."""
+    unknown = [name for name in enabled if name not in REGISTRY]
+    if unknown:
+        raise UsageError(f"unknown detector {unknown[0]!r}; known: {', '.join(sorted(REGISTRY))}")
+    return tuple((name, REGISTRY[name]) for name in enabled)

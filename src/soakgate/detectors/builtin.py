@@ -116,6 +116,6 @@ def empty(
 ) -> Detection:
     """Blank text although the server reported generating tokens."""
     reported = completion_tokens if completion_tokens is not None else len(token_ids or ())
-    blank = not text.strip()
+    blank = not text or text.isspace()
     flagged = blank and reported >= config.empty_min_tokens
     return Detection(float(reported if blank else 0), flagged, {"reported_tokens": reported})

@@ -17,10 +17,20 @@ def code_points(text: str) -> CodePoints:
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
+def repeat_flags(text: str) -> bytes:
+    """Byte i is 1 where character i+1 repeats character i (one byte fewer than the text)."""
+    if len(text) < 2:
+        return b""
+    points = code_points(text)
+    flags: bytes = (points[1:] == points[:-1]).tobytes()
+    return flags
+
+
 # Runs of up to this many repeats are measured by substring searches; past it the long runs
 # themselves are searched for, and past _SEARCHED_RUNS of those numpy lists every run.
 _SEARCHED_REPEATS = 64
 _SEARCHED_RUNS = 256
+_SEARCHED_RUN_LENGTH = 4096
 CharRun = tuple[int, int]
 """(start, length) of a run of one character."""
 
@@ -30,11 +40,17 @@ def longest_ones(flat: bytes, cap: int | None = None) -> tuple[int, int]:
     none); with `cap`, a longer run counts as `cap` long.
 
     Doubling then bisecting substring searches (C speed): ordinary text has only short runs, so
-    this takes a handful of searches, without listing every run.
+    this takes a handful of searches, without listing every run. Past _SEARCHED_RUN_LENGTH ones
+    in a row, numpy lists the runs instead (searches for long needles get slow).
     """
     limit = len(flat) if cap is None else cap
     found, size = 0, 1  # a run of `found` ones exists; the next length to look for
     while size <= limit and b"\1" * size in flat:
+        if size >= _SEARCHED_RUN_LENGTH:
+            starts, lengths = true_runs(np.frombuffer(flat, dtype=np.bool_))
+            capped = np.minimum(lengths, limit)
+            best = int(np.argmax(capped))  # the first run of the longest (capped) length
+            return int(capped[best]), int(starts[best])
         found, size = size, size * 2
     size = min(size, limit + 1)
     while size - found > 1:  # bisect: `found` ones in a row exist, `size` do not
@@ -48,11 +64,10 @@ def longest_ones(flat: bytes, cap: int | None = None) -> tuple[int, int]:
 
 def char_runs(text: str, min_length: int) -> tuple[int, int, list[CharRun]]:
     """The first longest run (length, start) and every run at least `min_length` long."""
-    points = code_points(text)
-    if min_length <= 1 or points.shape[0] <= 1:
-        starts, lengths = run_starts_and_lengths(points)
+    if min_length <= 1 or len(text) <= 1:
+        starts, lengths = run_starts_and_lengths(code_points(text))
         return _summary([(int(s), int(n)) for s, n in zip(starts, lengths, strict=True)], 1)
-    flat = (points[1:] == points[:-1]).tobytes()  # byte 1 where the next character repeats
+    flat = repeat_flags(text)
     found, start = longest_ones(flat, _SEARCHED_REPEATS)
     if found < _SEARCHED_REPEATS and found + 1 < min_length:
         return found + 1, max(start, 0), []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any
 import aiohttp
 
 from soakgate.detectors import DetectorConfig
-from soakgate.load.record import scored_generation
+from soakgate.load.record import score_generation, unscored_generation
 from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
 from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run
@@ -169,6 +170,8 @@ async def soak(
     sessions = {t.name: make_session(load.concurrency) for t in targets}
     if differential is not None:
         sessions[""] = make_session(load.concurrency * len(targets))
+    writer.flush()  # rows queued before this soak are not its to score
+    writer.prepare = functools.partial(_score_batch, shared)
     try:
         clients = [await connect(sessions[t.name], t) for t in targets]
         if differential is not None:
@@ -178,8 +181,12 @@ async def soak(
         ticker = asyncio.create_task(_tick(shared, on_tick, started))
         stopped_by = await _drive(shared, clients)
         ticker.cancel()
+        await asyncio.gather(ticker, return_exceptions=True)
+        if not ticker.cancelled() and (error := ticker.exception()) is not None:
+            raise error  # scoring or storing failed in the ticker (the rows are stored)
     finally:
         writer.flush()
+        writer.prepare = None
         for session in sessions.values():
             await session.close()
     elapsed = time.monotonic() - started
@@ -278,23 +285,31 @@ def _store(
     shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
     divergence: int | None = None, sampled: bool = False,
 ) -> Generation:  # fmt: skip
-    """Score the outcome, queue it for the store and count it."""
+    """Queue the outcome's row for the store; it is scored with its batch (`_score_batch`)."""
     if outcome.error_class == "cancelled" and not outcome.ended_at:
         outcome.ended_at = time.time()
-    generation = scored_generation(
+    generation = unscored_generation(
         outcome, run_id=shared.run.run_id, request_id=request_id, target=target,
         label=shared.labels.get(target, shared.run.label), seq=seq, prompt=prompt,
-        spec=shared.spec, detectors=shared.detectors, store_text=shared.store_text,
-        incarnation=shared.incarnation(target),
+        spec=shared.spec, incarnation=shared.incarnation(target),
     )  # fmt: skip
     generation.reference_divergence = divergence
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
     shared.writer.add_generation(generation)
-    shared.tallies[target].count(generation)
-    if shared.on_generation is not None:
-        shared.on_generation(generation)
     return generation
+
+
+def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
+    """Score a batch of rows just before it is stored, then count them and show them to the
+    `on_generation` hook. Scoring rows back to back, away from the network code, costs a
+    third of scoring each as it arrives (BENCHMARKS.md)."""
+    detectors, store_text, on_generation = shared.detectors, shared.store_text, shared.on_generation
+    for generation in generations:
+        score_generation(generation, detectors, store_text)
+        shared.tallies[generation.target].count(generation)
+        if on_generation is not None:
+            on_generation(generation)
 
 
 def _next_backoff(backoff: float, error_class: str | None) -> float:

@@ -1,4 +1,4 @@
-"""Turn one request's Outcome into a scored Generation row."""
+"""Turn one request's Outcome into a Generation row, and score it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from soakgate.targets import Outcome, RequestSpec
 TEXT_SAMPLE_EVERY = 100
 
 
-def scored_generation(
+def unscored_generation(
     outcome: Outcome,
     *,
     run_id: str,
@@ -21,32 +21,36 @@ def scored_generation(
     seq: int,
     prompt: Prompt,
     spec: RequestSpec,
-    detectors: DetectorConfig,
-    store_text: str,
     incarnation: int = 0,
 ) -> Generation:
-    """Score a completed request with every configured detector and build its row."""
-    generation = Generation(
+    """The row of a completed request, before `score_generation` fills in the detectors."""
+    return Generation(
         run_id=run_id, request_id=request_id, target=target, label=label, seq=seq,
         prompt_id=prompt.prompt_id, endpoint=spec.endpoint, stream=spec.stream,
         started_at=outcome.started_at, ended_at=outcome.ended_at, ttft_s=outcome.ttft_s,
         prompt_tokens=outcome.prompt_tokens, completion_tokens=outcome.completion_tokens,
         finish_reason=outcome.finish_reason, http_status=outcome.http_status,
         error_class=outcome.error_class, error_detail=outcome.error_detail,
-        text=outcome.text, text_sha256=sha256_text(outcome.text), token_ids=outcome.token_ids,
-        incarnation=incarnation,
+        text=outcome.text, token_ids=outcome.token_ids, incarnation=incarnation,
     )  # fmt: skip
-    if outcome.error_class is None:
-        for name, detection in score_text(
-            outcome.text, outcome.token_ids, outcome.completion_tokens, detectors
+
+
+def score_generation(generation: Generation, detectors: DetectorConfig, store_text: str) -> None:
+    """Score a row with every configured detector, fingerprint its text, and drop the text
+    (and token ids) that `store_text` does not keep."""
+    text = generation.text or ""
+    generation.text_sha256 = sha256_text(text)
+    if generation.error_class is None:
+        scores, details, flags = generation.scores, generation.details, generation.flags
+        for name, (score, flagged, evidence) in score_text(
+            text, generation.token_ids, generation.completion_tokens, detectors
         ).items():
-            generation.scores[name] = detection.score
-            if detection.evidence:
-                generation.details[name] = detection.evidence
-            if detection.flagged:
-                generation.flags.append(name)
+            scores[name] = score
+            if evidence:
+                details[name] = evidence
+            if flagged:
+                flags.append(name)
     keep = store_text == "all" or generation.flags or not generation.ok
-    if not keep and not (store_text == "flagged" and seq % TEXT_SAMPLE_EVERY == 0):
+    if not keep and not (store_text == "flagged" and generation.seq % TEXT_SAMPLE_EVERY == 0):
         generation.text = None
         generation.token_ids = None
-    return generation

@@ -19,6 +19,8 @@ class BatchWriter:
         max_rows: int = 2000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.prepare: Callable[[list[Generation]], None] | None = None
+        """Called on each batch just before it is stored (the soak scores its rows here)."""
         self.store = store
         self.interval_s = interval_s
         self.max_rows = max_rows
@@ -51,8 +53,12 @@ class BatchWriter:
             return
         generations, events = self._generations, self._events
         self._generations, self._events = [], []
-        self.store.add(generations, events)
-        self.flushed_rows += len(generations)
+        try:
+            if self.prepare is not None and generations:
+                self.prepare(generations)
+        finally:  # rows are stored even if preparing them failed: nothing collected is lost
+            self.store.add(generations, events)
+            self.flushed_rows += len(generations)
 
     @property
     def pending(self) -> int:

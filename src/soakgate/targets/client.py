@@ -6,12 +6,14 @@ import asyncio
 import errno
 import json
 import time
+from typing import Any
 
 import aiohttp
 
 from soakgate.errors import TargetError
 from soakgate.prompts import Prompt
 from soakgate.targets import parse
+from soakgate.targets.deadlines import Deadlines
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -91,6 +93,7 @@ class OpenAIClient:
         self._headers = headers_for(target)
         self._bodies: dict[Prompt, bytes] = {}
         self._bodies_spec: RequestSpec | None = None
+        self._deadlines = Deadlines()
 
     def _body(self, prompt: Prompt, spec: RequestSpec) -> bytes:
         """The encoded request body, cached per prompt: re-encoding it per request costs CPU."""
@@ -114,19 +117,32 @@ class OpenAIClient:
         began = time.perf_counter()
         payload = self._body(prompt, spec)
         headers = {**self._headers, "X-Request-Id": request_id}
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("generate() must run in an asyncio task")
+        self._deadlines.arm(task, spec.timeout_s)
         try:
-            async with asyncio.timeout(spec.timeout_s):  # a timer, not an extra task per request
-                await self._exchange(outcome, spec, payload, headers, began)
+            await self._exchange(outcome, spec, payload, headers, began)
         except asyncio.CancelledError:
-            outcome.error_class, outcome.error_detail = "cancelled", "soak stopped"
-            outcome.ended_at = time.time()
-            raise
+            if not self._timed_out(task):
+                outcome.error_class, outcome.error_detail = "cancelled", "soak stopped"
+                outcome.ended_at = time.time()
+                raise
+            outcome.error_class = "timeout"
+            outcome.error_detail = f"no complete answer within {spec.timeout_s:g} s"
         except Exception as exc:  # every failure is a record, never a crash of the soak
             outcome.error_class = outcome.error_class or classify(exc)
             outcome.error_detail = outcome.error_detail or describe(exc)
+        finally:
+            if self._deadlines.disarm(task):  # its time ran out as the answer completed
+                task.uncancel()
         outcome.ended_at = time.time()
         parse.finish(outcome)
         return outcome
+
+    def _timed_out(self, task: asyncio.Task[Any]) -> bool:
+        """After a CancelledError: True when only the request's deadline cancelled the task."""
+        return self._deadlines.disarm(task) and task.uncancel() == 0
 
     async def _exchange(
         self, outcome: Outcome, spec: RequestSpec, payload: bytes, headers: dict[str, str],
