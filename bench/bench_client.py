@@ -62,25 +62,6 @@ def soakgate_cmd(job: Job) -> list[str]:
     )  # fmt: skip
 
 
-def soakgate_uvloop_cmd(job: Job) -> list[str] | str:
-    """The same `soakgate run` on uvloop's event loop (not a soakgate dependency: measured only)."""
-    if importlib.util.find_spec("uvloop") is None:
-        return "uvloop is not installed (pip install uvloop)"
-    start = "import sys, uvloop; uvloop.install(); from soakgate.cli.main import main; "
-    return [sys.executable, "-c", start + "sys.exit(main(sys.argv[1:]))", *soakgate_cmd(job)[3:]]
-
-
-def soakgate_orjson_cmd(job: Job) -> list[str] | str:
-    """The same `soakgate run` decoding JSON with orjson (not a soakgate dependency: measured)."""
-    if importlib.util.find_spec("orjson") is None:
-        return "orjson is not installed (pip install orjson)"
-    start = (
-        "import sys, orjson; import soakgate.targets.parse as parse; "
-        "parse.decode_event = orjson.loads; from soakgate.cli.main import main; "
-    )
-    return [sys.executable, "-c", start + "sys.exit(main(sys.argv[1:]))", *soakgate_cmd(job)[3:]]
-
-
 def aiohttp_uvloop_cmd(job: Job) -> list[str] | str:
     """The bare aiohttp loop on uvloop, so uvloop's gain is compared like for like."""
     if importlib.util.find_spec("uvloop") is None:
@@ -262,8 +243,6 @@ CLIENTS: dict[str, Command] = {
     "aiperf": aiperf_cmd,
     "vllm-bench": vllm_cmd,
     "inference-perf": inference_perf_cmd,
-    "soakgate+uvloop": soakgate_uvloop_cmd,
-    "soakgate+orjson": soakgate_orjson_cmd,
     "aiohttp+uvloop": aiohttp_uvloop_cmd,
 }
 DEFAULT_CLIENTS = "soakgate,aiohttp,locust,guidellm,aiperf,vllm-bench,inference-perf"
