@@ -61,3 +61,26 @@ def test_bench_client_prints_cpu_per_request_for_soakgate_and_the_bare_loop() ->
     rows = [line.split() for line in out.splitlines() if line.startswith(("soakgate", "aiohttp"))]
     assert [row[0] for row in rows] == ["soakgate", "aiohttp"]
     assert all(float(row[1]) > 0 for row in rows)
+
+
+def test_bench_ab_prints_cpu_per_request_for_each_tree() -> None:
+    out = run_bench(
+        "bench_ab.py", "--tree", "a=.", "--tree", "b=.", "--rounds", "1", "--requests", "150",
+        "--concurrency", "4",
+    )  # fmt: skip
+    rows = [line.split() for line in out.splitlines() if line.startswith(("a ", "b "))]
+    assert [row[0] for row in rows] == ["a", "b"]
+    assert all(float(row[1]) > 0 for row in rows)
+
+
+def test_bench_ab_refuses_a_tree_that_is_not_a_checkout(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_ab.py"), "--tree", f"x={tmp_path}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "NAME=PATH of a soakgate checkout" in done.stderr
+
+
+def test_bench_own_cost_prints_cpu_per_request() -> None:
+    out = run_bench("bench_own_cost.py", "--requests", "300")
+    assert "CPU per request over 300 requests" in out
