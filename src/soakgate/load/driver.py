@@ -302,8 +302,8 @@ def _store(
 
 def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
     """Score a batch of rows just before it is stored, then count them and show them to the
-    `on_generation` hook. Scoring rows back to back, away from the network code, costs a
-    third of scoring each as it arrives (BENCHMARKS.md)."""
+    `on_generation` hook. Scoring rows back to back, away from the network code, cut the
+    client's CPU per request by 9 % against scoring each as it arrives (BENCHMARKS.md)."""
     detectors, store_text, on_generation = shared.detectors, shared.store_text, shared.on_generation
     for generation in generations:
         score_generation(generation, detectors, store_text)
