@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from soakgate.detectors import DetectorConfig
 from soakgate.load import LoadSpec
-from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.load.driver import soak
+from soakgate.load.runner import SoakConfig, new_run, run_soak
 from soakgate.mockserver.process import MockProcess
-from soakgate.store import open_store
+from soakgate.prompts import PromptPicker, builtin_prompts
+from soakgate.records import Generation
+from soakgate.store import BatchWriter, open_store
 from soakgate.targets import RequestSpec, TargetSpec
 
 FAULT_TO_ERROR = {
@@ -83,3 +88,37 @@ def test_dead_target_is_backed_off_and_does_not_stop_the_other(
     assert set(down.errors_by_class) == {"connection_refused"}
     # Exponential back-off from 50 ms: each of 4 slots makes at most ~7 attempts in 3 s.
     assert down.requests <= 4 * 8
+
+
+def test_a_generation_hook_sees_each_row_as_it_arrives_and_can_stop_the_soak_at_once(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    # Sequential looks stop a soak through this hook. Seen only as batches are stored, a fast
+    # target would finish hundreds of requests past the verdict; seen row by row, it stops
+    # within the requests already in flight.
+    mock = start_mock("--seed", "3")
+    config = SoakConfig(
+        targets=[TargetSpec.parse(mock.url)], label="x", request=RequestSpec(max_tokens=8),
+        load=LoadSpec(concurrency=8, requests=4000), db=tmp_path / "r.sqlite",
+    )  # fmt: skip
+    store = open_store(config.db)
+    writer = BatchWriter(store)
+    stop, seen = asyncio.Event(), []
+
+    def hook(generation: Generation) -> None:
+        assert generation.text_sha256  # scored before the hook sees it
+        seen.append(generation)
+        if len(seen) == 50:
+            stop.set()
+
+    result = asyncio.run(
+        soak(
+            new_run(config), config.targets, config.request, config.load,
+            PromptPicker(builtin_prompts()), DetectorConfig(), writer, stop=stop,
+            on_generation=hook,
+        )
+    )  # fmt: skip
+    rows = list(store.generations(result.run.run_id))
+    store.close()
+    assert result.stopped_by == "stop" and len(seen) == len(rows)
+    assert 50 <= len(rows) <= 50 + 8  # the stop came with the 50th row, not a batch later

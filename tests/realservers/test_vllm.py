@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from soakgate.campaign import load_campaign, run_campaign
@@ -27,6 +26,7 @@ from soakgate.records import Generation
 from soakgate.report.api import compare, report
 from soakgate.servers import ServerInstance
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
+from soakgate.targets.client import make_session
 from tests.realservers.vllm_support import (
     REPO,
     campaign_for_test,
@@ -160,7 +160,7 @@ def test_request_shapes(
 async def direct_requests(target: TargetSpec, request: RequestSpec, count: int) -> list[Outcome]:
     """`count` requests through soakgate's client, returning the raw Outcomes."""
     assert target.model is not None
-    async with aiohttp.ClientSession() as session:
+    async with make_session(1) as session:
         client = OpenAIClient(session, target, target.model)
         prompts = list(builtin_prompts())[:count]
         return [await client.generate(p, request, f"shape-{i}") for i, p in enumerate(prompts)]

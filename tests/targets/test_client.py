@@ -7,12 +7,12 @@ import json
 import re
 from typing import Any
 
-import aiohttp
 import pytest
 
 from soakgate.errors import UsageError
 from soakgate.prompts import Prompt, builtin_prompts
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec, parse
+from soakgate.targets.client import make_session
 
 
 def prompt() -> Prompt:
@@ -248,8 +248,7 @@ async def _soak_dropping_server(requests: int, concurrency: int) -> tuple[list[O
     target = TargetSpec.parse(f"http://127.0.0.1:{port}")
     spec = RequestSpec(max_tokens=2, logprobs=True)
     outcomes: list[Outcome] = []
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with make_session(concurrency) as session:
         client = OpenAIClient(session, target, "m")
 
         async def worker(worker_id: int) -> None:

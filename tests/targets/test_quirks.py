@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
 from tests.soaking import soak_rows
 
 from soakgate.mockserver.process import MockProcess
 from soakgate.prompts import builtin_prompts
 from soakgate.records import Generation
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec, discover_model
+from soakgate.targets.client import make_session
 
 StartMock = Callable[..., MockProcess]
 
@@ -77,7 +77,7 @@ def test_interrupted_streams_are_truncated_never_clean(
 
 async def _generate(url: str, spec: RequestSpec, count: int) -> list[Outcome]:
     """`count` requests through OpenAIClient itself (the Outcome keeps the logprob count)."""
-    async with aiohttp.ClientSession() as session:
+    async with make_session(1) as session:
         target = TargetSpec.parse(url)
         client = OpenAIClient(session, target, await discover_model(session, target))
         prompts = builtin_prompts()

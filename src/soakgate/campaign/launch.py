@@ -8,8 +8,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import aiohttp
-
 from soakgate.campaign.model import Campaign, ConfigEntry
 from soakgate.errors import ServerError, TargetError
 from soakgate.prompts import Prompt
@@ -18,7 +16,7 @@ from soakgate.servers import LaunchSpec, ServerInstance, free_port, render_comma
 from soakgate.servers.command import Device
 from soakgate.store import BatchWriter
 from soakgate.targets import Outcome, RequestSpec, TargetSpec
-from soakgate.targets.client import connect
+from soakgate.targets.client import connect, make_session
 
 
 def launch_spec(
@@ -99,8 +97,7 @@ class Launcher:
         target = TargetSpec(
             instance.spec.url, instance.name, model=self.campaign.server.model or None
         )
-        connector = aiohttp.TCPConnector(limit=4)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with make_session(4) as session:
             try:
                 client = await connect(session, target)
             except TargetError as exc:

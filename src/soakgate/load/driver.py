@@ -14,8 +14,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from soakgate.detectors import DetectorConfig
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
@@ -23,7 +21,7 @@ from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run
 from soakgate.store import BatchWriter
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
-from soakgate.targets.client import connect, make_session
+from soakgate.targets.client import Session, connect, make_session
 
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
@@ -152,7 +150,7 @@ async def soak(
     e.g. while or after a server restart); `credit(target)` adds requests to the count limit
     (errors in a fault window do not use up the budget). `labels` overrides the run's label per
     target (two arms soaked side by side); `differential` adds the reference check;
-    `on_generation` sees every stored generation (sequential looks).
+    `on_generation` sees every generation as it is queued for the store (sequential looks).
     """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
@@ -171,7 +169,8 @@ async def soak(
     if differential is not None:
         sessions[""] = make_session(load.concurrency * len(targets))
     writer.flush()  # rows queued before this soak are not its to score
-    writer.prepare = functools.partial(_score_batch, shared)
+    if on_generation is None:  # else each row is scored as it arrives (`_store`)
+        writer.prepare = functools.partial(_score_batch, shared)
     try:
         clients = [await connect(sessions[t.name], t) for t in targets]
         if differential is not None:
@@ -194,7 +193,7 @@ async def soak(
 
 
 async def _reference_clients(
-    session: aiohttp.ClientSession, differential: Differential, targets: list[TargetSpec]
+    session: Session, differential: Differential, targets: list[TargetSpec]
 ) -> dict[str, OpenAIClient]:
     """Each compared target's reference client (one client, one discovery per reference)."""
     made: dict[TargetSpec, OpenAIClient] = {}
@@ -296,6 +295,10 @@ def _store(
     generation.reference_divergence = divergence
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
+    if shared.on_generation is not None:
+        # sequential looks are judged row by row, so that a verdict stops the soak at once
+        # rather than at the next batch (a fast target finishes hundreds of requests per batch)
+        _score_batch(shared, [generation])
     shared.writer.add_generation(generation)
     return generation
 

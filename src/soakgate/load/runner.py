@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
+
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import UsageError
@@ -199,7 +201,7 @@ def _start_watchers(
 ) -> Callable[[], Coroutine[Any, Any, None]]:
     """Scrape each target's /metrics during the soak; returns a coroutine function that stops it."""
     done = asyncio.Event()
-    session = make_session(len(config.targets))
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=len(config.targets)))
 
     def recorder(target: str) -> Callable[[str, dict[str, object]], None]:
         def record(kind: str, data: dict[str, object]) -> None:

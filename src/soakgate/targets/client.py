@@ -10,14 +10,14 @@ from typing import Any
 
 import aiohttp
 
-from soakgate.errors import TargetError
+from soakgate import __version__
+from soakgate.errors import TargetError, UsageError
 from soakgate.prompts import Prompt
-from soakgate.targets import parse
+from soakgate.targets import http1, parse
 from soakgate.targets.deadlines import Deadlines
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-_STALE_RETRIES = 4  # tries on a stale pooled connection before the final one
 _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
 
 
@@ -29,12 +29,12 @@ def headers_for(target: TargetSpec) -> dict[str, str]:
     return headers
 
 
-async def discover_model(session: aiohttp.ClientSession, target: TargetSpec) -> str:
+async def discover_model(session: Session, target: TargetSpec) -> str:
     """The first model id the target lists at /v1/models (TargetError when it cannot)."""
     url = f"{target.url}/v1/models"
     try:
         timeout = aiohttp.ClientTimeout(total=15)
-        async with session.get(url, headers=headers_for(target), timeout=timeout) as response:
+        async with session.http.get(url, headers=headers_for(target), timeout=timeout) as response:
             if response.status != 200:
                 raise TargetError(f"{url} answered HTTP {response.status}")
             body = await response.json(content_type=None)
@@ -58,6 +58,10 @@ def classify(exc: BaseException) -> str:
     """Map a transport exception to one of records.ERROR_CLASSES."""
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return "timeout"
+    if isinstance(exc, http1.ConnectFailed):
+        return "connection_refused"
+    if isinstance(exc, http1.Disconnected):
+        return "connection_reset"
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
         return "connection_refused"
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
@@ -75,36 +79,68 @@ def classify(exc: BaseException) -> str:
     return "client_error"
 
 
-def is_stale_connection(exc: BaseException) -> bool:
-    """True for a connection that died before any response: the write of the request failed,
-    or the server hung up before a status line (only ever raised before the response starts)."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and "Can not write request body" in str(exc)
+class Session:
+    """The connections of one soak or probe: aiohttp for model discovery, and one keep-alive
+    pool per target for its generation requests (`http1`, the cheaper path per request)."""
+
+    def __init__(self, concurrency: int) -> None:
+        connector = aiohttp.TCPConnector(limit=max(1, concurrency))
+        self.http = aiohttp.ClientSession(
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
+        )
+        self._pools: dict[str, http1.Pool] = {}
+
+    def pool(self, url: str) -> http1.Pool:
+        """The generation connections to the target at `url` (one pool per URL)."""
+        pool = self._pools.get(url)
+        if pool is None:
+            pool = self._pools[url] = http1.Pool(url)
+        return pool
+
+    async def close(self) -> None:
+        """Close every connection."""
+        for pool in self._pools.values():
+            await pool.close()
+        await self.http.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
 
 
 class OpenAIClient:
-    """Sends generation requests to one target over a shared aiohttp session."""
+    """Sends generation requests to one target over the target's pool in a `Session`."""
 
-    def __init__(self, session: aiohttp.ClientSession, target: TargetSpec, model: str) -> None:
+    def __init__(self, session: Session, target: TargetSpec, model: str) -> None:
         self.session = session
         self.target = target
         self.model = model
-        self._headers = headers_for(target)
-        self._bodies: dict[Prompt, bytes] = {}
-        self._bodies_spec: RequestSpec | None = None
+        self._pool = session.pool(target.url)
+        self._heads = {
+            endpoint: _request_head(self._pool, path, target) for endpoint, path in _PATHS.items()
+        }
+        self._requests: dict[Prompt, tuple[bytes, bytes]] = {}
+        self._requests_spec: RequestSpec | None = None
         self._deadlines = Deadlines()
 
-    def _body(self, prompt: Prompt, spec: RequestSpec) -> bytes:
-        """The encoded request body, cached per prompt: re-encoding it per request costs CPU."""
-        if spec is not self._bodies_spec:
-            self._bodies, self._bodies_spec = {}, spec
-        body = self._bodies.get(prompt)
-        if body is None:
+    def _request(self, prompt: Prompt, spec: RequestSpec) -> tuple[bytes, bytes]:
+        """The request's head up to its request id, and its body; cached per prompt, since
+        encoding them anew per request costs CPU."""
+        if spec is not self._requests_spec:
+            self._requests, self._requests_spec = {}, spec
+        request = self._requests.get(prompt)
+        if request is None:
             body = json.dumps(parse.build_payload(spec, prompt, self.model)).encode()
-            if len(self._bodies) < _BODY_CACHE_SIZE:
-                self._bodies[prompt] = body
-        return body
+            head = b"%sContent-Length: %d\r\nX-Request-Id: " % (
+                self._heads[spec.endpoint],
+                len(body),
+            )
+            request = (head, body)
+            if len(self._requests) < _BODY_CACHE_SIZE:
+                self._requests[prompt] = request
+        return request
 
     async def generate(
         self, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome | None = None
@@ -115,14 +151,14 @@ class OpenAIClient:
         """
         outcome = outcome or Outcome(started_at=time.time())
         began = time.perf_counter()
-        payload = self._body(prompt, spec)
-        headers = {**self._headers, "X-Request-Id": request_id}
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("generate() must run in an asyncio task")
         self._deadlines.arm(task, spec.timeout_s)
         try:
-            await self._exchange(outcome, spec, payload, headers, began)
+            head, body = self._request(prompt, spec)
+            request = b"".join((head, request_id.encode("ascii"), b"\r\n\r\n", body))
+            await self._exchange(outcome, spec, request, began)
         except asyncio.CancelledError:
             if not self._timed_out(task):
                 outcome.error_class, outcome.error_detail = "cancelled", "soak stopped"
@@ -145,51 +181,35 @@ class OpenAIClient:
         return self._deadlines.disarm(task) and task.uncancel() == 0
 
     async def _exchange(
-        self, outcome: Outcome, spec: RequestSpec, payload: bytes, headers: dict[str, str],
-        began: float,
-    ) -> None:  # fmt: skip
-        """POST and read the whole response into `outcome`."""
-        url = f"{self.target.url}{_PATHS[spec.endpoint]}"
-        async with await self._post(url, payload, headers) as response:
-            outcome.http_status = response.status
-            if response.status >= 400:
-                body = (await response.read())[:300].decode("utf-8", "replace")
-                outcome.error_class = "http_4xx" if response.status < 500 else "http_5xx"
-                outcome.error_detail = f"HTTP {response.status}: {body}"
+        self, outcome: Outcome, spec: RequestSpec, request: bytes, began: float
+    ) -> None:
+        """Send the request and read the whole answer into `outcome`."""
+        connection = await self._pool.send(request)
+        try:
+            outcome.http_status = status = connection.status
+            if status >= 400:
+                body = (await connection.read())[:300].decode("utf-8", "replace")
+                outcome.error_class = "http_4xx" if status < 500 else "http_5xx"
+                outcome.error_detail = f"HTTP {status}: {body}"
                 return
             chat = spec.endpoint == "chat"
             if spec.stream:
-                await self._read_stream(outcome, response, chat, began)
+                await self._read_stream(outcome, connection, chat, began)
             else:
-                parse.fold_body(outcome, parse.decode_event(await response.read()), chat)
+                parse.fold_body(outcome, parse.decode_event(await connection.read()), chat)
                 if outcome.finish_reason is None:
                     outcome.error_class = "truncated_stream"
                     outcome.error_detail = "response without a finish_reason"
-
-    async def _post(
-        self, url: str, payload: bytes, headers: dict[str, str]
-    ) -> aiohttp.ClientResponse:
-        """POST, retrying when a pooled keep-alive connection turns out closed before any answer.
-
-        llama.cpp closes the connection after every stream without saying so; the next request
-        on it dies unanswered (RFC 9112 §9.3.1 lets a client retry a request the server never
-        answered). Several pooled connections can be stale at once, hence a few tries.
-        """
-        for _ in range(_STALE_RETRIES):
-            try:
-                return await self.session.post(url, data=payload, headers=headers)
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
-                if not is_stale_connection(exc):
-                    raise
-        return await self.session.post(url, data=payload, headers=headers)
+        finally:
+            self._pool.release(connection)  # kept alive only when its answer was read whole
 
     async def _read_stream(
-        self, outcome: Outcome, response: aiohttp.ClientResponse, chat: bool, began: float
+        self, outcome: Outcome, connection: http1.Connection, chat: bool, began: float
     ) -> None:
         """Fold server-sent events; a stream with no finish reason is truncated."""
         done = False
         splitter = parse.SseSplitter()
-        async for chunk in response.content.iter_any():
+        while chunk := await connection.chunk():
             for data in splitter.feed(chunk):
                 done = self._fold_data(outcome, data, chat, began) or done
         for data in splitter.close():
@@ -209,13 +229,28 @@ class OpenAIClient:
         return False
 
 
-def make_session(concurrency: int) -> aiohttp.ClientSession:
-    """One session per target with a connection pool sized to the concurrency."""
-    connector = aiohttp.TCPConnector(limit=max(1, concurrency), force_close=False)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+def _request_head(pool: http1.Pool, path: str, target: TargetSpec) -> bytes:
+    """A request's head up to its per-request fields: request line and the fixed headers."""
+    lines = [
+        f"POST {pool.prefix}{path} HTTP/1.1",
+        f"Host: {pool.authority}",
+        f"User-Agent: soakgate/{__version__}",
+        "Content-Type: application/json",
+        "Accept: application/json, text/event-stream",
+    ]
+    if target.api_key:
+        if any(c in target.api_key for c in "\r\n\0"):
+            raise UsageError("the API key contains a line break or a NUL character")
+        lines.append(f"Authorization: Bearer {target.api_key}")
+    return ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 
-async def connect(session: aiohttp.ClientSession, target: TargetSpec) -> OpenAIClient:
+def make_session(concurrency: int) -> Session:
+    """Connections for one soak or probe; aiohttp's pool sized to the concurrency."""
+    return Session(concurrency)
+
+
+async def connect(session: Session, target: TargetSpec) -> OpenAIClient:
     """A client for one target, discovering its model name when not given."""
     model = target.model or await discover_model(session, target)
     return OpenAIClient(session, target, model)
