@@ -103,17 +103,23 @@ async def exchange(pool: Pool, request: bytes = b"GET / HTTP/1.1\r\nHost: x\r\n\
         pool.release(connection)
 
 
-def test_keep_alive_reuses_one_connection_for_content_length_answers() -> None:
-    server = ScriptedServer(answer(OK), answer(OK), answer(OK))
+def bodies(count: int) -> Callable[[str], Awaitable[list[bytes]]]:
+    """A test body: `count` requests in turn through one pool; their answers' bodies."""
 
     async def body(url: str) -> list[bytes]:
         pool = Pool(url)
         try:
-            return [await exchange(pool) for _ in range(3)]
+            return [await exchange(pool) for _ in range(count)]
         finally:
             await pool.close()
 
-    assert serve(server, body) == [b"hello"] * 3
+    return body
+
+
+def test_keep_alive_reuses_one_connection_for_content_length_answers() -> None:
+    server = ScriptedServer(answer(OK), answer(OK), answer(OK))
+
+    assert serve(server, bodies(3)) == [b"hello"] * 3
     assert [index for index, _, _ in server.requests] == [0, 0, 0]
 
 
@@ -143,14 +149,7 @@ def test_a_body_delimited_by_the_close_is_whole_and_the_connection_is_not_reused
         answer(b"HTTP/1.1 200 OK\r\n\r\n", b"until ", b"the end", close=True), answer(OK)
     )
 
-    async def body(url: str) -> list[bytes]:
-        pool = Pool(url)
-        try:
-            return [await exchange(pool), await exchange(pool)]
-        finally:
-            await pool.close()
-
-    assert serve(server, body) == [b"until the end", b"hello"]
+    assert serve(server, bodies(2)) == [b"until the end", b"hello"]
     assert [index for index, _, _ in server.requests] == [0, 1]
 
 
@@ -160,14 +159,7 @@ def test_connection_close_and_interim_answers() -> None:
         answer(b"HTTP/1.1 100 Continue\r\n\r\n", OK),
     )
 
-    async def body(url: str) -> list[bytes]:
-        pool = Pool(url)
-        try:
-            return [await exchange(pool), await exchange(pool)]
-        finally:
-            await pool.close()
-
-    assert serve(server, body) == [b"hi", b"hello"]
+    assert serve(server, bodies(2)) == [b"hi", b"hello"]
     assert server.connections == 2  # `Connection: close` was honoured
 
 

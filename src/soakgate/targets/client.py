@@ -157,7 +157,10 @@ class OpenAIClient:
         self._deadlines.arm(task, spec.timeout_s)
         try:
             head, body = self._request(prompt, spec)
-            request = b"".join((head, request_id.encode("ascii"), b"\r\n\r\n", body))
+            rid = request_id.encode()
+            if b"\r" in rid or b"\n" in rid:
+                raise ValueError(f"request id {request_id!r} has a line break")
+            request = b"".join((head, rid, b"\r\n\r\n", body))
             await self._exchange(outcome, spec, request, began)
         except asyncio.CancelledError:
             if not self._timed_out(task):
