@@ -339,3 +339,18 @@ def test_https_targets_are_verified_against_the_trusted_certificates(
         serve(ScriptedServer(), body, context=context, host="localhost")
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     assert serve(ScriptedServer(answer(OK)), body, context=context, host="localhost") == b"hello"
+
+
+def test_a_request_id_with_a_line_break_is_a_client_error_and_nothing_is_sent() -> None:
+    server = ScriptedServer()
+
+    async def body(url: str) -> tuple[str | None, str | None]:
+        async with make_session(1) as session:
+            client = OpenAIClient(session, TargetSpec.parse(url), "m")
+            spec = RequestSpec(stream=False, max_tokens=1)
+            outcome = await client.generate(builtin_prompts()[0], spec, "run-1\r\nX-Evil: 1")
+        return outcome.error_class, outcome.error_detail
+
+    error_class, detail = serve(server, body)
+    assert error_class == "client_error" and "line break" in (detail or "")
+    assert server.requests == []
