@@ -354,3 +354,28 @@ def test_a_request_id_with_a_line_break_is_a_client_error_and_nothing_is_sent() 
     error_class, detail = serve(server, body)
     assert error_class == "client_error" and "line break" in (detail or "")
     assert server.requests == []
+
+
+def test_an_answer_nobody_asked_for_retires_the_connection() -> None:
+    # some proxies send `408 Request Timeout` on an idle keep-alive connection; it must not be
+    # taken for the answer to the next request sent on it
+    timeout = b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 7\r\n\r\ntimeout"
+    server = ScriptedServer(
+        answer(OK + timeout), answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    )
+
+    async def body(url: str) -> list[tuple[int, bytes]]:
+        pool = Pool(url)
+        answers = []
+        try:
+            for _ in range(2):
+                connection = await pool.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                answers.append((connection.status, await connection.read()))
+                pool.release(connection)
+                await asyncio.sleep(0.05)
+            return answers
+        finally:
+            await pool.close()
+
+    assert serve(server, body) == [(200, b"hello"), (200, b"ok")]
+    assert [index for index, _, _ in server.requests] == [0, 1]

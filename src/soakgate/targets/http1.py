@@ -50,6 +50,7 @@ class Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._framed = False  # Content-Length or Transfer-Encoding seen: the end is not the close
+        self._expecting = False  # a request was sent and its answer is not complete yet
         self.status = 0
         """HTTP status of the current answer (0 until its headers are in)."""
         self.complete = False
@@ -66,6 +67,9 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
+        if not self._expecting:  # unasked-for bytes (e.g. a proxy's 408 on an idle connection)
+            self.reusable = False
+            return
         self.answered = True
         try:
             self._parser.feed_data(data)
@@ -90,12 +94,17 @@ class Connection(asyncio.Protocol):
             self._framed = True
 
     def on_headers_complete(self) -> None:
+        if not self._expecting:  # a second answer after ours, in the same bytes
+            self.reusable = False
+            return
         status = self._parser.get_status_code()
         if status >= 200:  # a 1xx answer is interim: the real one follows on this connection
             self.status = status
             self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if not self._expecting:
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
@@ -104,8 +113,8 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
-        if self.status:
-            self.complete = True
+        if self.status and self._expecting:
+            self.complete, self._expecting = True, False
             self.reusable = self.reusable and self._parser.should_keep_alive()
             self._wake()
         self._framed = False
@@ -115,6 +124,7 @@ class Connection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         """Write a whole request; the previous answer must be complete and taken."""
         self.status, self.complete, self.answered = 0, False, False
+        self._expecting = True
         assert self._transport is not None
         self._transport.write(data)
 
