@@ -15,12 +15,13 @@ from soakgate.report.comparisons import (
     compare_baseline,
     compare_units,
     compare_with_plan,
+    differs,
     parse_arm,
 )
 from soakgate.report.model import ClusteringOptions, analyze
 from soakgate.stats.decision import apply_decision
 from soakgate.stats.plan import make_plan, plan_sha256, plan_to_dict, write_plan
-from soakgate.store import MemoryStore
+from soakgate.store import MemoryStore, open_store
 
 FAST_ARGS = ["--hmm-replicates", "0", "--gap-permutations", "49"]
 
@@ -171,3 +172,27 @@ def test_sequential_plan_takes_earlier_looks_from_events(
     assert report.decision.verdict == "continue"
     assert "at look 2" in report.decision.reason  # the recorded look at 0.25 counted
     assert report.decision.test in ("batch_means", "pooled_z")
+    assert not differs(report)  # "continue" is no finding: a gated pipeline goes on
+
+
+def test_fail_on_differ_gates_a_pipeline_by_exit_status(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "gate.sqlite"
+    store = open_store(db)
+    add_run(store, "old", "gpu0", bernoulli(3000, 0.003, 1))
+    add_run(store, "same", "gpu0", bernoulli(3000, 0.003, 2), start=1_700_001_000.0)
+    add_run(store, "broken", "gpu0", bernoulli(3000, 0.03, 3), start=1_700_002_000.0)
+    store.close()
+
+    def exit_status(*argv: str) -> tuple[int, str]:
+        code = main(["compare", str(db), *argv, *FAST_ARGS])
+        return code, capsys.readouterr().out
+
+    code, out = exit_status("old", "broken", "--fail-on-differ")
+    assert code == 1 and "verdict: DIFFER" in out
+    assert exit_status("old", "broken")[0] == 0  # without the flag the verdict is only printed
+    code, out = exit_status("old", "same", "--fail-on-differ")
+    assert code == 0 and "verdict: no significant difference" in out
+    code, out = exit_status("--baseline", "old", "--fail-on-differ")  # any arm of the family
+    assert code == 1 and out.count("verdict: DIFFER") == 1

@@ -23,24 +23,27 @@ def register(subparsers: Any) -> None:
         "--allow-unit-mismatch", action="store_true",
         help="compare an aggregate over targets with one target anyway (output is labelled)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fail-on-differ", action="store_true",
+        help="exit 1 when a verdict is DIFFER (to gate a pipeline); 0 otherwise",
+    )  # fmt: skip
     add_clustering_arguments(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print the comparison(s)."""
-    from soakgate.report.api import compare
+    """Print the comparison(s); with --fail-on-differ, exit 1 when any verdict is DIFFER."""
+    from soakgate.report.api import compare_verdict
 
-    print(
-        compare(
-            args.db,
-            args.a,
-            args.b,
-            baseline=args.baseline,
-            plan=args.plan,
-            allow_unit_mismatch=args.allow_unit_mismatch,
-            alpha=args.alpha,
-            options=clustering_options(args),
-        )
+    text, differ = compare_verdict(
+        args.db,
+        args.a,
+        args.b,
+        baseline=args.baseline,
+        plan=args.plan,
+        allow_unit_mismatch=args.allow_unit_mismatch,
+        alpha=args.alpha,
+        options=clustering_options(args),
     )
-    return 0
+    print(text)
+    return 1 if differ and args.fail_on_differ else 0

@@ -95,12 +95,27 @@ def compare(
     options: ClusteringOptions | None = None,
 ) -> str:
     """The text `soakgate compare` prints: one pair, a --baseline family, or a --plan's rule."""
+    return compare_verdict(db, a, b, baseline, plan, allow_unit_mismatch, alpha, options)[0]
+
+
+def compare_verdict(
+    db: str | Path,
+    a: str | None,
+    b: str | None,
+    baseline: str | None = None,
+    plan: str | Path | None = None,
+    allow_unit_mismatch: bool = False,
+    alpha: float = 0.05,
+    options: ClusteringOptions | None = None,
+) -> tuple[str, bool]:
+    """`compare`'s text, and whether any comparison's verdict is DIFFER."""
     from soakgate.report.compare_text import render_comparison
     from soakgate.report.comparisons import (
         attach_differential,
         compare_baseline,
         compare_units,
         compare_with_plan,
+        differs,
     )
 
     analysis = load_analysis(db, options, clustering=False)
@@ -124,7 +139,7 @@ def compare(
             + text
         )
     warnings = [f"warning: {w}" for w in analysis.warnings]
-    return "\n".join([text, *warnings])
+    return "\n".join([text, *warnings]), any(differs(r) for r in reports)
 
 
 def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:

@@ -51,6 +51,16 @@ class ComparisonReport:
     """The arms' differential-check divergence rates compared, when both have compared rows."""
 
 
+def differs(report: ComparisonReport) -> bool:
+    """The printed verdict is DIFFER: the plan's decision under --plan, Holm-adjusted in a
+    --baseline family, else the comparison's own verdict test."""
+    if report.decision is not None:
+        return report.decision.verdict == "differ"
+    if report.adjusted_significant is not None:
+        return report.adjusted_significant
+    return bool(report.comparison.significant)
+
+
 def parse_arm(spec: str) -> tuple[str, str | None]:
     """`label` or `label@target` -> (label, target or None)."""
     label, sep, target = spec.partition("@")
