@@ -98,7 +98,7 @@ def test_campaign_eager_vs_compiled(tmp_path: Path) -> None:
     text = report(db, "table", tmp_path / "report.html", clustering=False)
     assert "eager" in text and "compiled" in text
     assert (tmp_path / "report.html").stat().st_size > 1000
-    comparison = compare(db, "eager", "compiled")
+    comparison = compare(db, "eager", "compiled").text
     assert "eager" in comparison and "compiled" in comparison
     for args in (["report", str(db)], ["compare", str(db), "eager", "compiled"]):
         done = soakgate_cli(*args)
@@ -186,7 +186,7 @@ def test_positive_control_dropped_op(tmp_path: Path) -> None:
         assert row.ok and row.collapsed, (row.flags, row.text)
         assert row.token_ids and set(row.token_ids) == {0}
         assert row.text and set(row.text) == {"!"}
-    comparison = compare(db, "eager", "compiled")
+    comparison = compare(db, "eager", "compiled").text
     assert "compiled" in comparison
 
     audit = soakgate_cli("audit", str(REPO / "examples" / "vllm-dropped-op-plugin"))

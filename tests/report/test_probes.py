@@ -109,11 +109,11 @@ def test_compare_divergence_is_a_finding_only_with_a_clean_baseline(
     differential_db: tuple[Path, int],
 ) -> None:
     db, _ = differential_db
-    differ = compare(db, "eager", "compiled", options=FAST)
+    differ = compare(db, "eager", "compiled", options=FAST).text
     assert "differential verdict: DIFFER" in differ
-    shaky = compare(db, "eager", "shaky", options=FAST)
+    shaky = compare(db, "eager", "shaky", options=FAST).text
     assert "differential verdict: UNINFORMATIVE, no finding (shaky@gpu0: uninformative" in shaky
-    family = compare(db, None, None, baseline="eager", options=FAST)
+    family = compare(db, None, None, baseline="eager", options=FAST).text
     assert family.count("differential verdict:") == 2
 
 

@@ -33,9 +33,9 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Print the comparison(s); with --fail-on-differ, exit 1 when any verdict is DIFFER."""
-    from soakgate.report.api import compare_verdict
+    from soakgate.report.api import compare
 
-    text, differ = compare_verdict(
+    text, differ = compare(
         args.db,
         args.a,
         args.b,

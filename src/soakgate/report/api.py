@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from soakgate.errors import UsageError
 from soakgate.report.model import Analysis, ClusteringOptions, analyze
@@ -84,6 +84,13 @@ def default_comparisons(
     return reports
 
 
+class CompareResult(NamedTuple):
+    """What `soakgate compare` prints, and whether any verdict in it is DIFFER."""
+
+    text: str
+    differ: bool
+
+
 def compare(
     db: str | Path,
     a: str | None,
@@ -93,22 +100,9 @@ def compare(
     allow_unit_mismatch: bool = False,
     alpha: float = 0.05,
     options: ClusteringOptions | None = None,
-) -> str:
-    """The text `soakgate compare` prints: one pair, a --baseline family, or a --plan's rule."""
-    return compare_verdict(db, a, b, baseline, plan, allow_unit_mismatch, alpha, options)[0]
-
-
-def compare_verdict(
-    db: str | Path,
-    a: str | None,
-    b: str | None,
-    baseline: str | None = None,
-    plan: str | Path | None = None,
-    allow_unit_mismatch: bool = False,
-    alpha: float = 0.05,
-    options: ClusteringOptions | None = None,
-) -> tuple[str, bool]:
-    """`compare`'s text, and whether any comparison's verdict is DIFFER."""
+) -> CompareResult:
+    """`soakgate compare`: one pair, a --baseline family, or a --plan's rule; its text, and
+    whether any comparison's verdict is DIFFER."""
     from soakgate.report.compare_text import render_comparison
     from soakgate.report.comparisons import (
         attach_differential,
@@ -139,7 +133,7 @@ def compare_verdict(
             + text
         )
     warnings = [f"warning: {w}" for w in analysis.warnings]
-    return "\n".join([text, *warnings]), any(differs(r) for r in reports)
+    return CompareResult("\n".join([text, *warnings]), any(differs(r) for r in reports))
 
 
 def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
