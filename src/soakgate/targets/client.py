@@ -56,21 +56,13 @@ def describe(exc: BaseException) -> str:
 
 def classify(exc: BaseException) -> str:
     """Map a transport exception to one of records.ERROR_CLASSES."""
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+    if isinstance(exc, asyncio.TimeoutError):
         return "timeout"
-    if isinstance(exc, http1.ConnectFailed):
+    if isinstance(exc, http1.ConnectFailed | ConnectionRefusedError):
         return "connection_refused"
-    if isinstance(exc, http1.Disconnected):
-        return "connection_reset"
-    if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
-        return "connection_refused"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return "connection_reset"
-    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+    if isinstance(exc, http1.Disconnected | ConnectionResetError | BrokenPipeError):
         return "connection_reset"
     if isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE):
-        return "connection_reset"
-    if isinstance(exc, aiohttp.ClientOSError | aiohttp.ClientConnectionError):
         return "connection_reset"
     if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | parse.ResponseFormatError):
         return "malformed_json"
@@ -234,17 +226,15 @@ class OpenAIClient:
 
 def _request_head(pool: http1.Pool, path: str, target: TargetSpec) -> bytes:
     """A request's head up to its per-request fields: request line and the fixed headers."""
-    lines = [
-        f"POST {pool.prefix}{path} HTTP/1.1",
-        f"Host: {pool.authority}",
-        f"User-Agent: soakgate/{__version__}",
-        "Content-Type: application/json",
-        "Accept: application/json, text/event-stream",
-    ]
-    if target.api_key:
-        if any(c in target.api_key for c in "\r\n\0"):
-            raise UsageError("the API key contains a line break or a NUL character")
-        lines.append(f"Authorization: Bearer {target.api_key}")
+    fields = {
+        "Host": pool.authority,
+        "User-Agent": f"soakgate/{__version__}",
+        "Accept": "application/json, text/event-stream",
+        **headers_for(target),
+    }
+    if any(c in value for value in fields.values() for c in "\r\n\0"):
+        raise UsageError("a request header (the API key?) contains a line break or a NUL character")
+    lines = [f"POST {pool.prefix}{path} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items())]
     return ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 

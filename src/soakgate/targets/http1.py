@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 import httptools
 
 _HIGH_WATER = 1 << 20  # bytes of unread answer before the socket stops being read
-_LOW_WATER = 1 << 18
 _STALE_RETRIES = 4  # reused connections tried before a fresh one (several can be stale at once)
 
 
