@@ -8,6 +8,7 @@ from soakgate.report.comparisons import (
     MISMATCH_LABEL,
     ComparisonReport,
     DifferentialComparison,
+    rates_differ,
 )
 from soakgate.report.tables import percent
 from soakgate.stats.clustering import ClusteringResult
@@ -56,10 +57,9 @@ def _ratio(value: float) -> str:
 def verdict_line(report: ComparisonReport) -> str:
     """The verdict in words, Holm-adjusted in a family."""
     c = report.comparison
+    word = "DIFFER" if rates_differ(report) else "no significant difference"
     if report.adjusted_p is not None:
-        word = "DIFFER" if report.adjusted_significant else "no significant difference"
         return f"verdict: {word} (Holm-adjusted p = {report.adjusted_p:.4g}, alpha {c.alpha})"
-    word = "DIFFER" if c.significant else "no significant difference"
     return f"verdict: {word} ({c.verdict_test} p = {c.p_value:.4g}, alpha {c.alpha})"
 
 

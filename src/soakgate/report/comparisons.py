@@ -51,14 +51,19 @@ class ComparisonReport:
     """The arms' differential-check divergence rates compared, when both have compared rows."""
 
 
-def differs(report: ComparisonReport) -> bool:
-    """The printed verdict is DIFFER: the plan's decision under --plan, Holm-adjusted in a
-    --baseline family, else the comparison's own verdict test."""
-    if report.decision is not None:
-        return report.decision.verdict == "differ"
+def rates_differ(report: ComparisonReport) -> bool:
+    """The verdict test finds the rates differ: Holm-adjusted in a --baseline family, else as
+    the comparison ran it."""
     if report.adjusted_significant is not None:
         return report.adjusted_significant
     return bool(report.comparison.significant)
+
+
+def differs(report: ComparisonReport) -> bool:
+    """The verdict that counts is DIFFER: the plan's decision under --plan, else the test's."""
+    if report.decision is not None:
+        return report.decision.verdict == "differ"
+    return rates_differ(report)
 
 
 def parse_arm(spec: str) -> tuple[str, str | None]:
