@@ -18,6 +18,11 @@ ERROR_CLASSES = (
     "server_error",  # server declared an error inside a 200 response (error object / event)
     "cancelled",  # in flight when the soak was stopped (Ctrl-C / duration reached)
     "client_error",  # anything else raised in the client; detail holds the exception
+    "dropped",  # the server closed the connection after the request was sent, before answering
+    "oversized",  # the answer's headers or body exceeded the configured size cap
+    "rate_limited",  # the server answered 429 or 503 (overloaded); Retry-After is honoured
+    "response_mismatch",  # the answer is not this request's (an echoed X-Request-Id differs)
+    "unexpected_choices",  # more choices than requested, or choices with a bad index
 )
 
 
@@ -75,6 +80,9 @@ class Generation:
     """Which incarnation (restart count) of the target's server served the request."""
     reference_divergence: int | None = None
     """Differential check: first diverging position against the reference (-1: identical)."""
+    attempts: int = 1
+    """Times the request was sent: more than 1 only when a retry provably never reached the
+    server (a pooled connection found closed before the request was written)."""
 
     @property
     def ok(self) -> bool:

@@ -149,3 +149,30 @@ def test_batch_writer_prepares_each_batch_once_and_stores_it_even_if_preparing_f
     stored = list(store.generations())
     assert [g.seq for g in stored] == [0, 1, 2, 3]
     assert all(g.scores.get("prepared") == 1.0 for g in stored)
+
+
+def _as_schema_v1(path: Path) -> None:
+    """Turn a database into what soakgate 0.1 with schema version 1 wrote (no `attempts`)."""
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE generations DROP COLUMN attempts")
+        db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+
+
+def test_a_schema_1_database_is_migrated_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    store = SqliteStore(path)
+    store.add([make_generation(0), make_generation(1)])
+    store.close()
+    _as_schema_v1(path)
+    store = SqliteStore(path)
+    rows = list(store.generations())
+    store.add([make_generation(2, attempts=3)])
+    store.close()
+    assert [g.attempts for g in rows] == [1, 1]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),
+        )
+        assert db.execute("SELECT seq, attempts FROM generations ORDER BY seq").fetchall() == [
+            (0, 1), (1, 1), (2, 3),
+        ]  # fmt: skip

@@ -32,6 +32,7 @@ def unscored_generation(
         finish_reason=outcome.finish_reason, http_status=outcome.http_status,
         error_class=outcome.error_class, error_detail=outcome.error_detail,
         text=outcome.text, token_ids=outcome.token_ids, incarnation=incarnation,
+        attempts=outcome.attempts,
     )  # fmt: skip
 
 

@@ -10,7 +10,8 @@ import orjson
 
 from soakgate.records import Event, Generation, Run
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first schema. 2: `generations.attempts` (times a request was sent)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -28,7 +29,8 @@ CREATE TABLE IF NOT EXISTS generations (
     finish_reason TEXT, http_status INTEGER, error_class TEXT, error_detail TEXT,
     text TEXT, text_sha256 TEXT NOT NULL, token_ids BLOB, scores TEXT NOT NULL,
     details TEXT NOT NULL, flags TEXT NOT NULL, collapsed INTEGER NOT NULL,
-    incarnation INTEGER NOT NULL, reference_divergence INTEGER
+    incarnation INTEGER NOT NULL, reference_divergence INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS generations_run_seq ON generations (run_id, seq);
 CREATE TABLE IF NOT EXISTS events (
@@ -46,8 +48,16 @@ GENERATION_COLUMNS = (
     "run_id, request_id, target, label, seq, prompt_id, endpoint, stream, started_at, ended_at, "
     "ttft_s, prompt_tokens, completion_tokens, finish_reason, http_status, error_class, "
     "error_detail, text, text_sha256, token_ids, scores, details, flags, collapsed, incarnation, "
-    "reference_divergence"
+    "reference_divergence, attempts"
 )
+GENERATION_FIELDS = tuple(name.strip() for name in GENERATION_COLUMNS.split(","))
+"""The column names of GENERATION_COLUMNS, in order."""
+MIGRATIONS = {
+    2: "ALTER TABLE generations ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1",
+}
+"""Schema version -> the statement that brings a database of the version before up to it."""
+COLUMN_DEFAULTS = {"attempts": "1"}
+"""SQL for a column that a database of an older schema lacks, when it is read unmigrated."""
 RUN_COLUMNS = (
     "run_id, label, targets, started_at, ended_at, status, load, detectors, software, "
     "plan_sha256, campaign"
@@ -84,7 +94,7 @@ def generation_row(g: Generation) -> tuple[Any, ...]:
         g.started_at, g.ended_at, g.ttft_s, g.prompt_tokens, g.completion_tokens, g.finish_reason,
         g.http_status, g.error_class, g.error_detail, g.text, g.text_sha256, ids,
         _dumps_fast(g.scores), _dumps_fast(g.details), ",".join(g.flags), int(g.collapsed),
-        g.incarnation, g.reference_divergence,
+        g.incarnation, g.reference_divergence, g.attempts,
     )  # fmt: skip
 
 
@@ -93,7 +103,7 @@ def generation_from_row(row: tuple[Any, ...]) -> Generation:
     (run_id, request_id, target, label, seq, prompt_id, endpoint, stream, started_at, ended_at,
      ttft_s, prompt_tokens, completion_tokens, finish_reason, http_status, error_class,
      error_detail, text, text_sha256, ids, scores, details, flags, _collapsed, incarnation,
-     reference_divergence) = row  # fmt: skip
+     reference_divergence, attempts) = row  # fmt: skip
     token_ids = array("i", ids).tolist() if ids is not None else None
     return Generation(
         run_id=run_id, request_id=request_id, target=target, label=label, seq=seq,
@@ -103,7 +113,7 @@ def generation_from_row(row: tuple[Any, ...]) -> Generation:
         error_class=error_class, error_detail=error_detail, text=text, text_sha256=text_sha256,
         token_ids=token_ids, scores=json.loads(scores), details=json.loads(details),
         flags=flags.split(",") if flags else [], incarnation=incarnation,
-        reference_divergence=reference_divergence,
+        reference_divergence=reference_divergence, attempts=attempts,
     )  # fmt: skip
 
 

@@ -30,7 +30,8 @@ class SqliteStore:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
 
     def _migrate(self) -> None:
-        """Create the schema if absent; refuse a database written by a newer soakgate."""
+        """Create the schema if absent, bring an older one up to date; refuse a database
+        written by a newer soakgate."""
         self._db.executescript(f"BEGIN IMMEDIATE;{codec.SCHEMA}COMMIT;")
         with self._transaction():
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -38,11 +39,29 @@ class SqliteStore:
                 self._db.execute(
                     "INSERT INTO meta VALUES ('schema_version', ?)", (str(codec.SCHEMA_VERSION),)
                 )
-            elif int(row[0]) > codec.SCHEMA_VERSION:
+                return
+            version = int(row[0])
+            if version > codec.SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has schema version {row[0]}; this soakgate reads up to "
                     f"{codec.SCHEMA_VERSION}"
                 )
+            for step in range(version + 1, codec.SCHEMA_VERSION + 1):
+                self._db.execute(codec.MIGRATIONS[step])
+            if version < codec.SCHEMA_VERSION:
+                self._db.execute(
+                    "UPDATE meta SET value=? WHERE key='schema_version'",
+                    (str(codec.SCHEMA_VERSION),),
+                )
+
+    def _generation_select(self) -> str:
+        """The SELECT list of the generation columns; a column that an older, unmigrated
+        database lacks reads as its default."""
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}
+        return ", ".join(
+            name if name in present else f"{codec.COLUMN_DEFAULTS[name]} AS {name}"
+            for name in codec.GENERATION_FIELDS
+        )
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
@@ -58,7 +77,7 @@ class SqliteStore:
 
     def add(self, generations: Sequence[Generation], events: Sequence[Event] = ()) -> None:
         """Append generations and events in one transaction (one fsync per batch)."""
-        marks = ",".join("?" * 26)
+        marks = ",".join("?" * len(codec.GENERATION_FIELDS))
         with self._transaction():
             self._db.executemany(
                 f"INSERT INTO generations ({codec.GENERATION_COLUMNS}) VALUES ({marks})",
@@ -76,7 +95,7 @@ class SqliteStore:
 
     def generations(self, run_id: str | None = None) -> Iterator[Generation]:
         """Generations in (run, seq) order, streamed from the database."""
-        sql = f"SELECT {codec.GENERATION_COLUMNS} FROM generations"
+        sql = f"SELECT {self._generation_select()} FROM generations"
         params: tuple[Any, ...] = ()
         if run_id is not None:
             sql, params = sql + " WHERE run_id=?", (run_id,)

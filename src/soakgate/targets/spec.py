@@ -109,3 +109,5 @@ class Outcome:
     """Short detail of the error."""
     logprobs_count: int = 0
     """How many per-token logprob entries came back."""
+    attempts: int = 1
+    """Times the request was sent (a retry only when it provably never reached the server)."""
