@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soakgate.detectors import DetectorConfig, score_text
+from soakgate.detectors.base import Output
 from soakgate.detectors.builtin import char_run, empty, token_run, word_loop
 from soakgate.detectors.runs import longest_equal_run, longest_ones, repeat_flags
 
@@ -22,7 +23,7 @@ def brute_longest_run(text: str) -> int:
 @given(st.text(alphabet=st.characters(), max_size=300))
 @settings(max_examples=300)
 def test_char_run_score_equals_brute_force(text: str) -> None:
-    assert char_run(text, None, None, CONFIG).score == brute_longest_run(text)
+    assert char_run(Output(text, None, None), CONFIG).score == brute_longest_run(text)
 
 
 @given(st.text(alphabet="ab!\n\x00\x7f", max_size=300) | st.text(max_size=300))
@@ -35,7 +36,7 @@ def test_repeat_flags_mark_exactly_the_repeated_neighbours(text: str) -> None:
 @given(st.text(alphabet="ab!\n -é😀", max_size=400))
 @settings(max_examples=300)
 def test_char_run_evidence_points_at_a_real_run(text: str) -> None:
-    detection = char_run(text, None, None, CONFIG)
+    detection = char_run(Output(text, None, None), CONFIG)
     if text:
         start, length, char = (detection.evidence[k] for k in ("start", "length", "char"))
         assert text[start : start + length] == char * length
@@ -99,7 +100,7 @@ def brute_word_loop(words: list[str], max_period: int) -> tuple[int, int, int]:
 @given(st.lists(st.sampled_from(["a", "b", "c", "the", "cache"]), min_size=64, max_size=220))
 @settings(max_examples=200)
 def test_word_loop_matches_brute_force(words: list[str]) -> None:
-    detection = word_loop(" ".join(words), None, None, CONFIG)
+    detection = word_loop(Output(" ".join(words), None, None), CONFIG)
     covered, period, start = brute_word_loop(words, CONFIG.loop_max_period)
     assert detection.score == covered
     assert detection.evidence["period"] == period
@@ -107,43 +108,43 @@ def test_word_loop_matches_brute_force(words: list[str]) -> None:
 
 
 def test_bang_run_is_flagged_at_the_threshold_and_not_below() -> None:
-    assert char_run("ok " + "!" * 80, None, None, CONFIG).flagged
-    assert not char_run("ok " + "!" * 79, None, None, CONFIG).flagged
+    assert char_run(Output("ok " + "!" * 80, None, None), CONFIG).flagged
+    assert not char_run(Output("ok " + "!" * 79, None, None), CONFIG).flagged
     strict = DetectorConfig(char_run_threshold=20)
-    assert char_run("!" * 20, None, None, strict).flagged
+    assert char_run(Output("!" * 20, None, None), strict).flagged
 
 
 def test_whitespace_and_separator_runs_have_their_own_thresholds() -> None:
     indented = "def f():\n" + " " * 120 + "return 1\n"
     rule = "Title\n" + "-" * 120 + "\n"
-    assert not char_run(indented, None, None, CONFIG).flagged
-    assert not char_run(rule, None, None, CONFIG).flagged
-    assert char_run(" " * 400, None, None, CONFIG).flagged
-    assert char_run("=" * 160, None, None, CONFIG).flagged
+    assert not char_run(Output(indented, None, None), CONFIG).flagged
+    assert not char_run(Output(rule, None, None), CONFIG).flagged
+    assert char_run(Output(" " * 400, None, None), CONFIG).flagged
+    assert char_run(Output("=" * 160, None, None), CONFIG).flagged
 
 
 def test_token_run_flags_token_zero_early_and_other_ids_late() -> None:
-    assert token_run("", [5, 0] + [0] * 15, None, CONFIG).flagged
-    assert not token_run("", [0] * 15, None, CONFIG).flagged
-    assert not token_run("", [7] * 63, None, CONFIG).flagged
-    assert token_run("", [7] * 64, None, CONFIG).flagged
-    assert token_run("", [7] * 20 + [0] * 16, None, CONFIG).evidence["token0_run"] == 16
-    assert token_run("x", None, None, CONFIG).evidence == {"available": False}
+    assert token_run(Output("", [5, 0] + [0] * 15, None), CONFIG).flagged
+    assert not token_run(Output("", [0] * 15, None), CONFIG).flagged
+    assert not token_run(Output("", [7] * 63, None), CONFIG).flagged
+    assert token_run(Output("", [7] * 64, None), CONFIG).flagged
+    assert token_run(Output("", [7] * 20 + [0] * 16, None), CONFIG).evidence["token0_run"] == 16
+    assert token_run(Output("x", None, None), CONFIG).evidence == {"available": False}
 
 
 def test_word_loop_catches_repeated_phrases_but_not_prose() -> None:
     loop = "We start here. " + "the cache is " * 40
-    assert word_loop(loop, None, None, CONFIG).flagged
-    assert word_loop(loop, None, None, CONFIG).evidence["period"] == 3
+    assert word_loop(Output(loop, None, None), CONFIG).flagged
+    assert word_loop(Output(loop, None, None), CONFIG).evidence["period"] == 3
     prose = " ".join(f"word{i}" for i in range(200))
-    assert not word_loop(prose, None, None, CONFIG).flagged
+    assert not word_loop(Output(prose, None, None), CONFIG).flagged
 
 
 def test_empty_needs_reported_tokens() -> None:
-    assert empty("", None, 128, CONFIG).flagged
-    assert empty("  \n", None, 10, CONFIG).flagged
-    assert not empty("", None, 1, CONFIG).flagged  # a bare EOS
-    assert not empty("hello", None, 128, CONFIG).flagged
+    assert empty(Output("", None, 128), CONFIG).flagged
+    assert empty(Output("  \n", None, 10), CONFIG).flagged
+    assert not empty(Output("", None, 1), CONFIG).flagged  # a bare EOS
+    assert not empty(Output("hello", None, 128), CONFIG).flagged
 
 
 def test_score_text_applies_only_enabled_detectors() -> None:
