@@ -161,3 +161,91 @@ def test_config_round_trips_and_rejects_unknown_keys() -> None:
     assert DetectorConfig.from_dict(CONFIG.to_dict()) == CONFIG
     with pytest.raises(UsageError):
         DetectorConfig.from_dict({"nope": 1})
+
+
+def cut(text: str, tokens: int | None, max_tokens: int | None = None) -> Output:
+    """An output that the token budget cut (`finish_reason` `length`)."""
+    return Output(text, None, tokens, "length", max_tokens)
+
+
+def test_a_bang_run_filling_half_of_a_cut_output_is_flagged_from_8_characters() -> None:
+    prefix = "The answer is simply"  # 4 tokens of prose, then the collapse to the budget
+    assert char_run(cut(prefix + "!" * 8, 16), CONFIG).flagged
+    assert char_run(cut(prefix + "!" * 8, 16), CONFIG).evidence["tail"] is True
+    assert not char_run(cut(prefix + "!" * 7, 14), CONFIG).flagged  # under 8 characters
+    assert not char_run(cut(prefix + "!" * 9, 20), CONFIG).flagged  # under half the tokens
+    assert not char_run(cut(prefix + "!" * 9 + ".", 16), CONFIG).flagged  # not at the end
+    # the same text that stopped by itself is ordinary: `!!!!!!!!` in prose
+    assert not char_run(Output(prefix + "!" * 8, None, 12, "stop"), CONFIG).flagged
+    # no token count reported: the budget asked for stands in for it
+    assert char_run(cut(prefix + "!" * 8, None, 16), CONFIG).flagged
+    assert not char_run(cut(prefix + "!" * 8, None, 32), CONFIG).flagged
+    assert not char_run(cut(prefix + "!" * 8, None, None), CONFIG).flagged
+
+
+def test_tail_runs_of_letters_digits_whitespace_and_separators_are_left_to_the_thresholds() -> None:
+    # tokenizers merge these (`xx`, `0000`, runs of spaces, `--------`): their characters are
+    # not their tokens, and hex, URLs, indentation and rules are cut by budgets all the time
+    for char in "x0 \n-=.語":
+        assert not char_run(cut("Value: " + char * 12, 16), CONFIG).flagged, char
+    for char in "!?)%,;":
+        assert char_run(cut("Value: " + char * 12, 16), CONFIG).flagged, char
+
+
+def test_a_word_loop_filling_half_of_a_cut_output_is_flagged_from_8_words() -> None:
+    prose = "We begin with the cache"  # 5 words, then a loop to the budget
+    loop = prose + " the model is ready" * 2  # period 4, twice: 8 words
+    assert word_loop(cut(loop, 16), CONFIG).flagged
+    assert word_loop(cut(loop, 16), CONFIG).evidence["period"] == 4
+    assert word_loop(cut(prose + " cache" * 8, 16), CONFIG).evidence["repeats"] == 9  # + prose's
+    assert not word_loop(Output(loop, None, 16, "stop"), CONFIG).flagged
+    assert not word_loop(cut(prose + " the model" * 3, 16), CONFIG).flagged  # 6 words
+    assert not word_loop(cut(prose * 3 + " the model is ready" * 2, 32), CONFIG).flagged  # < half
+    assert not word_loop(cut(prose + " a b c d e f g h", 16), CONFIG).flagged  # no repeat
+    # numbers and table rules repeat on purpose
+    assert not word_loop(cut("weights = [" + "0.0, " * 12, 64), CONFIG).flagged
+    assert not word_loop(cut("| a | b |\n" + "| --- " * 10, 32), CONFIG).flagged
+
+
+def brute_tail_loop(words: list[str], max_period: int) -> tuple[int, int]:
+    """Reference: (covered, period) of the longest stretch ending the words in which each word
+    equals the one `period` before and the phrase occurs at least twice (first period wins)."""
+    best = (0, 0)
+    for period in range(1, max_period + 1):
+        length = 0
+        for size in range(2 * period, len(words) + 1):
+            tail = words[len(words) - size :]
+            if all(tail[i] == tail[i + period] for i in range(size - period)):
+                length = size
+        if length > best[0]:
+            best = (length, period)
+    return best
+
+
+@given(
+    st.lists(st.sampled_from("abc"), min_size=8, max_size=60)
+    | st.lists(st.sampled_from("ab"), min_size=8, max_size=60)
+)
+@settings(max_examples=300)
+def test_tail_loop_matches_brute_force(words: list[str]) -> None:
+    covered, period = brute_tail_loop(words, CONFIG.loop_max_period)
+    expected = covered >= max(8, 0.5 * len(words))
+    detection = word_loop(cut(" ".join(words), len(words)), CONFIG)
+    assert detection.flagged == expected
+    if expected:
+        assert (detection.score, detection.evidence["period"]) == (covered, period)
+
+
+def test_budget_warning_names_each_detector_that_needs_more_tokens() -> None:
+    from soakgate.detectors import budget_warning
+
+    assert budget_warning(CONFIG, 16) is None and budget_warning(CONFIG, 4096) is None
+    warning = budget_warning(CONFIG, 15) or ""
+    assert warning.startswith("--max-tokens 15 is below what the detectors need: ")
+    assert "char_run needs >= 16" in warning and "word_loop needs >= 16" in warning
+    assert "token_run needs >= 16" in warning and "empty" not in warning
+    assert "empty needs >= 4" in (budget_warning(CONFIG, 3) or "")
+    only = DetectorConfig(enabled=("empty",))
+    assert budget_warning(only, 8) is None  # only the enabled detectors count
+    looser = DetectorConfig(tail_min_run=4, tail_min_words=4, token0_run_threshold=8)
+    assert budget_warning(looser, 8) is None

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.campaign.helpers import query, write_campaign
 
 from soakgate.mockserver.process import MockProcess
 
@@ -121,3 +122,18 @@ def test_a_budget_large_enough_gives_no_warning(
     done = soak(mock, db, 16)
     assert "warning" not in done.stderr
     assert detector_budget_events(db) == []
+
+
+def test_a_campaign_with_a_budget_too_small_warns_once_and_stores_it_per_block(
+    tmp_path: Path,
+) -> None:
+    campaign = write_campaign(tmp_path, {"eager": "--seed 1"}, requests=4, max_tokens=10)
+    db = tmp_path / "campaign.sqlite"
+    done = soakgate("campaign", str(campaign), "--db", str(db), "--quiet")
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "--max-tokens 10 is below" in warnings[0], done.stderr
+    events = query(db, "SELECT run_id, data FROM events WHERE kind = 'detector_budget'")
+    runs = query(db, "SELECT run_id FROM runs")
+    assert {run_id for run_id, _ in events} == {run_id for (run_id,) in runs}  # one per block
+    assert all(json.loads(data)["message"] in warnings[0] for _, data in events)

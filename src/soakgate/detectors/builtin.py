@@ -52,8 +52,8 @@ def _char_run_needs(config: DetectorConfig) -> tuple[int, str]:
 @register("char_run", needs=_char_run_needs)
 def char_run(output: Output, config: DetectorConfig) -> Detection:
     """Longest run of one repeated character; whitespace and separators get higher thresholds.
-    In an output cut by its budget, a run of an ordinary character that reaches the end and
-    covers `tail_fraction` of its tokens (one character per token, as a token-0 run has) too."""
+    In an output cut by its budget, also a run of a punctuation or symbol character that reaches
+    the end and covers `tail_fraction` of its tokens (one per character, as a token-0 run has)."""
     text = output.text
     longest, start, long_runs = char_runs(text, config.char_run_threshold)
     if longest == 0:
@@ -85,7 +85,7 @@ def _tail_char_run(text: str, budget_tokens: int | None, config: DetectorConfig)
     if budget_tokens is None or len(text) < config.tail_min_run:
         return {}
     last = text[-1]
-    if last.isalnum() or char_class(last) != "other" or text[-config.tail_min_run] != last:
+    if text[-config.tail_min_run] != last or last.isalnum() or char_class(last) != "other":
         return {}
     length = len(text) - len(text.rstrip(last))
     if length < config.tail_min_run or length < config.tail_fraction * budget_tokens:
@@ -169,14 +169,16 @@ def _tail_loop(words: list[str], config: DetectorConfig) -> Detection | None:
 
     Plain Python from the end: ordinary text breaks off after a comparison or two per period."""
     count, best = len(words), (0, 0)  # covered words, period
+    if words[-1] not in words[-1 - config.loop_max_period : -1]:
+        return None  # most ordinary text: its last word is not among the few before it
     for period in range(1, min(config.loop_max_period, count // 2) + 1):
         matched = 0
         while matched < count - period and words[-1 - matched] == words[-1 - matched - period]:
             matched += 1
-        if matched and matched + period > best[0]:
+        if matched >= period and matched + period > best[0]:  # the phrase twice, at least
             best = (matched + period, period)
     covered, period = best
-    if covered < max(config.tail_min_words, 2 * period, config.tail_fraction * count):
+    if covered < max(config.tail_min_words, config.tail_fraction * count):
         return None
     phrase = words[count - period :]
     if not any(char.isalpha() for word in phrase for char in word):
