@@ -222,9 +222,18 @@ def brute_tail_loop(words: list[str], max_period: int) -> tuple[int, int]:
     return best
 
 
+@st.composite
+def prefix_and_loop(draw: st.DrawFn) -> list[str]:
+    """A few random words, then a phrase of 1-8 words repeated, perhaps cut mid-phrase."""
+    prefix = draw(st.lists(st.sampled_from("abcd"), max_size=8))
+    phrase = draw(st.lists(st.sampled_from("abcde"), min_size=1, max_size=8))
+    size = draw(st.integers(len(phrase) + 1, 6 * len(phrase)))
+    return prefix + (phrase * 6)[:size]
+
+
 @given(
-    st.lists(st.sampled_from("abc"), min_size=8, max_size=60)
-    | st.lists(st.sampled_from("ab"), min_size=8, max_size=60)
+    prefix_and_loop().filter(lambda words: len(words) >= 8)
+    | st.lists(st.sampled_from("abc"), min_size=8, max_size=60)
 )
 @settings(max_examples=300)
 def test_tail_loop_matches_brute_force(words: list[str]) -> None:
@@ -234,6 +243,12 @@ def test_tail_loop_matches_brute_force(words: list[str]) -> None:
     assert detection.flagged == expected
     if expected:
         assert (detection.score, detection.evidence["period"]) == (covered, period)
+
+
+def test_a_period_seen_twice_wins_over_a_longer_one_seen_once_and_a_half() -> None:
+    # a longer period matches more words from the end without holding its phrase twice
+    detection = word_loop(cut("a c c a d e d e d e d d e d e d", 16), CONFIG)
+    assert detection.flagged and (detection.score, detection.evidence["period"]) == (10, 5)
 
 
 def test_budget_warning_names_each_detector_that_needs_more_tokens() -> None:

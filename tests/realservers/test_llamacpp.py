@@ -169,9 +169,7 @@ def test_default_detectors_flag_no_ordinary_generation(
     rows = soak(llamacpp, tmp_path / "fp.sqlite", request, requests=count, concurrency=8)
     assert len(rows) == count and all(g.ok for g in rows), Counter(g.error_class for g in rows)
     flagged = [(g.flags, g.details) for g in rows if g.flags]
-    wrong = judged_false_positives(
-        llamacpp.url, [(g.text or "", g.token_ids) for g in rows if g.flags]
-    )
+    wrong = judged_false_positives(llamacpp.url, [g.text or "" for g in rows if g.flags])
     char_run = max(rows, key=lambda g: g.scores.get("char_run", 0))
     word = max(rows, key=lambda g: g.scores.get("word_loop", 0))
     tokens = sum(g.completion_tokens or 0 for g in rows)
