@@ -14,6 +14,7 @@ from soakgate.campaign.model import Campaign
 from soakgate.campaign.reference import reference_specs, start_differential
 from soakgate.campaign.soakcfg import block_run, soak_config
 from soakgate.campaign.state import next_incarnation
+from soakgate.detectors import budget_warning
 from soakgate.guard.ledger import FaultLedger, ObservingWriter
 from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
@@ -78,6 +79,8 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
         _replay_faults(ctx.store, run, ledger)
     writer.add_event(_event(run, "resumed" if resumed else "block_started", block,
                             devices=[d.name for d in campaign.devices]))  # fmt: skip
+    if warning := budget_warning(soak_cfg.detectors, soak_cfg.request.max_tokens):
+        writer.add_event(_event(run, "detector_budget", block, message=warning))
     launcher = Launcher(campaign, run, writer, soak_cfg.request, soak_cfg.prompts)
     result = BlockResult(block, run.run_id, "failed")
     try:

@@ -25,6 +25,9 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from soakgate.campaign import Block, run_campaign
+    from soakgate.campaign.model import load_campaign
+    from soakgate.campaign.soakcfg import detector_config
+    from soakgate.cli.cmd_run import warn_detector_budget
     from soakgate.load.progress import wide_console
 
     console = wide_console()
@@ -33,6 +36,8 @@ def main(args: argparse.Namespace) -> int:
         if not args.quiet:
             console.print(f"block {block.block_id}: {state}")
 
+    campaign = load_campaign(args.file)
+    warn_detector_budget(detector_config(campaign), campaign.load.max_tokens)
     result = run_campaign(args.file, args.db, resume=args.resume, on_block=on_block)
     table = Table(title=f"campaign {result.campaign.name}")
     for column in ("block", "label", "run", "outcome", "requests", "errors", "collapses", "faults"):

@@ -309,7 +309,7 @@ def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
     client's CPU per request by 9 % against scoring each as it arrives (BENCHMARKS.md)."""
     detectors, store_text, on_generation = shared.detectors, shared.store_text, shared.on_generation
     for generation in generations:
-        score_generation(generation, detectors, store_text)
+        score_generation(generation, detectors, store_text, shared.spec.max_tokens)
         shared.tallies[generation.target].count(generation)
         if on_generation is not None:
             on_generation(generation)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from soakgate import __version__
-from soakgate.detectors import DetectorConfig
+from soakgate.detectors import DetectorConfig, budget_warning
 from soakgate.errors import UsageError
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
@@ -131,6 +131,9 @@ def run_soak(
         writer = BatchWriter(store, interval_s=config.flush_interval_s)
         if config.resume:
             writer.add_event(note(run, "resumed"))
+        warning = budget_warning(config.detectors, config.request.max_tokens)
+        if warning:  # stored with the run, so a report of it says why short collapses went unseen
+            writer.add_event(note(run, "detector_budget", message=warning))
         plan = _preregister(store, config, run)
         result = run_async(_soak_with_signals(config, run, writer, on_tick, plan))
         run.ended_at = time.time()
