@@ -15,7 +15,8 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-Answer = Callable[[int, dict[str, object]], bytes]
+Answer = Callable[[int, dict[str, object], dict[str, str]], bytes]
+"""(n, request body, request headers in lower case) -> the bytes to answer with."""
 SCENARIOS: dict[str, Answer] = {}
 
 
@@ -50,30 +51,39 @@ CLEAN = completion_body('"A clean answer about caches."')
 
 
 @scenario("clean")
-def clean(n: int, request: dict[str, object]) -> bytes:
+def clean(n: int, request: dict[str, object], headers: dict[str, str]) -> bytes:
     """Every answer is ordinary text."""
     return http_answer(CLEAN)
 
 
 @scenario("lone_surrogate")
-def lone_surrogate(n: int, request: dict[str, object]) -> bytes:
+def lone_surrogate(n: int, request: dict[str, object], headers: dict[str, str]) -> bytes:
     """Answer 7 carries a lone surrogate escape in its text (valid JSON, not valid Unicode)."""
     return http_answer(completion_body('"broken \\ud800 text"') if n == 7 else CLEAN)
 
 
 @scenario("huge_usage")
-def huge_usage(n: int, request: dict[str, object]) -> bytes:
+def huge_usage(n: int, request: dict[str, object], headers: dict[str, str]) -> bytes:
     """Answer 7 reports 2**64 completion tokens (no SQLite integer holds it)."""
     usage = f'{{"prompt_tokens": {2**63}, "completion_tokens": {2**64}}}'
     return http_answer(completion_body('"text"', usage) if n == 7 else CLEAN)
 
 
 @scenario("huge_token_id")
-def huge_token_id(n: int, request: dict[str, object]) -> bytes:
+def huge_token_id(n: int, request: dict[str, object], headers: dict[str, str]) -> bytes:
     """Answer 7 returns a token id of 2**31 (past any int32 vocabulary)."""
     extra = f', "token_ids": [1, 2, {2**31}, 3]'
     usage = '{"prompt_tokens": 3, "completion_tokens": 4}'
     return http_answer(completion_body('"text"', usage, extra) if n == 7 else CLEAN)
+
+
+@scenario("echo_key")
+def echo_key(n: int, request: dict[str, object], headers: dict[str, str]) -> bytes:
+    """A gateway that refuses every 4th request, echoing the credentials it was sent."""
+    if n % 4:
+        return http_answer(CLEAN)
+    body = json.dumps({"error": f"invalid credentials: {headers.get('authorization', '')}"})
+    return http_answer(body.encode(), "401 Unauthorized")
 
 
 MODELS = http_answer(b'{"object": "list", "data": [{"id": "hostile", "object": "model"}]}')
@@ -101,7 +111,7 @@ class Server:
                     n, self.count = self.count, self.count + 1
                     if self.log is not None:
                         self.log.write(f"{n} {fields.get('x-request-id', '')}\n")
-                    writer.write(self.answer(n, json.loads(body or b"{}")))
+                    writer.write(self.answer(n, json.loads(body or b"{}"), fields))
                 else:
                     writer.write(http_answer(b"{}", "404 Not Found"))
                 await writer.drain()

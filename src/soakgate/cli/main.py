@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from soakgate import __version__
+from soakgate import __version__, secrets
 from soakgate.errors import SoakgateError
 
 
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except SoakgateError as exc:
-        print(f"soakgate: error: {exc}", file=sys.stderr)
+        print(f"soakgate: error: {secrets.redact(str(exc))}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         print("soakgate: interrupted", file=sys.stderr)

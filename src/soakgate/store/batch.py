@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from soakgate import secrets
 from soakgate.errors import StoreError, StoreLost
 from soakgate.records import Event, Generation
 from soakgate.store.base import Store
@@ -68,6 +69,9 @@ class BatchWriter:
 
     def add_event(self, event: Event) -> None:
         """Queue one event (flushed with the next batch)."""
+        if secrets.active():
+            event = Event(event.run_id, event.at, event.kind, event.target,
+                          secrets.redact_json(event.data))  # fmt: skip
         self._events.append(event)
         self.maybe_flush()
 
@@ -91,6 +95,9 @@ class BatchWriter:
             if self.prepare is not None and generations:
                 self.prepare(generations)
         finally:  # rows are stored even if preparing them failed: nothing collected is lost
+            if secrets.active():
+                for generation in generations:
+                    _redact(generation)
             self._commit(now)
 
     def _commit(self, now: float) -> None:
@@ -153,3 +160,16 @@ class BatchWriter:
     def pending(self) -> int:
         """Generations buffered but not yet committed (or spilled)."""
         return len(self._generations) + len(self._ready) + len(self.unstored[0])
+
+
+def _redact(generation: Generation) -> None:
+    """Replace registered secrets (an API key a gateway echoed) in what the row stores."""
+    if generation.error_detail:
+        generation.error_detail = secrets.redact(generation.error_detail)
+    if generation.text:
+        text = secrets.redact(generation.text, urls=False)
+        if text != generation.text:
+            generation.text = text
+            generation.details["redacted"] = True  # text_sha256 is of the text as generated
+    if generation.details:
+        generation.details = secrets.redact_json(generation.details, urls=False)
