@@ -180,3 +180,27 @@ def test_an_immutable_shm_file_stops_the_soak_without_sigbus(
     import_into(db, sidecar_of(lines[0]), tmp_path)
     rows = stored_ids(db)
     assert len(rows) == len(set(rows)) and set(rows) == set(answered(mock))
+
+
+@pytest.mark.slow
+def test_a_campaign_whose_disk_fills_stops_in_one_line_with_its_rows_in_a_sidecar(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    from tests.campaign.helpers import write_campaign
+
+    campaign = write_campaign(tmp_path, {"eager": "--tokens-per-s 20000 --seed 1",
+                                         "graph": "--tokens-per-s 20000 --seed 2"},
+                              requests=3000, max_tokens=96)  # fmt: skip
+    db, fallback = small_disk / "c.sqlite", tmp_path / "fallback"
+    fallback.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "soakgate", "campaign", str(campaign), "--db", str(db)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(fallback)},
+    )  # fmt: skip
+    errors = [line for line in result.stderr.splitlines() if line.startswith("soakgate:")]
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(errors) == 1 and "full" in errors[0] and "soakgate import" in errors[0], errors
+    assert "Traceback" not in result.stderr
+    sidecar = sidecar_of(errors[0])
+    assert sidecar.exists() and sidecar.stat().st_size > 0

@@ -289,7 +289,15 @@ def _take_seq(shared: _Shared, target: str) -> int | None:
 
 
 async def _worker(shared: _Shared, client: OpenAIClient) -> None:
-    """One in-flight slot: issue, score, store, repeat."""
+    """One in-flight slot: issue, score, store, repeat; a bug here stops every worker."""
+    try:
+        await _work(shared, client)
+    except Exception:
+        shared.stop.set()  # before any other worker takes another request
+        raise
+
+
+async def _work(shared: _Shared, client: OpenAIClient) -> None:
     name = client.target.name
     tally = shared.tallies[name]
     backoff = 0.0
@@ -336,11 +344,15 @@ def _store(
     generation.reference_divergence = divergence
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
-    if shared.on_generation is not None:
-        # sequential looks are judged row by row, so that a verdict stops the soak at once
-        # rather than at the next batch (a fast target finishes hundreds of requests per batch)
+    if shared.on_generation is None:
+        shared.writer.add_generation(generation)
+        return generation
+    # sequential looks are judged row by row, so that a verdict stops the soak at once rather
+    # than at the next batch (a fast target finishes hundreds of requests per batch)
+    try:
         _score_batch(shared, [generation])
-    shared.writer.add_generation(generation)
+    finally:  # kept even when the observer fails on it
+        shared.writer.add_generation(generation)
     return generation
 
 
