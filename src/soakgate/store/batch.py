@@ -8,6 +8,7 @@ instead. Nothing handed to the writer is dropped.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 
@@ -19,6 +20,8 @@ from soakgate.store.base import Store
 Spill = Callable[[Sequence[Generation], Sequence[Event]], None]
 RETRY_INTERVAL_S = 0.25
 """How often a failing store is tried again."""
+RESCUE_CHUNK = 5000
+"""Rows read back at a time from a lost database file."""
 
 
 class BatchWriter:
@@ -132,12 +135,20 @@ class BatchWriter:
         self.failure = error
         self._failing_since = None
         if isinstance(error, StoreLost) and not getattr(self.store, "poisoned", False):
-            for run_id in sorted(self._runs):  # the unlinked file is still readable through
-                # the open connection: its rows are the run's only copy now
-                self._spill((list(self.store.generations(run_id)), self.store.events(run_id)))
+            self._rescue()
         self._spill(self._take())
         if self.on_failure is not None:
             self.on_failure(error)
+
+    def _rescue(self) -> None:
+        """Spill what a deleted or replaced file held of this writer's runs: the unlinked file
+        is still readable through the open connection, and its rows are their only copy now.
+        Streamed in chunks, so a run of millions of rows never has to fit in memory."""
+        for run_id in sorted(self._runs):
+            rows = self.store.generations(run_id)
+            while chunk := list(itertools.islice(rows, RESCUE_CHUNK)):
+                self._spill((chunk, []))
+            self._spill(([], self.store.events(run_id)))
 
     def _spill(self, rows: tuple[list[Generation], list[Event]]) -> None:
         generations, events = rows
