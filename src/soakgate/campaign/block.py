@@ -20,11 +20,12 @@ from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, soak
 from soakgate.load.preregistration import register_plan
-from soakgate.load.runner import SoakConfig
+from soakgate.load.runner import SoakConfig, store_failed
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import ServerInstance
 from soakgate.store import BatchWriter, Store
+from soakgate.store.unstored import Sidecar
 from soakgate.targets import TargetSpec
 
 MAX_SEGMENTS = 4
@@ -73,6 +74,7 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
                  for s in [*specs, *references.values()]]  # fmt: skip
     ledger = FaultLedger()
     writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
+    sidecar = writer.spill = Sidecar(ctx.db, run)
     run.status, run.ended_at = "running", None
     ctx.store.save_run(run)
     if resumed:
@@ -94,6 +96,12 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
     finally:  # never leave a server running, whatever happened
         for instance in instances:
             await launcher.stop(instance)
+        if writer.failure is None:
+            sidecar.close()
+    if writer.failure is not None:  # the database failed: the campaign stops here
+        error = store_failed(writer, sidecar, run, ctx.db)
+        sidecar.close()
+        raise error
     _finish(ctx.store, writer, run, block, result)
     return result
 
@@ -139,6 +147,8 @@ async def _guarded_soak(
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
     outcome = "interrupted" if stopped_by == "stop" and ctx.stop.is_set() else "completed"
+    if stopped_by == "store_failed":
+        return BlockResult(block, run.run_id, "failed", tallies)
     faults = sum(1 for e in ctx.store.events(run.run_id) if e.kind == "engine_fault")
     return BlockResult(block, run.run_id, outcome, tallies, faults)
 

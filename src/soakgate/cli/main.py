@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from soakgate import __version__
+from soakgate import __version__, secrets
 from soakgate.errors import SoakgateError
 
 
@@ -50,12 +51,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except SoakgateError as exc:
-        print(f"soakgate: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        print(f"soakgate: error: {secrets.redact(str(exc))}", file=sys.stderr)
+        code = exc.exit_code
     except KeyboardInterrupt:
         print("soakgate: interrupted", file=sys.stderr)
-        return 130
+        code = 130
+    _exit_now_if_a_database_was_abandoned(code)
     return code
+
+
+def _exit_now_if_a_database_was_abandoned(code: int) -> None:
+    """A database whose files became immutable mid-run must never be closed (SQLite would
+    write through its memory map and the kernel would kill the process with SIGBUS, exit 135,
+    hiding the one-line error): end the process here, without running finalizers."""
+    store = sys.modules.get("soakgate.store.sqlite")
+    if store is not None and store.ABANDONED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
