@@ -56,10 +56,8 @@ def test_a_bug_in_an_observer_stops_every_worker_and_keeps_the_rows(
     assert {g.request_id for g in rows} == {r["request_id"] for r in mock.ground_truth()}
 
 
-def _explodes(
-    text: str, ids: Sequence[int] | None, tokens: int | None, config: DetectorConfig
-) -> Detection:
-    if "broken" in text:
+def _explodes(output: Output, config: DetectorConfig) -> Detection:
+    if "broken" in output.text:
         raise ValueError("detector bug on this text")
     return Detection(0, False, {})
 
