@@ -263,7 +263,9 @@ def _check_edits_only_in_schemas(
 def main() -> int:
     """Score every corpus library and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(Path(__file__).parent.parent / "tests/audit/corpus"))
+    parser.add_argument(
+        "--corpus", default=str(Path(__file__).parent.parent / "tests/audit/corpus")
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     corpus = Path(args.corpus)
@@ -275,8 +277,10 @@ def main() -> int:
     total = Counts()
     fix = FixScore()
     ops = 0
-    print(f"{'library':22} {'ops':>4} {'pairs':>6} {'TP':>4} {'FP':>4} {'FN':>4} "
-          f"{'prec':>6} {'recall':>6}")
+    print(
+        f"{'library':22} {'ops':>4} {'pairs':>6} {'TP':>4} {'FP':>4} {'FN':>4} "
+        f"{'prec':>6} {'recall':>6}"
+    )
     for lib in libs:
         truths = load_truths(lib)
         ops += len(truths)
