@@ -185,6 +185,11 @@ def _params(declarator: Node) -> list[tuple[str, str]]:
     return result
 
 
+def params_of(declarator: Node) -> list[tuple[str, str]]:
+    """(name, declaration text) per parameter of a function or lambda declarator."""
+    return _params(declarator)
+
+
 def _declared_identifier(node: Node | None) -> str | None:
     while node is not None and node.type != "identifier":
         inner = node.child_by_field_name("declarator")

@@ -25,7 +25,7 @@ from soakgate.audit.cpp_alias import (
     loaded_from,
     pointee_const,
 )
-from soakgate.audit.extract_cpp import ClassNode, FunctionNode, text_of
+from soakgate.audit.extract_cpp import ClassNode, FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, Location, WriteEvidence
 
 if TYPE_CHECKING:
@@ -228,6 +228,7 @@ class _Analyzer:
         self.aliases = initial_aliases(fn.params)
         self.structs: dict[str, dict[str, Alias]] = {}
         self.fn_aliases: dict[str, str] = {}
+        self.local_fns: dict[str, FunctionNode] = {}
         self.result = FunctionWrites()
 
     def location(self, node: Node) -> Location:
@@ -400,6 +401,9 @@ class _Analyzer:
         name = _declared_name(node.child_by_field_name("declarator"))
         if value is None or name is None:
             return
+        if value.type == "lambda_expression":
+            self._note_lambda(name, value)
+            return
         self._note_function_pointer(name, value)
         if value.type == "initializer_list" and len(value.named_children) == 1:
             value = value.named_children[0]
@@ -412,6 +416,14 @@ class _Analyzer:
         if alias.kind == "address" and "*" in head.split("=")[0]:
             alias = replace(alias, kind="pointer")
         self.aliases[name] = replace(alias, const=pointee_const(head, alias))
+
+    def _note_lambda(self, name: str, value: Node) -> None:
+        """`auto copy = [&](const T* src, T* dst) {...};`: calls of `copy` run this body."""
+        declarator = value.child_by_field_name("declarator")
+        body = value.child_by_field_name("body")
+        if body is not None:
+            params = params_of(declarator) if declarator is not None else []
+            self.local_fns[name] = FunctionNode(name, params, body, self.fn.path, self.fn.lines)
 
     def _note_function_pointer(self, name: str, value: Node) -> None:
         """`auto kernel = &k<T>;` (or a choice of two): launches of `kernel` call `k`."""
@@ -524,6 +536,10 @@ class _Analyzer:
         else:
             name = _callee(function)
         name = self.fn_aliases.get(name, name)
+        if name in self.local_fns:
+            aliases = [self.alias_of(arg) for arg in args]
+            self._pass_to(name, node, args, aliases)
+            return
         if name in _CASTS or name in READERS or name in WRAPPERS:
             return
         aliases = [self.alias_of(arg) for arg in args]
@@ -648,6 +664,8 @@ class _Analyzer:
         """Writes of the function or functor `name` (union over same-named definitions)."""
         if self.depth >= _MAX_DEPTH:
             return None
+        if name in self.local_fns:
+            return self._analyse(self.local_fns[name])
         functors = [c for c in self.context.classes(name) if c.call is not None]
         if functors:
             return self._analyse_functor(functors[0], arity)
