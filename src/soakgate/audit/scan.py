@@ -19,6 +19,7 @@ from soakgate.audit.extract_cpp import (
 from soakgate.audit.extract_py import PyFile, extract_python
 from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
 from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
+from soakgate.audit.py_fakes import added_python
 from soakgate.audit.verdicts import judge
 from soakgate.audit.writes import infer_writes
 from soakgate.errors import AuditError, UsageError
@@ -27,11 +28,13 @@ _SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", 
 _CALLABLE = re.compile(rb"\b([A-Za-z_]\w*)\s*[(<]")
 _PY_MARKERS = (b"torch.library", b"Library(", b"torch.ops.", b"custom_op", b"register_fake")
 FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
+# Patches the build applies can add files (fake registrations) that exist nowhere else.
+PATCH_SUFFIXES = frozenset({".patch", ".diff"})
 
 
 def collect_files(paths: Iterable[str]) -> list[Path]:
     """Source and library files under the given paths, in a stable order."""
-    wanted = CPP_SUFFIXES | BINARY_SUFFIXES | {".py"}
+    wanted = CPP_SUFFIXES | BINARY_SUFFIXES | {".py"} | PATCH_SUFFIXES
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -212,6 +215,10 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
         elif path.suffix == ".py" and any(marker in data for marker in _PY_MARKERS):
             parsed += 1
             _merge_python(collected, extract_python(data, key))
+        elif path.suffix in PATCH_SUFFIXES and any(marker in data for marker in _PY_MARKERS):
+            parsed += 1
+            for inner, text in added_python(data.decode("utf-8", "replace")):
+                collected.fakes.update(extract_python(text.encode(), f"{key}:{inner}").fakes)
         elif path.suffix in BINARY_SUFFIXES:
             parsed += 1
             collected.defs.extend(extract_binary(_read(path), key))
@@ -229,7 +236,8 @@ def _merge_python(collected: _Collected, unit: PyFile) -> None:
 def audit_paths(paths: Iterable[str]) -> AuditResult:
     """Audit every op defined in the given files and directories (sources and `.so` files)."""
     files = collect_files(paths)
-    contents = {str(p): _read(p) for p in files if p.suffix in CPP_SUFFIXES | {".py"}}
+    readable = CPP_SUFFIXES | PATCH_SUFFIXES | {".py"}
+    contents = {str(p): _read(p) for p in files if p.suffix in readable}
     index = _Index(contents)
     collected, parsed = _collect(files, index)
     reports = []
