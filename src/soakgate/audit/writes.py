@@ -284,7 +284,7 @@ class _Analyzer:
             return self._either(node)
         if kind == "field_expression":
             return self._field_alias(node)
-        if kind in {"initializer_list", "compound_literal_expression"}:
+        if kind == "initializer_list":
             return self._list_alias(node)
         return None
 
@@ -318,8 +318,7 @@ class _Analyzer:
         return replace(merged, partial=True) if fresh else merged
 
     def _list_alias(self, node: Node) -> Alias | None:
-        holder = node if node.type == "initializer_list" else node.child_by_field_name("value")
-        items = [self.alias_of(c) for c in (holder.named_children if holder else [])]
+        items = [self.alias_of(c) for c in node.named_children]
         real = [a for a in items if a is not None]
         if not real:
             return None
@@ -363,7 +362,7 @@ class _Analyzer:
         return None
 
     def _method_alias(self, function: Node) -> Alias | None:
-        target = self.alias_of(function.child_by_field_name("argument"))
+        target = self.alias_of(_receiver(function))
         method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
         if target is None:
             return None
@@ -392,6 +391,8 @@ class _Analyzer:
                 self._store(node, node.child_by_field_name("argument"))
             elif kind == "call_expression":
                 self._call(node)
+            elif kind == "compound_literal_expression":
+                self._aggregate(node)
             elif kind == "return_statement":
                 self._return(node)
         return self.result
@@ -494,7 +495,7 @@ class _Analyzer:
 
     def _store(self, node: Node, target: Node | None) -> None:
         """A store through `target` (`p[i] = v`, `*q = v`, `acc[0][1] = v`, `p[i]++`)."""
-        if target is None or target.type == "identifier" or _macro_artefact(target):
+        if target is None or target.type == "identifier":
             return
         alias = self._store_base(target)
         if is_pointer_like(alias) and alias is not None and not alias.const:
@@ -564,9 +565,23 @@ class _Analyzer:
         if carries or any(a is not None for a in aliases):
             self._pass_to(name, node, args, aliases)
 
+    def _aggregate(self, node: Node) -> None:
+        """`K{out_ptr, in_ptr}`: a functor brace-initialised from aliased values."""
+        kind = node.child_by_field_name("type")
+        value = node.child_by_field_name("value")
+        if kind is None or value is None:
+            return
+        name = _callee(kind)
+        if not self.context.classes(name):
+            return
+        args = [a for a in value.named_children if a.type != "comment"]
+        aliases = [self.alias_of(arg) for arg in args]
+        if any(a is not None for a in aliases):
+            self._pass_to(name, node, args, aliases)
+
     def _method_call(self, node: Node, function: Node, args: list[Node]) -> bool:
         """`t.add_(..)`, `BlockStore(..).Store(ptr, ..)`: True when the call is decided here."""
-        receiver = self.alias_of(function.child_by_field_name("argument"))
+        receiver = self.alias_of(_receiver(function))
         method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
         if receiver is not None and receiver.kind == "tensor":
             if method.endswith("_") and method not in NON_WRITING_INPLACE:
@@ -760,17 +775,15 @@ def _callee(node: Node) -> str:
     return text_of(node).split("<", 1)[0].rsplit("::", 1)[-1].strip().lstrip("&").strip()
 
 
-def _macro_artefact(target: Node) -> bool:
-    """A left side that tree-sitter glued from a macro call lacking `;` and the next line."""
-    if target.has_error:
-        return True
-    for node in _walk(target):
-        if node.type == "call_expression":
-            function = node.child_by_field_name("function")
-            name = text_of(function) if function is not None else ""
-            if re.fullmatch(r"[A-Z][A-Z0-9_]{2,}", name):
-                return True
-    return False
+def _receiver(function: Node) -> Node | None:
+    """The object of `obj.method`; for `MACRO(x)\n obj.method` glued by the grammar's error
+    recovery (a macro call lacking `;`), the `obj` it put in an ERROR node, not `MACRO(x)`."""
+    errors = [c for c in function.named_children if c.type == "ERROR"]
+    if errors:
+        names = [n for n in _walk(errors[-1]) if n.type == "identifier"]
+        if names:
+            return names[-1]
+    return function.child_by_field_name("argument")
 
 
 def _declared_name(node: Node | None) -> str | None:
