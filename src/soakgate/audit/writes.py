@@ -98,8 +98,8 @@ POINTER_WRITERS = {
     "copy_async": -1,
 }
 # Methods of any object that store through their first argument (cub BlockStore::Store,
-# at::vec::Vectorized::store, esimd::simd::copy_to).
-METHOD_WRITERS = frozenset({"Store", "store", "copy_to", "store_aligned"})
+# at::vec::Vectorized::store, esimd::simd::copy_to, vLLM/SGLang CPU vec_op `v.save(ptr)`).
+METHOD_WRITERS = frozenset({"Store", "store", "copy_to", "store_aligned", "save"})
 # Calls that only read through a pointer, or only look at it: never evidence of a write.
 READERS = frozenset(
     [
