@@ -57,6 +57,8 @@ def test_sycl_functors_built_by_aggregate_and_constructor(
     assert set(_written(ops["p2::copy_into"])) == {"dst"}
     assert set(_written(ops["p2::add_residual"])) == {"residual"}
     assert {e["kind"] for e in _written(ops["p2::add_residual"])["residual"]} == {"kernel-store"}
+    # declared as a variable (`ScaleKernel kfn(...)`), writing through a local lambda
+    assert set(_written(ops["p2::scale_into"])) == {"dst"}
 
 
 def test_vector_and_intrinsic_stores_write_and_loads_do_not(
@@ -66,6 +68,7 @@ def test_vector_and_intrinsic_stores_write_and_loads_do_not(
     written = _written(ops["p3::esimd_ops"], strong_only=False)
     assert set(written) == {"out", "acc", "o2", "dst", "gm"}  # block_load(x) reads x
     assert all(e["confidence"] == "high" for ev in written.values() for e in ev)
+    assert set(_written(ops["p3::cpu_vec"], strong_only=False)) == {"out"}  # v.save(op)
 
 
 def test_pointer_arrays_and_parameter_structs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -405,6 +405,8 @@ class _Analyzer:
         if value.type == "lambda_expression":
             self._note_lambda(name, value)
             return
+        if value.type in {"argument_list", "initializer_list"} and self._construct(node, value):
+            return
         self._note_function_pointer(name, value)
         if value.type == "initializer_list" and len(value.named_children) == 1:
             value = value.named_children[0]
@@ -417,6 +419,21 @@ class _Analyzer:
         if alias.kind == "address" and "*" in head.split("=")[0]:
             alias = replace(alias, kind="pointer")
         self.aliases[name] = replace(alias, const=pointee_const(head, alias))
+
+    def _construct(self, node: Node, value: Node) -> bool:
+        """`Functor<T> kfn(out_ptr, in_ptr);` builds a functor: follow it like `Functor(...)`."""
+        declaration = node.parent
+        kind = declaration.child_by_field_name("type") if declaration is not None else None
+        if kind is None:
+            return False
+        name = _callee(kind)
+        if not self.context.classes(name):
+            return False
+        args = [a for a in value.named_children if a.type != "comment"]
+        aliases = [self.alias_of(arg) for arg in args]
+        if any(a is not None for a in aliases):
+            self._pass_to(name, node, args, aliases)
+        return True
 
     def _note_lambda(self, name: str, value: Node) -> None:
         """`auto copy = [&](const T* src, T* dst) {...};`: calls of `copy` run this body."""
