@@ -59,12 +59,24 @@ class Counts:
     low_only: int = 0
     misses: list[str] = field(default_factory=list)
     false: list[str] = field(default_factory=list)
+    rows: list[str] = field(default_factory=list)
 
     def precision(self) -> float:
         return self.tp / (self.tp + self.fp) if self.tp + self.fp else 1.0
 
     def recall(self) -> float:
         return self.tp / (self.tp + self.fn) if self.tp + self.fn else 1.0
+
+
+def clopper_pearson(hits: int, total: int) -> tuple[float, float]:
+    """Exact 95% binomial interval for hits/total (the corpus is small: say how sure we are)."""
+    from scipy.stats import beta
+
+    if total == 0:
+        return 0.0, 1.0
+    low = beta.ppf(0.025, hits, total - hits + 1) if hits else 0.0
+    high = beta.ppf(0.975, hits + 1, total - hits) if hits < total else 1.0
+    return float(low), float(high)
 
 
 def load_truths(lib: Path) -> list[Truth]:
@@ -109,6 +121,10 @@ def score_inference(result: AuditResult, truths: list[Truth], counts: Counts) ->
             written = param in truth.written
             said = param in strong
             counts.low_only += int(param in weak)
+            outcome = {(True, True): "TP", (True, False): "FN", (False, True): "FP"}.get(
+                (written, said), "TN"
+            )
+            counts.rows.append(f"{outcome}  {truth.op}:{param}")
             if written and said:
                 counts.tp += 1
             elif written:
@@ -296,6 +312,7 @@ def main() -> int:
         for name in ("tp", "fp", "fn", "tn", "low_only"):
             setattr(total, name, getattr(total, name) + getattr(counts, name))
         total.misses.extend(counts.misses)
+        total.rows.extend(counts.rows)
         total.false.extend(counts.false)
     pairs = total.tp + total.fp + total.fn + total.tn
     print(
@@ -303,15 +320,25 @@ def main() -> int:
         f"{total.precision():6.1%} {total.recall():6.1%}"
         f"   (low-confidence only: {total.low_only})"
     )
+    if args.verbose:
+        print("\n".join(total.rows))
+    low_p, high_p = clopper_pearson(total.tp, total.tp + total.fp)
+    low_r, high_r = clopper_pearson(total.tp, total.tp + total.fn)
+    print(
+        f"95% exact intervals: precision {low_p:.1%}-{high_p:.1%} "
+        f"({total.tp}/{total.tp + total.fp}), recall {low_r:.1%}-{high_r:.1%} "
+        f"({total.tp}/{total.tp + total.fn})"
+    )
     if total.misses:
         print(f"missed writes: {', '.join(total.misses)}")
     if total.false:
         print(f"false writes: {', '.join(total.false)}")
     share = fix.complete / fix.hazardous if fix.hazardous else 1.0
+    low_f, high_f = clopper_pearson(fix.complete, fix.hazardous)
     print(
         f"--fix on the stripped corpus: {fix.complete}/{fix.hazardous} hazardous ops fixed "
-        f"completely ({share:.1%}); destructive rewrites: {len(fix.destructive)}; "
-        f"annotations on parameters not written: {len(fix.spurious)}"
+        f"completely ({share:.1%}, 95% {low_f:.1%}-{high_f:.1%}); destructive rewrites: "
+        f"{len(fix.destructive)}; annotations on parameters not written: {len(fix.spurious)}"
     )
     for line in fix.incomplete if args.verbose or fix.incomplete else []:
         print(f"  incomplete: {line}")
