@@ -108,6 +108,9 @@ def test_stub_and_real_implementation_and_stable_abi(capsys: pytest.CaptureFixtu
     norm = ops["p7::fused_norm"]
     assert set(_written(norm)) == {"input", "residual"}  # not bound to the #ifndef stub
     assert norm["implementations"][0]["function"] == "fused_norm"
+    assert [a.rsplit(":", 1)[0] for a in norm["implementations"][0]["alternatives"]] == [
+        str(PATTERNS / "p7_which_impl" / "ops.cu")
+    ]  # both definitions are analysed and reported
     assert set(_written(ops["p7s::add_into"])) == {"out"}  # STABLE_TORCH_LIBRARY(_IMPL)
 
 

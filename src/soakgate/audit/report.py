@@ -81,7 +81,12 @@ def to_json(result: AuditResult) -> dict[str, Any]:
                 "verdicts": report.verdicts,
                 "has_fake": report.has_fake,
                 "implementations": [
-                    {"function": i.function, "key": i.dispatch_key, "location": str(i.location)}
+                    {
+                        "function": i.function,
+                        "key": i.dispatch_key,
+                        "location": str(i.location),
+                        "alternatives": [str(a) for a in i.alternatives],
+                    }
                     for i in report.impls
                 ],
                 "findings": [_plain(_finding_dict(f)) for f in report.findings],
