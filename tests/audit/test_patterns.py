@@ -69,6 +69,8 @@ def test_vector_and_intrinsic_stores_write_and_loads_do_not(
     assert set(written) == {"out", "acc", "o2", "dst", "gm"}  # block_load(x) reads x
     assert all(e["confidence"] == "high" for ev in written.values() for e in ev)
     assert set(_written(ops["p3::cpu_vec"], strong_only=False)) == {"out"}  # v.save(op)
+    # st.global in inline PTX writes out; ld.global of x (non-const cast) is only a load
+    assert set(_written(ops["p3::copy4"], strong_only=False)) == {"out"}
 
 
 def test_pointer_arrays_and_parameter_structs(capsys: pytest.CaptureFixture[str]) -> None:

@@ -393,6 +393,8 @@ class _Analyzer:
                 self._call(node)
             elif kind == "compound_literal_expression":
                 self._aggregate(node)
+            elif kind == "gnu_asm_expression":
+                self._inline_asm(node)
             elif kind == "return_statement":
                 self._return(node)
         return self.result
@@ -581,6 +583,26 @@ class _Analyzer:
         carries = any(a.type == "identifier" and text_of(a) in self.structs for a in args)
         if carries or any(a is not None for a in aliases):
             self._pass_to(name, node, args, aliases)
+
+    def _inline_asm(self, node: Node) -> None:
+        """`asm("st.global.v4.f32 [%0], ..." :: "l"(ptr), ...)`: a PTX store through `ptr`."""
+        template = next((c for c in node.named_children if c.type == "string_literal"), None)
+        text = text_of(template) if template is not None else ""
+        if not re.search(r"\b(?:st|red|atom|cp\.async)\.", text):
+            return
+        operands = [
+            operand.named_children[-1]
+            for kind in ("gnu_asm_output_operand_list", "gnu_asm_input_operand_list")
+            for group in node.named_children
+            if group.type == kind
+            for operand in group.named_children
+            if operand.named_children
+        ]
+        for index in {int(i) for i in re.findall(r"\[%(\d+)\]", text)}:
+            if index < len(operands):
+                alias = self.alias_of(operands[index])
+                if is_pointer_like(alias) and alias is not None and not alias.const:
+                    self.evidence(alias, "pointer-write", node, Confidence.HIGH)
 
     def _aggregate(self, node: Node) -> None:
         """`K{out_ptr, in_ptr}`: a functor brace-initialised from aliased values."""
