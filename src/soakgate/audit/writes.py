@@ -10,20 +10,22 @@ Parameter names are never used here. What an expression refers to is decided in 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from soakgate.audit.cpp_alias import (
-    COPY_METHODS,
-    POINTER_METHODS,
-    VIEW_METHODS,
-    WRAPPERS,
-    Alias,
-    cast_result,
-    is_pointer_like,
-    loaded_from,
-    pointee_const,
+from soakgate.audit.cpp_alias import WRAPPERS, Alias, AliasResolver, is_pointer_like, pointee_const
+from soakgate.audit.cpp_names import (
+    CASTS,
+    METHOD_WRITERS,
+    NON_WRITING_INPLACE,
+    POINTER_WRITERS,
+    READERS,
+    callee,
+    declared_name,
+    receiver,
+    short,
+    walk,
 )
 from soakgate.audit.extract_cpp import ClassNode, FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, Location, WriteEvidence
@@ -34,115 +36,7 @@ if TYPE_CHECKING:
 Lookup = Callable[[str], list[FunctionNode]]
 ClassLookup = Callable[[str], list[ClassNode]]
 
-# Methods ending in `_` that change metadata or autograd state, not tensor data.
-NON_WRITING_INPLACE = frozenset(
-    {
-        "requires_grad_",
-        "retain_grad_",
-        "unsqueeze_",
-        "squeeze_",
-        "transpose_",
-        "t_",
-        "as_strided_",
-        "set_requires_grad_",
-    }
-)
-# Free functions that store through a pointer argument: name -> written argument (-1: last).
-POINTER_WRITERS = {
-    **dict.fromkeys(
-        [
-            "atomicAdd",
-            "atomicSub",
-            "atomicMax",
-            "atomicMin",
-            "atomicExch",
-            "atomicCAS",
-            "atomicAnd",
-            "atomicOr",
-            "atomicXor",
-            "atomicInc",
-            "atomicDec",
-            "memcpy",
-            "memset",
-            "memmove",
-            "cudaMemcpy",
-            "cudaMemcpyAsync",
-            "cudaMemset",
-            "cudaMemsetAsync",
-            "cudaMemcpy2D",
-            "cudaMemcpy2DAsync",
-            "hipMemcpy",
-            "hipMemcpyAsync",
-            "hipMemset",
-            "hipMemsetAsync",
-            "__stcs",
-            "__stcg",
-            "__stwt",
-            "__stcv",
-            "__stwb",
-            "st_global",
-            "store_global",
-            "block_store",
-            "lsc_block_store",
-            "scatter",
-            "lsc_scatter",
-            "atomic_update",
-            "lsc_atomic_update",
-            "fill",
-            "fill_n",
-        ],
-        0,
-    ),
-    "copy": -1,  # cute::copy(src, dst), std::copy(first, last, dst)
-    "copy_n": -1,
-    "copy_async": -1,
-}
-# Methods of any object that store through their first argument (cub BlockStore::Store,
-# at::vec::Vectorized::store, esimd::simd::copy_to, vLLM/SGLang CPU vec_op `v.save(ptr)`).
-METHOD_WRITERS = frozenset({"Store", "store", "copy_to", "store_aligned", "save"})
-# Calls that only read through a pointer, or only look at it: never evidence of a write.
-READERS = frozenset(
-    [
-        "__ldg",
-        "__ldcs",
-        "__ldcg",
-        "__ldca",
-        "__ldlu",
-        "__ldcv",
-        "ld_global",
-        "load_global",
-        "block_load",
-        "lsc_block_load",
-        "gather",
-        "lsc_gather",
-        "prefetch",
-        "lsc_prefetch",
-        "Load",
-        "load",
-        "copy_from",
-        "VLLM_LDG",
-        "TORCH_CHECK",
-        "STD_TORCH_CHECK",
-        "TORCH_INTERNAL_ASSERT",
-        "TORCH_CHECK_NOT_IMPLEMENTED",
-        "AT_ASSERT",
-        "CHECK",
-        "assert",
-        "static_assert",
-        "sizeof",
-        "alignof",
-        "decltype",
-        "printf",
-        "memcmp",
-        "is_aligned",
-        "cudaFuncSetAttribute",
-        "cudaPointerGetAttributes",
-        "cudaStreamSynchronize",
-    ]
-)
-_CASTS = frozenset({"static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "bit_cast"})
 _MAX_DEPTH = 6
-_NULLS = frozenset({"nullptr", "NULL", "0"})
 
 
 @dataclass(slots=True)
@@ -165,20 +59,6 @@ class FunctionWrites:
     def add(self, param: int, evidence: WriteEvidence) -> None:
         """Record evidence for a parameter."""
         self.writes.setdefault(param, []).append(evidence)
-
-
-def _short(text: str, limit: int = 100) -> str:
-    one_line = re.sub(r"\s+", " ", text).strip()
-    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    """Descendants in document order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
 
 
 def _is_const_pointer(type_text: str) -> bool:
@@ -218,15 +98,14 @@ class _Context:
     active: set[int] = field(default_factory=set)
 
 
-class _Analyzer:
+class _Analyzer(AliasResolver):
     """Walks one function body, tracking local aliases of its parameters."""
 
     def __init__(self, fn: FunctionNode, context: _Context, depth: int) -> None:
         self.fn = fn
         self.context = context
         self.depth = depth
-        self.aliases = initial_aliases(fn.params)
-        self.structs: dict[str, dict[str, Alias]] = {}
+        super().__init__(initial_aliases(fn.params))
         self.fn_aliases: dict[str, str] = {}
         self.local_fns: dict[str, FunctionNode] = {}
         self.result = FunctionWrites()
@@ -238,7 +117,7 @@ class _Analyzer:
         self, alias: Alias, kind: str, node: Node, conf: Confidence, text: str = ""
     ) -> None:
         """Record a write through `alias`, routed by what it refers to."""
-        expression = text or _short(text_of(node))
+        expression = text or short(text_of(node))
         for param in alias.params:
             name = self.fn.params[param][0] if param < len(self.fn.params) else "?"
             proof = WriteEvidence(name, kind, expression, self.location(node), conf)
@@ -251,137 +130,9 @@ class _Analyzer:
 
     # --- what expressions refer to -------------------------------------------------------
 
-    def alias_of(self, node: Node | None) -> Alias | None:
-        """The alias an expression refers to (`out`, `out.data_ptr<T>()`, `p + i`, ...)."""
-        if node is None:
-            return None
-        kind = node.type
-        if kind == "identifier":
-            return self.aliases.get(text_of(node))
-        if kind in {"parenthesized_expression", "comma_expression"}:
-            inner = [c for c in node.named_children if c.type != "comment"]
-            return self.alias_of(inner[-1] if inner else None)
-        if kind == "call_expression":
-            return self._call_alias(node)
-        if kind == "cast_expression":
-            target = node.child_by_field_name("type")
-            value = node.child_by_field_name("value")
-            return cast_result(self.alias_of(value), text_of(target) if target else "")
-        if kind == "pointer_expression":
-            operand = node.child_by_field_name("argument")
-            if text_of(node).lstrip().startswith("&"):
-                return self._address_of(operand)
-            return loaded_from(self.alias_of(operand))
-        if kind == "binary_expression":
-            left = self.alias_of(node.child_by_field_name("left"))
-            if left is not None and left.kind in {"pointer", "indirect", "address"}:
-                return left
-            right = self.alias_of(node.child_by_field_name("right"))
-            return right if right is not None and right.kind in {"pointer", "indirect"} else None
-        if kind == "subscript_expression":
-            return loaded_from(self.alias_of(node.child_by_field_name("argument")))
-        if kind == "conditional_expression":
-            return self._either(node)
-        if kind == "field_expression":
-            return self._field_alias(node)
-        if kind == "initializer_list":
-            return self._list_alias(node)
-        return None
-
-    def _address_of(self, operand: Node | None) -> Alias | None:
-        """`&x[i]` points into x; `&p->f` / `&s.f` as the field would."""
-        if operand is None:
-            return None
-        if operand.type == "subscript_expression":
-            base = self.alias_of(operand.child_by_field_name("argument"))
-            return (
-                base
-                if base is not None and base.kind in {"pointer", "indirect", "tensor"}
-                else None
-            )
-        return self.alias_of(operand) if operand.type == "identifier" else None
-
-    def _either(self, node: Node) -> Alias | None:
-        branches = [
-            node.child_by_field_name("consequence"),
-            node.child_by_field_name("alternative"),
-        ]
-        found = [self.alias_of(b) for b in branches]
-        real = [a for a in found if a is not None]
-        if not real:
-            return None
-        merged = real[0] if len(real) == 1 else real[0].merged(real[1])
-        fresh = any(
-            a is None and b is not None and text_of(b).strip() not in _NULLS
-            for a, b in zip(found, branches, strict=True)
-        )
-        return replace(merged, partial=True) if fresh else merged
-
-    def _list_alias(self, node: Node) -> Alias | None:
-        items = [self.alias_of(c) for c in node.named_children]
-        real = [a for a in items if a is not None]
-        if not real:
-            return None
-        merged = real[0]
-        for other in real[1:]:
-            merged = merged.merged(other)
-        return replace(merged, kind="table") if merged.kind == "address" else merged
-
-    def _field_alias(self, node: Node) -> Alias | None:
-        """`s.f` / `s->f`: a pointer bound to a local struct's field, or a struct param's field."""
-        base = node.child_by_field_name("argument")
-        name = text_of(node.child_by_field_name("field") or node)
-        if base is None or base.type != "identifier":
-            return None
-        local = self.structs.get(text_of(base), {})
-        if name in local:
-            return local[name]
-        alias = self.aliases.get(text_of(base))
-        if alias is not None and alias.kind == "struct":
-            return Alias(alias.params, "pointer", field=name)
-        return None
-
-    def _call_alias(self, call: Node) -> Alias | None:
-        function = call.child_by_field_name("function")
-        args_node = call.child_by_field_name("arguments")
-        args = [a for a in (args_node.named_children if args_node else []) if a.type != "comment"]
-        if function is None:
-            return None
-        if function.type == "field_expression":
-            return self._method_alias(function)
-        name = text_of(function).split("<", 1)[0].rsplit("::", 1)[-1].strip()
-        if name in _CASTS and args:
-            target = re.search(r"<(.*)>", text_of(function), re.DOTALL)
-            return cast_result(self.alias_of(args[0]), target.group(1) if target else "")
-        if name in WRAPPERS and args:
-            inner = self.alias_of(args[0])
-            if inner is not None and inner.kind == "table":
-                return inner
-            if inner is not None and inner.kind == "pointer":
-                return replace(inner, kind="tensor" if name == "from_blob" else "pointer")
-        return None
-
-    def _method_alias(self, function: Node) -> Alias | None:
-        target = self.alias_of(_receiver(function))
-        method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
-        if target is None:
-            return None
-        if target.kind == "table" and (method in COPY_METHODS or method in POINTER_METHODS):
-            return target
-        if target.kind != "tensor":
-            return None
-        if method in POINTER_METHODS:
-            const = method.startswith("const") or "const" in text_of(function).split("<", 1)[-1]
-            return Alias(target.params, "pointer", const, method.startswith("mutable"))
-        if method in VIEW_METHODS:
-            return target
-        return None
-
-    # --- the walk ------------------------------------------------------------------------
-
     def run(self) -> FunctionWrites:
         """Visit the body once, in document order, so aliases are known before their uses."""
-        for node in _walk(self.fn.body):
+        for node in walk(self.fn.body):
             kind = node.type
             if kind == "init_declarator":
                 self._declare(node)
@@ -401,7 +152,7 @@ class _Analyzer:
 
     def _declare(self, node: Node) -> None:
         value = node.child_by_field_name("value")
-        name = _declared_name(node.child_by_field_name("declarator"))
+        name = declared_name(node.child_by_field_name("declarator"))
         if value is None or name is None:
             return
         if value.type == "lambda_expression":
@@ -428,7 +179,7 @@ class _Analyzer:
         kind = declaration.child_by_field_name("type") if declaration is not None else None
         if kind is None:
             return False
-        name = _callee(kind)
+        name = callee(kind)
         if not self.context.classes(name):
             return False
         args = [a for a in value.named_children if a.type != "comment"]
@@ -447,7 +198,7 @@ class _Analyzer:
 
     def _note_function_pointer(self, name: str, value: Node) -> None:
         """`auto kernel = &k<T>;` (or a choice of two): launches of `kernel` call `k`."""
-        for node in _walk(value):
+        for node in walk(value):
             if node.type == "pointer_expression" and text_of(node).lstrip().startswith("&"):
                 operand = node.child_by_field_name("argument")
                 if operand is not None and operand.type in {
@@ -455,7 +206,7 @@ class _Analyzer:
                     "template_function",
                     "qualified_identifier",
                 }:
-                    self.fn_aliases[name] = _callee(operand)
+                    self.fn_aliases[name] = callee(operand)
                     return
 
     def _assign(self, node: Node) -> None:
@@ -554,13 +305,13 @@ class _Analyzer:
                 return
             name = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
         else:
-            name = _callee(function)
+            name = callee(function)
         name = self.fn_aliases.get(name, name)
         if name in self.local_fns:
             aliases = [self.alias_of(arg) for arg in args]
             self._pass_to(name, node, args, aliases)
             return
-        if name in _CASTS or name in READERS or name in WRAPPERS:
+        if name in CASTS or name in READERS or name in WRAPPERS:
             return
         aliases = [self.alias_of(arg) for arg in args]
         first = aliases[0] if aliases else None
@@ -610,7 +361,7 @@ class _Analyzer:
         value = node.child_by_field_name("value")
         if kind is None or value is None:
             return
-        name = _callee(kind)
+        name = callee(kind)
         if not self.context.classes(name):
             return
         args = [a for a in value.named_children if a.type != "comment"]
@@ -620,11 +371,11 @@ class _Analyzer:
 
     def _method_call(self, node: Node, function: Node, args: list[Node]) -> bool:
         """`t.add_(..)`, `BlockStore(..).Store(ptr, ..)`: True when the call is decided here."""
-        receiver = self.alias_of(_receiver(function))
+        target = self.alias_of(receiver(function))
         method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
-        if receiver is not None and receiver.kind == "tensor":
+        if target is not None and target.kind == "tensor":
             if method.endswith("_") and method not in NON_WRITING_INPLACE:
-                self.evidence(receiver, "inplace-method", node, Confidence.HIGH)
+                self.evidence(target, "inplace-method", node, Confidence.HIGH)
             return True
         if method in METHOD_WRITERS and args:
             written = self.alias_of(args[0])
@@ -637,14 +388,14 @@ class _Analyzer:
         self, name: str, node: Node, args: list[Node], aliases: list[Alias | None]
     ) -> None:
         """Arguments handed to another function or functor: look into it, or judge constness."""
-        inner = self._analyse_callee(name, len(aliases))
+        inner = self._analysecallee(name, len(aliases))
         if inner is None:
             for alias in aliases:
                 if alias is not None and alias.kind == "pointer" and not alias.const:
                     confidence = Confidence.MEDIUM if alias.mutable_ptr else Confidence.LOW
                     self.evidence(alias, "pointer-to-unresolved-call", node, confidence)
             return
-        call_text = _short(text_of(node), 60)
+        call_text = short(text_of(node), 60)
         for position, alias in enumerate(aliases):
             if alias is None or position >= len(args):
                 continue
@@ -714,7 +465,7 @@ class _Analyzer:
                 if carried is not None and not carried.const:
                     self.evidence(carried, "field-store", node, proofs[0].confidence, text)
 
-    def _analyse_callee(self, name: str, arity: int) -> FunctionWrites | None:
+    def _analysecallee(self, name: str, arity: int) -> FunctionWrites | None:
         """Writes of the function or functor `name` (union over same-named definitions)."""
         if self.depth >= _MAX_DEPTH:
             return None
@@ -804,36 +555,9 @@ class _Analyzer:
                 self.result.fresh_returns.add(position)
             name = self.fn.params[alias.param][0]
             proof = WriteEvidence(
-                name, "returns-param", _short(text_of(node)), self.location(node), Confidence.HIGH
+                name, "returns-param", short(text_of(node)), self.location(node), Confidence.HIGH
             )
             self.result.returned.setdefault(position, (alias.param, proof))
-
-
-def _callee(node: Node) -> str:
-    """Unqualified name of a called function: `at::mm_out` -> `mm_out`, `k<float>` -> `k`."""
-    return text_of(node).split("<", 1)[0].rsplit("::", 1)[-1].strip().lstrip("&").strip()
-
-
-def _receiver(function: Node) -> Node | None:
-    """The object of `obj.method`; for `MACRO(x)\n obj.method` glued by the grammar's error
-    recovery (a macro call lacking `;`), the `obj` it put in an ERROR node, not `MACRO(x)`."""
-    errors = [c for c in function.named_children if c.type == "ERROR"]
-    if errors:
-        names = [n for n in _walk(errors[-1]) if n.type == "identifier"]
-        if names:
-            return names[-1]
-    return function.child_by_field_name("argument")
-
-
-def _declared_name(node: Node | None) -> str | None:
-    while node is not None and node.type not in {"identifier", "field_identifier"}:
-        inner = node.child_by_field_name("declarator")
-        node = (
-            inner
-            if inner is not None
-            else (node.named_children[-1] if node.named_children else None)
-        )
-    return text_of(node) if node is not None else None
 
 
 def infer_writes(
