@@ -82,15 +82,19 @@ def collect_macros(contents: dict[str, bytes]) -> dict[str, Macro]:
     return found
 
 
-def needed_macros(source: bytes, macros: dict[str, Macro]) -> list[Macro]:
-    """Project macros `source` uses, with the macros their bodies use, in dependency order."""
+def needed_macros(source: bytes, macros: dict[str, Macro]) -> list[Macro] | None:
+    """Project macros to predefine for `source` (those it uses but does not define, with the
+    macros their bodies use), or None when it uses none that matter (no expansion needed)."""
     words = {w.decode() for w in _WORD.findall(source)}
+    # The file's own #defines are its own business (pcpp reads them in place); predefining a
+    # same-named macro from elsewhere would clash with them.
+    own = {m.group(1).decode() for m in _DEFINE.finditer(source)}
     seeds = [macros[w] for w in sorted(words) if w in macros]
     if not any(m.matters for m in seeds):
-        return []
+        return None
     ordered: list[Macro] = []
-    seen: set[str] = set()
-    stack = list(reversed(seeds))
+    seen: set[str] = set(own)
+    stack = [m for m in reversed(seeds) if m.name not in own]
     while stack:
         macro = stack.pop()
         if macro.name in seen:

@@ -68,7 +68,7 @@ class _Index:
         if path not in self.parsed:
             data = self.contents[path]
             needed = needed_macros(data, self.project_macros())
-            expanded = expand(data, path, needed) if needed else None
+            expanded = expand(data, path, needed) if needed is not None else None
             unit = extract_cpp(data, path, expanded)
             self.parsed[path] = unit
             for fn in unit.functions:
