@@ -1,9 +1,11 @@
 """Benchmark: audit a generated tree of 1,000 source files and print the timings.
 
-    python bench/bench_audit.py [--files 1000] [--repeat 3]
+    python bench/bench_audit.py [--files 1000] [--repeat 3] [--macros]
 
 The tree mimics a large kernel repository: a few bindings files, one implementation file per
 op with a kernel, headers, Python wrappers, and many unrelated sources the prefilter skips.
+With `--macros` every implementation launches its kernel through a function-like macro
+defined in a shared header, so every implementation file goes through the C preprocessor.
 """
 
 from __future__ import annotations
@@ -27,6 +29,26 @@ void op{n}(torch::Tensor& out, torch::Tensor const& x) {{
   lib{n}::op{n}_kernel<float><<<1, 256>>>(out.data_ptr<float>(), x.data_ptr<float>(), x.numel());
 }}
 """
+KERNEL_MACRO = """#include <torch/all.h>
+#include "launch.h"
+namespace lib{n} {{
+template <typename T>
+__global__ void op{n}_kernel(T* __restrict__ out, const T* __restrict__ x, int n) {{
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {{ out[i] = x[i] * T(2); }}
+}}
+}}
+void op{n}(torch::Tensor& out, torch::Tensor const& x) {{
+  BENCH_DISPATCH(x.scalar_type(), [&] {{
+    BENCH_LAUNCH(lib{n}::op{n}_kernel, out, x);
+  }});
+}}
+"""
+LAUNCH_H = """#pragma once
+#define BENCH_LAUNCH(K, OUT, IN) \\
+  K<float><<<1, 256>>>(OUT.data_ptr<float>(), IN.data_ptr<float>(), IN.numel())
+#define BENCH_DISPATCH(TYPE, ...) \\
+  switch (TYPE) {{ case 0: {{ __VA_ARGS__(); break; }} }}
+"""
 UNRELATED = """#include <vector>
 // Utility code with no operator registrations.
 static int helper_{n}(const std::vector<int>& v) {{
@@ -43,7 +65,7 @@ def op{n}(out, x):
 """
 
 
-def make_tree(root: Path, files: int) -> int:
+def make_tree(root: Path, files: int, macros: bool = False) -> int:
     """Write `files` source files under root; returns the number of ops defined."""
     ops = files // 4
     (root / "csrc").mkdir(parents=True)
@@ -60,8 +82,11 @@ def make_tree(root: Path, files: int) -> int:
             f"TORCH_LIBRARY_FRAGMENT(benchlib, m) {{\n{defs}}}\n"
         )
         written += 1
+    if macros:
+        (root / "csrc" / "launch.h").write_text(LAUNCH_H.format())
+        written += 1
     for n in range(ops):
-        (root / "csrc" / f"op{n}.cu").write_text(KERNEL.format(n=n))
+        (root / "csrc" / f"op{n}.cu").write_text((KERNEL_MACRO if macros else KERNEL).format(n=n))
         (root / "python" / f"op{n}.py").write_text(PYTHON.format(n=n))
         written += 2
     n = 0
@@ -79,9 +104,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--macros", action="store_true", help="launch every kernel via a macro")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        ops = make_tree(Path(tmp), args.files)
+        ops = make_tree(Path(tmp), args.files, args.macros)
         timings = []
         for _ in range(args.repeat):
             start = time.perf_counter()

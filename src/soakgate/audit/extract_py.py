@@ -8,10 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from soakgate.audit.model import Confidence, ImplInfo, LiteralPiece, Location, OpDef, WriteEvidence
+from soakgate.audit.py_fakes import FAKE_KEYS, FAKE_REGISTRARS, indirect_fakes
 from soakgate.audit.schema import SchemaSyntaxError, parse_schema
 
-FAKE_REGISTRARS = frozenset({"register_fake", "impl_abstract", "register_meta", "_register_fake"})
-FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
 _STRING = re.compile(r"""([rRbBuUfF]*)("(?!"")|'(?!''))((?:\\.|(?!\2)[^\\\n])*)\2""")
 _Adder = Callable[[str, str, ast.AST], None]
 _PY_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
@@ -59,6 +58,8 @@ class _Extractor(ast.NodeVisitor):
         self.functions: dict[str, ast.FunctionDef] = {}
         self.out = PyFile()
         self.unused_calls: set[int] = set()
+        self.op_modules: dict[str, str] = {}
+        """Local names bound to `torch.ops` or `torch.ops.<ns>` (`_ops = torch.ops._C`)."""
 
     def loc(self, node: ast.AST) -> Location:
         return Location(self.path, getattr(node, "lineno", 0))
@@ -86,7 +87,19 @@ class _Extractor(ast.NodeVisitor):
                 self.functions[item.name] = item
             if isinstance(item, ast.Expr) and isinstance(item.value, ast.Call):
                 self.unused_calls.add(id(item.value))
+            if isinstance(item, ast.Assign) and len(item.targets) == 1:
+                self._note_op_module(item.targets[0], item.value)
+            if isinstance(item, ast.ImportFrom) and item.module in {"torch", "torch.ops"}:
+                for alias in item.names:
+                    prefix = "torch.ops" if item.module == "torch.ops" else "torch"
+                    self.op_modules[alias.asname or alias.name] = f"{prefix}.{alias.name}"
         self.generic_visit(node)
+
+    def _note_op_module(self, target: ast.expr, value: ast.expr) -> None:
+        dotted = _dotted(value)
+        parts = dotted.split(".")
+        if isinstance(target, ast.Name) and parts[:2] == ["torch", "ops"] and len(parts) <= 3:
+            self.op_modules[target.id] = dotted
 
     def visit_Assign(self, node: ast.Assign) -> None:
         call = node.value
@@ -194,6 +207,9 @@ class _Extractor(ast.NodeVisitor):
         self.out.impls.append((qualname, analyse_python_impl(fn, self.path, None)))
 
     def call_site(self, call: ast.Call, name: str) -> None:
+        head, _, rest = name.partition(".")
+        if head in self.op_modules:
+            name = f"{self.op_modules[head]}.{rest}" if rest else self.op_modules[head]
         parts = name.split(".")
         if len(parts) >= 4 and parts[:2] == ["torch", "ops"] and id(call) not in self.unused_calls:
             qualname = f"{parts[2]}::{parts[3]}"
@@ -315,4 +331,5 @@ def extract_python(source: bytes, path: str) -> PyFile:
         return PyFile()
     extractor = _Extractor(source, path)
     extractor.visit(tree)
+    extractor.out.fakes |= indirect_fakes(tree, extractor.libraries)
     return extractor.out

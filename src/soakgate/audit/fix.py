@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from soakgate.audit.model import AuditResult, LiteralPiece, Location, OpReport
+from soakgate.audit.model import AuditResult, Confidence, LiteralPiece, Location, OpReport
 from soakgate.audit.schema import Schema
 from soakgate.errors import AuditError
 
@@ -46,6 +46,16 @@ class OpFix:
     """Why this op needs a hand edit, if it does."""
     impls_to_change: list[Location] = field(default_factory=list)
     """Implementations that must now return void (when returns were dropped)."""
+    incomplete: list[str] = field(default_factory=list)
+    """What the automatic fix leaves undone (a written parameter it cannot annotate, a return
+    it must not drop); empty when the diff closes every hazard the audit found."""
+    unsure: list[str] = field(default_factory=list)
+    """Parameters with only low-confidence write evidence: never annotated, listed to check."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether applying the diff leaves none of the op's hazards behind."""
+        return not self.manual and not self.incomplete and bool(self.file_edits)
 
 
 def fresh_alias_sets(used: Iterable[str]) -> Iterator[str]:
@@ -111,9 +121,42 @@ def _to_file(pieces: tuple[LiteralPiece, ...], edit: Edit) -> list[tuple[str, in
     return [m for m in mapped if m[1] != m[2] or m[3]]
 
 
-def _returns_to_drop(report: OpReport) -> bool:
+def _written_params(report: OpReport) -> tuple[list[str], list[str]]:
+    """(parameters to annotate: medium/high evidence, parameters with low evidence only)."""
+    schema = report.op.schema
+    strong: set[str] = set()
+    weak: set[str] = set()
+    for impl in report.impls:
+        for evidence in impl.writes:
+            if evidence.kind == "returns-param":
+                continue
+            (strong if evidence.confidence >= Confidence.MEDIUM else weak).add(evidence.param)
+    order = [a.name or "" for a in schema.arguments if a.type.is_tensor_like and not a.is_write]
+    return [n for n in order if n in strong], [n for n in order if n in weak - strong]
+
+
+def _return_plan(report: OpReport) -> tuple[bool, str | None]:
+    """(whether the returns may become `()`, why not when a return needs a human)."""
     verdicts = set(report.verdicts)
-    return bool({"returns-alias-unannotated", "annotated-return-alias"} & verdicts)
+    if not {"returns-alias-unannotated", "annotated-return-alias"} & verdicts:
+        return False, None
+    schema = report.op.schema
+    if len(schema.returns) > 1:
+        return False, "drop the aliased outputs from the tuple return by hand"
+    writes = {a.type.alias.before_sets for a in schema.arguments if a.is_write and a.type.alias}
+    declared = schema.returns[0].type.alias if schema.returns else None
+    if declared is not None and not declared.is_write:
+        return False, "the return is a read-only alias (a view): keep it or change it by hand"
+    if declared is not None and declared.before_sets not in writes:
+        return False, "the return's alias set names no written input: edit it by hand"
+    fresh = any(0 in impl.fresh_returns for impl in report.impls)
+    returned = any(0 in impl.returned_params for impl in report.impls)
+    if fresh and (returned or declared is not None):
+        return False, (
+            "an implementation returns its input on one path and a fresh tensor on another: "
+            "returning () would lose the fresh result; split the op or return a copy"
+        )
+    return True, None
 
 
 def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
@@ -122,19 +165,28 @@ def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
     if not fixable:
         return None
     op = report.op
-    involved = {p for f in fixable for p in f.params}
-    written = [a.name for a in op.schema.arguments if a.name in involved]
-    drop = _returns_to_drop(report)
-    fix = OpFix(op.qualname, op.schema.text, None, returns_dropped=drop)
-    if drop:
-        fix.call_sites = call_sites
-        fix.impls_to_change = [i.location for i in report.impls]
+    written, unsure = _written_params(report)
+    drop, keep_reason = _return_plan(report)
+    fix = OpFix(op.qualname, op.schema.text, None, returns_dropped=drop, unsure=unsure)
+    fix.call_sites = call_sites if drop else []
+    fix.impls_to_change = [i.location for i in report.impls] if drop else []
+    if keep_reason:
+        fix.incomplete.append(keep_reason)
+    for name in list(written):
+        arg = op.schema.argument(name)
+        if arg is not None and arg.type.alias is not None:
+            written.remove(name)
+            fix.incomplete.append(
+                f"{name} has a read-only alias annotation ({arg.type}): make it writable by hand"
+            )
     if not written and not drop:
-        fix.manual = "no write was found: mark the parameters the op writes with (x!) by hand"
+        fix.manual = keep_reason or (
+            "no write was found with enough confidence: mark the parameters the op writes "
+            "with (x!) by hand"
+        )
+        fix.incomplete.clear()
         return fix
     try:
-        if drop and len(op.schema.returns) > 1:
-            raise AuditError("drop the aliased outputs from the tuple return by hand")
         edits = schema_edits(op.schema, written, drop)
         fix.new_schema = apply_to_text(op.schema.text, edits)
         if op.origin == "custom_op":
@@ -146,6 +198,9 @@ def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
     except AuditError as exc:
         fix.manual = str(exc)
         fix.file_edits = []
+        fix.returns_dropped = False
+        fix.call_sites = []
+        fix.impls_to_change = []
     return fix
 
 

@@ -105,6 +105,10 @@ class ImplInfo:
     """Evidence of writes, one or more per written parameter."""
     returned_params: dict[int, str] = field(default_factory=dict)
     """Return position -> parameter the implementation returns there (an alias)."""
+    fresh_returns: set[int] = field(default_factory=set)
+    """Return positions where some path returns a value that is not a parameter."""
+    alternatives: list[Location] = field(default_factory=list)
+    """Other definitions of the same name analysed with it (an `#if` stub, a CPU fallback)."""
 
 
 @dataclass(slots=True)

@@ -81,7 +81,12 @@ def to_json(result: AuditResult) -> dict[str, Any]:
                 "verdicts": report.verdicts,
                 "has_fake": report.has_fake,
                 "implementations": [
-                    {"function": i.function, "key": i.dispatch_key, "location": str(i.location)}
+                    {
+                        "function": i.function,
+                        "key": i.dispatch_key,
+                        "location": str(i.location),
+                        "alternatives": [str(a) for a in i.alternatives],
+                    }
                     for i in report.impls
                 ],
                 "findings": [_plain(_finding_dict(f)) for f in report.findings],
@@ -117,6 +122,14 @@ def render_fix_notes(fixes: list[OpFix]) -> str:
             lines.append(f"{fix.op}: fix by hand: {fix.manual}")
             if fix.new_schema:
                 lines.append(f"  suggested schema: {fix.new_schema}")
+        elif fix.incomplete:
+            lines.append(f"{fix.op}: incomplete: the diff annotates what it can, but")
+            lines.extend(f"  still to do by hand: {item}" for item in fix.incomplete)
+        if fix.unsure:
+            names = ", ".join(fix.unsure)
+            lines.append(
+                f"{fix.op}: not annotated (low-confidence evidence only, check by hand): {names}"
+            )
         if fix.returns_dropped:
             lines.append(f"{fix.op}: now returns (); callers must use the written buffer instead")
             lines.extend(f"  implementation must return void: {loc}" for loc in fix.impls_to_change)

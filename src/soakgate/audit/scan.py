@@ -7,10 +7,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from soakgate.audit.extract_cpp import CPP_SUFFIXES, CppFile, FunctionNode, RawImpl, extract_cpp
+from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
+from soakgate.audit.extract_cpp import (
+    CPP_SUFFIXES,
+    ClassNode,
+    CppFile,
+    FunctionNode,
+    RawImpl,
+    extract_cpp,
+)
 from soakgate.audit.extract_py import PyFile, extract_python
 from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
 from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
+from soakgate.audit.py_fakes import added_python
 from soakgate.audit.verdicts import judge
 from soakgate.audit.writes import infer_writes
 from soakgate.errors import AuditError, UsageError
@@ -19,11 +28,13 @@ _SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", 
 _CALLABLE = re.compile(rb"\b([A-Za-z_]\w*)\s*[(<]")
 _PY_MARKERS = (b"torch.library", b"Library(", b"torch.ops.", b"custom_op", b"register_fake")
 FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
+# Patches the build applies can add files (fake registrations) that exist nowhere else.
+PATCH_SUFFIXES = frozenset({".patch", ".diff"})
 
 
 def collect_files(paths: Iterable[str]) -> list[Path]:
     """Source and library files under the given paths, in a stable order."""
-    wanted = CPP_SUFFIXES | BINARY_SUFFIXES | {".py"}
+    wanted = CPP_SUFFIXES | BINARY_SUFFIXES | {".py"} | PATCH_SUFFIXES
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -47,17 +58,31 @@ class _Index:
     contents: dict[str, bytes]
     parsed: dict[str, CppFile] = field(default_factory=dict)
     functions: dict[str, list[FunctionNode]] = field(default_factory=dict)
+    classes: dict[str, list[ClassNode]] = field(default_factory=dict)
     searched: set[str] = field(default_factory=set)
     mentioned: dict[str, list[str]] | None = None
     macros: dict[str, str] = field(default_factory=dict)
+    defines: dict[str, Macro] | None = None
 
     def parse(self, path: str) -> CppFile:
         if path not in self.parsed:
-            unit = extract_cpp(self.contents[path], path)
+            data = self.contents[path]
+            needed = needed_macros(data, self.project_macros())
+            expanded = expand(data, path, needed) if needed is not None else None
+            unit = extract_cpp(data, path, expanded)
             self.parsed[path] = unit
             for fn in unit.functions:
                 self.functions.setdefault(fn.name, []).append(fn)
+            for cls in unit.classes:
+                self.classes.setdefault(cls.name, []).append(cls)
         return self.parsed[path]
+
+    def project_macros(self) -> dict[str, Macro]:
+        """Every `#define` in the scanned C++ files (one regex pass, on first need)."""
+        if self.defines is None:
+            cpp = {p: d for p, d in self.contents.items() if Path(p).suffix in CPP_SUFFIXES}
+            self.defines = collect_macros(cpp)
+        return self.defines
 
     def mentions(self) -> dict[str, list[str]]:
         """Name -> C++ files where `name(` or `name<` occurs: one regex pass over every file."""
@@ -77,6 +102,11 @@ class _Index:
                 if path not in self.parsed:
                     self.parse(path)
         return self.functions.get(name, [])
+
+    def lookup_class(self, name: str) -> list[ClassNode]:
+        """Functor classes called `name` (files that mention it are parsed by `lookup`)."""
+        self.lookup(name)
+        return self.classes.get(name, [])
 
     def macro(self, name: str) -> str:
         """Value of a `#define` (followed through chains), or the name itself."""
@@ -112,25 +142,29 @@ def _read(path: Path) -> bytes:
 def _cpp_impl(index: _Index, raw: RawImpl, op: OpDef) -> ImplInfo | None:
     """Analyse the function or lambda an impl binding names; None if it cannot be found."""
     if raw.lambda_fn is not None:
-        fn: FunctionNode | None = raw.lambda_fn
+        chosen = [raw.lambda_fn]
     else:
         candidates = index.lookup(raw.function or "")
         arity = len(op.schema.arguments)
-        fn = next((c for c in candidates if len(c.params) == arity), None) or (
-            candidates[0] if candidates else None
-        )
-    if fn is None:
+        # Every same-named definition of the right arity: a CUDA body and its `#if` stub or
+        # CPU fallback are all implementations of the op; the schema must cover each.
+        chosen = [c for c in candidates if len(c.params) == arity] or candidates[:1]
+    if not chosen:
         return None
     names = [a.name or "" for a in op.schema.arguments]
-    result = infer_writes(fn, index.lookup)
-    info = ImplInfo(fn.name, raw.dispatch_key, Location(fn.path, fn.body.start_point[0] + 1))
-    for position, evidence in result.writes.items():
-        if position < len(names):
-            info.writes.extend(_rename(e, names[position]) for e in evidence)
-    for ret_position, (position, proof) in result.returned.items():
-        if position < len(names):
-            info.returned_params[ret_position] = names[position]
-            info.writes.append(_rename(proof, names[position]))
+    fn = chosen[0]
+    info = ImplInfo(fn.name, raw.dispatch_key, Location(fn.path, fn.line(fn.body)))
+    info.alternatives = [Location(c.path, c.line(c.body)) for c in chosen[1:]]
+    for candidate in chosen:
+        result = infer_writes(candidate, index.lookup, index.lookup_class)
+        for position, evidence in result.writes.items():
+            if position < len(names):
+                info.writes.extend(_rename(e, names[position]) for e in evidence)
+        for ret_position, (position, proof) in result.returned.items():
+            if position < len(names) and ret_position not in info.returned_params:
+                info.returned_params[ret_position] = names[position]
+                info.writes.append(_rename(proof, names[position]))
+        info.fresh_returns.update(result.fresh_returns)
     return info
 
 
@@ -159,7 +193,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
     parsed = 0
     for path in files:
         key, data = str(path), index.contents.get(str(path), b"")
-        if path.suffix in CPP_SUFFIXES and b"TORCH_LIBRARY" in data:
+        if path.suffix in CPP_SUFFIXES and b"TORCH_LIBRARY" in data:  # STABLE_ too
             unit = index.parse(key)
             for raw in unit.defs:
                 namespace = raw.schema.namespace or index.macro(raw.library)
@@ -181,6 +215,10 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
         elif path.suffix == ".py" and any(marker in data for marker in _PY_MARKERS):
             parsed += 1
             _merge_python(collected, extract_python(data, key))
+        elif path.suffix in PATCH_SUFFIXES and any(marker in data for marker in _PY_MARKERS):
+            parsed += 1
+            for inner, text in added_python(data.decode("utf-8", "replace")):
+                collected.fakes.update(extract_python(text.encode(), f"{key}:{inner}").fakes)
         elif path.suffix in BINARY_SUFFIXES:
             parsed += 1
             collected.defs.extend(extract_binary(_read(path), key))
@@ -198,7 +236,8 @@ def _merge_python(collected: _Collected, unit: PyFile) -> None:
 def audit_paths(paths: Iterable[str]) -> AuditResult:
     """Audit every op defined in the given files and directories (sources and `.so` files)."""
     files = collect_files(paths)
-    contents = {str(p): _read(p) for p in files if p.suffix in CPP_SUFFIXES | {".py"}}
+    readable = CPP_SUFFIXES | PATCH_SUFFIXES | {".py"}
+    contents = {str(p): _read(p) for p in files if p.suffix in readable}
     index = _Index(contents)
     collected, parsed = _collect(files, index)
     reports = []

@@ -1,114 +1,42 @@
 """Infer which parameters a C++ op implementation writes, from its tree-sitter syntax tree.
 
-Signals, strongest first: in-place ATen methods (`out.copy_`, `x.add_`), `*_out` calls, a
-data pointer stored to inside a kernel it is passed to, a tensor passed to a function that
-writes it, and returning a parameter (aliasing). Parameter names are never used here.
+Signals, strongest first: in-place ATen methods (`out.copy_`, `x.add_`), `*_out` calls, stores
+through a pointer derived from a tensor (directly, in a kernel or helper it is passed to, in a
+SYCL functor built from it, through a struct field or an address table), vector-store
+intrinsics, a tensor passed to a function that writes it, and returning a parameter (aliasing).
+Parameter names are never used here. What an expression refers to is decided in `cpp_alias`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from soakgate.audit.extract_cpp import FunctionNode, text_of
+from soakgate.audit.cpp_alias import WRAPPERS, Alias, AliasResolver, is_pointer_like, pointee_const
+from soakgate.audit.cpp_names import (
+    CASTS,
+    METHOD_WRITERS,
+    NON_WRITING_INPLACE,
+    POINTER_WRITERS,
+    READERS,
+    callee,
+    declared_name,
+    receiver,
+    short,
+    walk,
+)
+from soakgate.audit.extract_cpp import ClassNode, FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, Location, WriteEvidence
 
 if TYPE_CHECKING:
     from tree_sitter import Node
 
 Lookup = Callable[[str], list[FunctionNode]]
+ClassLookup = Callable[[str], list[ClassNode]]
 
-POINTER_METHODS = frozenset(
-    {
-        "data_ptr",
-        "mutable_data_ptr",
-        "data",
-        "accessor",
-        "packed_accessor32",
-        "packed_accessor64",
-        "generic_packed_accessor",
-        "mutable_data",
-    }
-)
-VIEW_METHODS = frozenset(
-    {
-        "view",
-        "slice",
-        "select",
-        "narrow",
-        "flatten",
-        "squeeze",
-        "unsqueeze",
-        "transpose",
-        "t",
-        "as_strided",
-        "view_as",
-        "expand",
-        "permute",
-        "unflatten",
-        "diagonal",
-        "alias",
-        "unsqueeze_",
-        "squeeze_",
-        "index_select_view",
-        "chunk",
-        "split",
-    }
-)
-# Methods ending in `_` that change metadata or autograd state, not tensor data.
-NON_WRITING_INPLACE = frozenset(
-    {
-        "requires_grad_",
-        "retain_grad_",
-        "unsqueeze_",
-        "squeeze_",
-        "transpose_",
-        "t_",
-        "as_strided_",
-        "set_requires_grad_",
-    }
-)
-# Functions that store through their first pointer argument.
-POINTER_WRITERS = frozenset(
-    {
-        "atomicAdd",
-        "atomicSub",
-        "atomicMax",
-        "atomicMin",
-        "atomicExch",
-        "atomicCAS",
-        "atomicAnd",
-        "atomicOr",
-        "memcpy",
-        "memset",
-        "memmove",
-        "cudaMemcpy",
-        "cudaMemcpyAsync",
-        "cudaMemset",
-        "cudaMemsetAsync",
-        "hipMemcpyAsync",
-        "hipMemsetAsync",
-        "__stcs",
-        "__stcg",
-        "__stwt",
-        "__stcv",
-        "copy",
-    }
-)
-_MAX_DEPTH = 4
-_CASTS = frozenset({"static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "bit_cast"})
-
-
-@dataclass(frozen=True, slots=True)
-class Alias:
-    """A local name that refers to a parameter's storage."""
-
-    param: int
-    kind: str  # "tensor" or "pointer"
-    const: bool
-    mutable_ptr: bool = False
+_MAX_DEPTH = 6
 
 
 @dataclass(slots=True)
@@ -119,146 +47,121 @@ class FunctionWrites:
     """Parameter index -> evidence that it is written."""
     returned: dict[int, tuple[int, WriteEvidence]] = field(default_factory=dict)
     """Return position -> (index of the parameter returned there, the return statement)."""
+    fresh_returns: set[int] = field(default_factory=set)
+    """Return positions where some path returns a value that is not a parameter."""
+    indirect: dict[int, list[WriteEvidence]] = field(default_factory=dict)
+    """Parameter index -> stores through addresses loaded from it (it is an address table)."""
+    field_writes: dict[tuple[int, str], list[WriteEvidence]] = field(default_factory=dict)
+    """(struct parameter, field) -> stores through the pointer held in that field."""
+    field_binds: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
+    """(struct parameter, field) -> parameters whose pointer the function stores there."""
 
     def add(self, param: int, evidence: WriteEvidence) -> None:
         """Record evidence for a parameter."""
         self.writes.setdefault(param, []).append(evidence)
 
 
-def _short(text: str, limit: int = 100) -> str:
-    one_line = re.sub(r"\s+", " ", text).strip()
-    return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    """Descendants in document order, skipping nested lambdas' captures of nothing."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
-
-
 def _is_const_pointer(type_text: str) -> bool:
     """`const T* p` / `T const* p` -> True; `T* const p` / `T* p` -> False."""
     head = type_text.rsplit("*", 1)[0] if "*" in type_text else type_text.split("&")[0]
     return re.search(r"\bconst\b", head) is not None and (
-        "*" in type_text or "Accessor" not in type_text
+        "*" in type_text or "ccessor" not in type_text
     )
 
 
 def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
-    """Aliases for the parameters themselves: tensors and non-const pointers/accessors."""
+    """Aliases for the parameters themselves: tensors, pointers/accessors and structs."""
     aliases: dict[str, Alias] = {}
     for index, (name, type_text) in enumerate(params):
         if not name:
             continue
         if re.search(r"\bTensor\b", type_text) and "*" not in type_text:
-            aliases[name] = Alias(index, "tensor", False)
-        elif "*" in type_text or "Accessor" in type_text or "&" in type_text:
-            aliases[name] = Alias(index, "pointer", _is_const_pointer(type_text))
+            aliases[name] = Alias((index,), "tensor")
+        elif "*" in type_text or "ccessor" in type_text:
+            aliases[name] = Alias((index,), "pointer", _is_const_pointer(type_text))
+        elif not re.match(
+            r"\s*(?:const\s+)?(?:unsigned\s+)?(?:bool|int|float|double|char|"
+            r"long|short|u?int\d*_t|size_t|auto)\b",
+            type_text,
+        ):
+            aliases[name] = Alias((index,), "struct")
     return aliases
 
 
-class _Analyzer:
+@dataclass(slots=True)
+class _Context:
+    """What every analysis of one implementation shares: lookups and a cache of callees."""
+
+    functions: Lookup
+    classes: ClassLookup
+    cache: dict[int, FunctionWrites] = field(default_factory=dict)
+    active: set[int] = field(default_factory=set)
+
+
+class _Analyzer(AliasResolver):
     """Walks one function body, tracking local aliases of its parameters."""
 
-    def __init__(self, fn: FunctionNode, lookup: Lookup, depth: int) -> None:
+    def __init__(self, fn: FunctionNode, context: _Context, depth: int) -> None:
         self.fn = fn
-        self.lookup = lookup
+        self.context = context
         self.depth = depth
-        self.aliases = initial_aliases(fn.params)
+        super().__init__(initial_aliases(fn.params))
+        self.fn_aliases: dict[str, str] = {}
+        self.local_fns: dict[str, FunctionNode] = {}
         self.result = FunctionWrites()
 
-    def evidence(self, alias: Alias, kind: str, node: Node, conf: Confidence) -> None:
-        location = Location(self.fn.path, node.start_point[0] + 1)
-        name = self.fn.params[alias.param][0]
-        self.result.add(
-            alias.param, WriteEvidence(name, kind, _short(text_of(node)), location, conf)
-        )
+    def location(self, node: Node) -> Location:
+        return Location(self.fn.path, self.fn.line(node))
 
-    def alias_of(self, node: Node | None) -> Alias | None:
-        """The alias an argument expression refers to (`out`, `out.data_ptr<T>()`, `p + i`)."""
-        while node is not None:
-            kind = node.type
-            if kind == "identifier":
-                return self.aliases.get(text_of(node))
-            if kind == "call_expression":
-                return self._method_alias(node)
-            if kind in {"cast_expression", "parenthesized_expression", "pointer_expression"}:
-                node = (
-                    node.child_by_field_name("value")
-                    or node.child_by_field_name("argument")
-                    or (node.named_children[-1] if node.named_children else None)
-                )
-                continue
-            if kind == "binary_expression":
-                node = node.child_by_field_name("left")
-                continue
-            if kind == "subscript_expression":
-                # p[i] of a pointer is storage; t[i] of a tensor (or list) is a view of it
-                return self.alias_of(node.child_by_field_name("argument"))
-            if kind in {"static_cast_expression", "reinterpret_cast_expression"}:
-                node = node.named_children[-1] if node.named_children else None
-                continue
-            return self._template_cast_alias(node)
-        return None
+    def evidence(
+        self, alias: Alias, kind: str, node: Node, conf: Confidence, text: str = ""
+    ) -> None:
+        """Record a write through `alias`, routed by what it refers to."""
+        expression = text or short(text_of(node))
+        for param in alias.params:
+            name = self.fn.params[param][0] if param < len(self.fn.params) else "?"
+            proof = WriteEvidence(name, kind, expression, self.location(node), conf)
+            if alias.field is not None:
+                self.result.field_writes.setdefault((param, alias.field), []).append(proof)
+            elif alias.kind == "indirect":
+                self.result.indirect.setdefault(param, []).append(proof)
+            elif alias.kind in {"tensor", "pointer"}:
+                self.result.add(param, proof)
 
-    def _template_cast_alias(self, node: Node) -> Alias | None:
-        if node.type == "call_expression":
-            return self._method_alias(node)
-        return None
-
-    def _method_alias(self, call: Node) -> Alias | None:
-        function = call.child_by_field_name("function")
-        if function is None:
-            return None
-        if function.type != "field_expression":
-            # reinterpret_cast<T*>(x) and friends parse as calls of a template function
-            name = text_of(function)
-            args = call.child_by_field_name("arguments")
-            if (
-                re.match(r"(static|reinterpret|const)_cast\b", name)
-                and args
-                and args.named_children
-            ):
-                inner = self.alias_of(args.named_children[0])
-                if inner is not None and inner.kind == "pointer":
-                    return Alias(
-                        inner.param, "pointer", inner.const or "const" in name, inner.mutable_ptr
-                    )
-            return None
-        target = self.alias_of(function.child_by_field_name("argument"))
-        method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
-        if target is None or target.kind != "tensor":
-            return None
-        if method in POINTER_METHODS:
-            const = "const" in text_of(function)
-            return Alias(target.param, "pointer", const, method.startswith("mutable"))
-        if method in VIEW_METHODS:
-            return target
-        return None
+    # --- what expressions refer to -------------------------------------------------------
 
     def run(self) -> FunctionWrites:
         """Visit the body once, in document order, so aliases are known before their uses."""
-        for node in _walk(self.fn.body):
+        for node in walk(self.fn.body):
             kind = node.type
             if kind == "init_declarator":
                 self._declare(node)
-            elif kind in {"assignment_expression", "update_expression"}:
-                self._store(node)
+            elif kind == "assignment_expression":
+                self._assign(node)
+            elif kind == "update_expression":
+                self._store(node, node.child_by_field_name("argument"))
             elif kind == "call_expression":
                 self._call(node)
+            elif kind == "compound_literal_expression":
+                self._aggregate(node)
+            elif kind == "gnu_asm_expression":
+                self._inline_asm(node)
             elif kind == "return_statement":
                 self._return(node)
         return self.result
 
     def _declare(self, node: Node) -> None:
         value = node.child_by_field_name("value")
-        name = _declared_name(node.child_by_field_name("declarator"))
+        name = declared_name(node.child_by_field_name("declarator"))
         if value is None or name is None:
             return
-        if value.type == "initializer_list" and value.named_children:
+        if value.type == "lambda_expression":
+            self._note_lambda(name, value)
+            return
+        if value.type in {"argument_list", "initializer_list"} and self._construct(node, value):
+            return
+        self._note_function_pointer(name, value)
+        if value.type == "initializer_list" and len(value.named_children) == 1:
             value = value.named_children[0]
         alias = self.alias_of(value)
         if alias is None:
@@ -266,19 +169,130 @@ class _Analyzer:
             return
         declaration = node.parent if node.parent is not None else node
         head = (declaration.text or b"")[: value.start_byte - declaration.start_byte].decode()
-        const = alias.const or (alias.kind == "pointer" and _is_const_pointer(head))
-        self.aliases[name] = Alias(alias.param, alias.kind, const, alias.mutable_ptr)
+        if alias.kind == "address" and "*" in head.split("=")[0]:
+            alias = replace(alias, kind="pointer")
+        self.aliases[name] = replace(alias, const=pointee_const(head, alias))
 
-    def _store(self, node: Node) -> None:
-        target = node.child_by_field_name("left") or node.child_by_field_name("argument")
-        if target is None or target.type == "identifier":
-            return  # rebinding a local pointer or tensor handle writes no memory
-        for inner in _walk(target):
-            if inner.type == "identifier" and inner.text is not None:
-                alias = self.aliases.get(text_of(inner))
-                if alias is not None and not alias.const:
-                    self.evidence(alias, "store", node, Confidence.HIGH)
+    def _construct(self, node: Node, value: Node) -> bool:
+        """`Functor<T> kfn(out_ptr, in_ptr);` builds a functor: follow it like `Functor(...)`."""
+        declaration = node.parent
+        kind = declaration.child_by_field_name("type") if declaration is not None else None
+        if kind is None:
+            return False
+        name = callee(kind)
+        if not self.context.classes(name):
+            return False
+        args = [a for a in value.named_children if a.type != "comment"]
+        aliases = [self.alias_of(arg) for arg in args]
+        if any(a is not None for a in aliases):
+            self._pass_to(name, node, args, aliases)
+        return True
+
+    def _note_lambda(self, name: str, value: Node) -> None:
+        """`auto copy = [&](const T* src, T* dst) {...};`: calls of `copy` run this body."""
+        declarator = value.child_by_field_name("declarator")
+        body = value.child_by_field_name("body")
+        if body is not None:
+            params = params_of(declarator) if declarator is not None else []
+            self.local_fns[name] = FunctionNode(name, params, body, self.fn.path, self.fn.lines)
+
+    def _note_function_pointer(self, name: str, value: Node) -> None:
+        """`auto kernel = &k<T>;` (or a choice of two): launches of `kernel` call `k`."""
+        for node in walk(value):
+            if node.type == "pointer_expression" and text_of(node).lstrip().startswith("&"):
+                operand = node.child_by_field_name("argument")
+                if operand is not None and operand.type in {
+                    "identifier",
+                    "template_function",
+                    "qualified_identifier",
+                }:
+                    self.fn_aliases[name] = callee(operand)
                     return
+
+    def _assign(self, node: Node) -> None:
+        left = node.child_by_field_name("left")
+        right = node.child_by_field_name("right")
+        if left is None:
+            return
+        if left.type == "identifier":
+            self._rebind(text_of(left), right)
+            return
+        if left.type == "field_expression" and self._bind_field(left, right):
+            return
+        if left.type == "subscript_expression" and self._fill_table(left, right):
+            return
+        self._store(node, left)
+
+    def _rebind(self, name: str, right: Node | None) -> None:
+        """`c = c_or_none.value();` after the declaration: a may-alias, kept on every path."""
+        alias = self.alias_of(right)
+        previous = self.aliases.get(name)
+        if alias is not None:
+            self.aliases[name] = previous.merged(alias) if previous is not None else alias
+        elif previous is not None and previous.kind == "tensor":
+            self.aliases[name] = replace(previous, partial=True)
+
+    def _bind_field(self, left: Node, right: Node | None) -> bool:
+        """`params.out_ptr = out.data_ptr();` records a pointer carried by a struct field."""
+        base = left.child_by_field_name("argument")
+        field_name = text_of(left.child_by_field_name("field") or left)
+        if base is None or base.type != "identifier":
+            return False
+        alias = self.alias_of(right)
+        owner = self.aliases.get(text_of(base))
+        if owner is not None and owner.kind == "struct":
+            if alias is not None and alias.field is None:
+                for param in owner.params:
+                    self.result.field_binds[(param, field_name)] = alias.params
+            return True
+        if owner is None:
+            if alias is not None:
+                self.structs.setdefault(text_of(base), {})[field_name] = alias
+            return True
+        return False
+
+    def _fill_table(self, left: Node, right: Node | None) -> bool:
+        """`ptrs[i] = (int64_t)x.data_ptr();` into a local array makes it an address table."""
+        base = left.child_by_field_name("argument")
+        if base is None or base.type != "identifier" or text_of(base) in self.aliases:
+            return False
+        alias = self.alias_of(right)
+        if alias is None or alias.kind not in {"address", "pointer"}:
+            return False
+        table = replace(alias, kind="table" if alias.kind == "address" else "pointer")
+        self.aliases[text_of(base)] = table
+        return True
+
+    def _store(self, node: Node, target: Node | None) -> None:
+        """A store through `target` (`p[i] = v`, `*q = v`, `acc[0][1] = v`, `p[i]++`)."""
+        if target is None or target.type == "identifier":
+            return
+        alias = self._store_base(target)
+        if is_pointer_like(alias) and alias is not None and not alias.const:
+            self.evidence(alias, "store", node, Confidence.HIGH)
+
+    def _store_base(self, target: Node) -> Alias | None:
+        node: Node | None = target
+        while node is not None:
+            if node.type == "subscript_expression":
+                base = self.alias_of(node.child_by_field_name("argument"))
+                if base is not None and base.kind == "table":
+                    return None  # storing into a table of addresses writes no parameter
+                if base is not None and base.kind != "loaded":
+                    return base
+                node = node.child_by_field_name("argument")
+            elif node.type == "pointer_expression" and not text_of(node).lstrip().startswith("&"):
+                return self.alias_of(node.child_by_field_name("argument"))
+            elif node.type == "field_expression":
+                alias = self._field_alias(node)
+                if alias is not None:
+                    return alias
+                node = node.child_by_field_name("argument")
+            elif node.type == "parenthesized_expression":
+                node = node.named_children[0] if node.named_children else None
+            else:
+                return self.alias_of(node)
+        return None
 
     def _call(self, node: Node) -> None:
         function = node.child_by_field_name("function")
@@ -287,62 +301,234 @@ class _Analyzer:
             return
         args = [a for a in arguments.named_children if a.type != "comment"]
         if function.type == "field_expression":
-            receiver = self.alias_of(function.child_by_field_name("argument"))
-            method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
-            if receiver is not None and receiver.kind == "tensor":
-                if method.endswith("_") and method not in NON_WRITING_INPLACE:
-                    self.evidence(receiver, "inplace-method", node, Confidence.HIGH)
+            if self._method_call(node, function, args):
                 return
-        name = text_of(function).split("<", 1)[0].rsplit("::", 1)[-1].strip()
-        if name in _CASTS:
-            return  # a cast is not a use; the expression around it is judged instead
+            name = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
+        else:
+            name = callee(function)
+        name = self.fn_aliases.get(name, name)
+        if name in self.local_fns:
+            aliases = [self.alias_of(arg) for arg in args]
+            self._pass_to(name, node, args, aliases)
+            return
+        if name in CASTS or name in READERS or name in WRAPPERS:
+            return
         aliases = [self.alias_of(arg) for arg in args]
         first = aliases[0] if aliases else None
+        qualified = "::" in text_of(function)
         if (
             first is not None
             and first.kind == "tensor"
             and (
                 name.endswith("_out")
-                or (
-                    name.endswith("_")
-                    and "::" in text_of(function)
-                    and name not in NON_WRITING_INPLACE
-                )
+                or (name.endswith("_") and qualified and name not in NON_WRITING_INPLACE)
             )
         ):
             self.evidence(first, "out-call", node, Confidence.HIGH)
             return
-        if first is not None and first.kind == "pointer" and name in POINTER_WRITERS:
-            if not first.const:
-                self.evidence(first, "pointer-write", node, Confidence.HIGH)
+        if name in POINTER_WRITERS and aliases:
+            written = aliases[POINTER_WRITERS[name]] if len(aliases) > 1 else aliases[0]
+            if is_pointer_like(written) and written is not None and not written.const:
+                self.evidence(written, "pointer-write", node, Confidence.HIGH)
             return
-        if any(a is not None for a in aliases):
-            self._pass_to(name, node, aliases)
+        carries = any(a.type == "identifier" and text_of(a) in self.structs for a in args)
+        if carries or any(a is not None for a in aliases):
+            self._pass_to(name, node, args, aliases)
 
-    def _pass_to(self, name: str, node: Node, aliases: list[Alias | None]) -> None:
-        """Arguments handed to another function: look into it, or judge from constness."""
-        callees = [c for c in self.lookup(name) if len(c.params) >= len(aliases)]
-        callee = next((c for c in callees if len(c.params) == len(aliases)), None) or (
-            callees[0] if callees else None
-        )
-        if callee is not None and self.depth < _MAX_DEPTH and callee.body is not self.fn.body:
-            inner = _Analyzer(callee, self.lookup, self.depth + 1).run()
-            for position, alias in enumerate(aliases):
-                if alias is None or alias.const or position not in inner.writes:
-                    continue
-                proof = inner.writes[position][0]
-                kind = "kernel-store" if alias.kind == "pointer" else "mutating-call"
-                expression = f"{_short(text_of(node), 60)} -> {proof.expression}"
-                location = Location(self.fn.path, node.start_point[0] + 1)
-                pname = self.fn.params[alias.param][0]
-                self.result.add(
-                    alias.param, WriteEvidence(pname, kind, expression, location, proof.confidence)
-                )
+    def _inline_asm(self, node: Node) -> None:
+        """`asm("st.global.v4.f32 [%0], ..." :: "l"(ptr), ...)`: a PTX store through `ptr`."""
+        template = next((c for c in node.named_children if c.type == "string_literal"), None)
+        text = text_of(template) if template is not None else ""
+        if not re.search(r"\b(?:st|red|atom|cp\.async)\.", text):
             return
-        for alias in aliases:
-            if alias is not None and alias.kind == "pointer" and not alias.const:
-                confidence = Confidence.MEDIUM if alias.mutable_ptr else Confidence.LOW
-                self.evidence(alias, "pointer-to-unresolved-call", node, confidence)
+        operands = [
+            operand.named_children[-1]
+            for kind in ("gnu_asm_output_operand_list", "gnu_asm_input_operand_list")
+            for group in node.named_children
+            if group.type == kind
+            for operand in group.named_children
+            if operand.named_children
+        ]
+        for index in {int(i) for i in re.findall(r"\[%(\d+)\]", text)}:
+            if index < len(operands):
+                alias = self.alias_of(operands[index])
+                if is_pointer_like(alias) and alias is not None and not alias.const:
+                    self.evidence(alias, "pointer-write", node, Confidence.HIGH)
+
+    def _aggregate(self, node: Node) -> None:
+        """`K{out_ptr, in_ptr}`: a functor brace-initialised from aliased values."""
+        kind = node.child_by_field_name("type")
+        value = node.child_by_field_name("value")
+        if kind is None or value is None:
+            return
+        name = callee(kind)
+        if not self.context.classes(name):
+            return
+        args = [a for a in value.named_children if a.type != "comment"]
+        aliases = [self.alias_of(arg) for arg in args]
+        if any(a is not None for a in aliases):
+            self._pass_to(name, node, args, aliases)
+
+    def _method_call(self, node: Node, function: Node, args: list[Node]) -> bool:
+        """`t.add_(..)`, `BlockStore(..).Store(ptr, ..)`: True when the call is decided here."""
+        target = self.alias_of(receiver(function))
+        method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
+        if target is not None and target.kind == "tensor":
+            if method.endswith("_") and method not in NON_WRITING_INPLACE:
+                self.evidence(target, "inplace-method", node, Confidence.HIGH)
+            return True
+        if method in METHOD_WRITERS and args:
+            written = self.alias_of(args[0])
+            if is_pointer_like(written) and written is not None and not written.const:
+                self.evidence(written, "vector-store", node, Confidence.HIGH)
+            return True
+        return method in READERS
+
+    def _pass_to(
+        self, name: str, node: Node, args: list[Node], aliases: list[Alias | None]
+    ) -> None:
+        """Arguments handed to another function or functor: look into it, or judge constness."""
+        inner = self._analysecallee(name, len(aliases))
+        if inner is None:
+            for alias in aliases:
+                if alias is not None and alias.kind == "pointer" and not alias.const:
+                    confidence = Confidence.MEDIUM if alias.mutable_ptr else Confidence.LOW
+                    self.evidence(alias, "pointer-to-unresolved-call", node, confidence)
+            return
+        call_text = short(text_of(node), 60)
+        for position, alias in enumerate(aliases):
+            if alias is None or position >= len(args):
+                continue
+            if position in inner.writes and not alias.const:
+                proof = inner.writes[position][0]
+                kind = "mutating-call" if alias.kind == "tensor" else "kernel-store"
+                self.evidence(
+                    alias, kind, node, proof.confidence, f"{call_text} -> {proof.expression}"
+                )
+            if position in inner.indirect:
+                proof = inner.indirect[position][0]
+                target = replace(alias, kind="pointer") if alias.kind == "table" else alias
+                if alias.kind in {"table", "pointer"}:
+                    self.evidence(
+                        target if alias.kind == "table" else replace(alias, kind="indirect"),
+                        "indirect-store",
+                        node,
+                        proof.confidence,
+                        f"{call_text} -> {proof.expression}",
+                    )
+        self._struct_flow(inner, node, args, aliases, call_text)
+
+    def _struct_flow(
+        self,
+        inner: FunctionWrites,
+        node: Node,
+        args: list[Node],
+        aliases: list[Alias | None],
+        call_text: str,
+    ) -> None:
+        """Carry struct fields across the call: fields the callee fills, fields it writes."""
+        for (position, name), params in inner.field_binds.items():
+            if position >= len(args):
+                continue
+            bound = [aliases[p] for p in params if p < len(aliases) and aliases[p] is not None]
+            if not bound:
+                continue
+            value = bound[0]
+            for other in bound[1:]:
+                if other is not None and value is not None:
+                    value = value.merged(other)
+            if value is None:
+                continue
+            holder = args[position]
+            owner = aliases[position]
+            if holder.type == "identifier" and owner is None:
+                self.structs.setdefault(text_of(holder), {})[name] = value
+            elif owner is not None and owner.kind == "struct" and value.field is None:
+                for param in owner.params:
+                    self.result.field_binds[(param, name)] = value.params
+        for (position, name), proofs in inner.field_writes.items():
+            if position >= len(args):
+                continue
+            holder = args[position]
+            owner = aliases[position]
+            text = f"{call_text} -> {proofs[0].expression}"
+            if owner is not None and owner.kind == "struct":
+                self.evidence(
+                    Alias(owner.params, "pointer", field=name),
+                    "field-store",
+                    node,
+                    proofs[0].confidence,
+                    text,
+                )
+            elif holder.type == "identifier":
+                carried = self.structs.get(text_of(holder), {}).get(name)
+                if carried is not None and not carried.const:
+                    self.evidence(carried, "field-store", node, proofs[0].confidence, text)
+
+    def _analysecallee(self, name: str, arity: int) -> FunctionWrites | None:
+        """Writes of the function or functor `name` (union over same-named definitions)."""
+        if self.depth >= _MAX_DEPTH:
+            return None
+        if name in self.local_fns:
+            return self._analyse(self.local_fns[name])
+        functors = [c for c in self.context.classes(name) if c.call is not None]
+        if functors:
+            return self._analyse_functor(functors[0], arity)
+        candidates = [c for c in self.context.functions(name) if len(c.params) >= arity]
+        exact = [c for c in candidates if len(c.params) == arity] or candidates
+        results = [r for c in exact if (r := self._analyse(c)) is not None]
+        if not results:
+            return None if not exact else FunctionWrites()
+        merged = FunctionWrites()
+        for result in results:
+            for param, proofs in result.writes.items():
+                merged.writes.setdefault(param, []).extend(proofs)
+            for param, proofs in result.indirect.items():
+                merged.indirect.setdefault(param, []).extend(proofs)
+            for key, proofs in result.field_writes.items():
+                merged.field_writes.setdefault(key, []).extend(proofs)
+            merged.field_binds.update(result.field_binds)
+        return merged
+
+    def _analyse(self, callee: FunctionNode) -> FunctionWrites | None:
+        key = id(callee.body)
+        if key in self.context.cache:
+            return self.context.cache[key]
+        if key in self.context.active or callee.body is self.fn.body:
+            return None
+        self.context.active.add(key)
+        try:
+            result = _Analyzer(callee, self.context, self.depth + 1).run()
+        finally:
+            self.context.active.discard(key)
+        self.context.cache[key] = result
+        return result
+
+    def _analyse_functor(self, functor: ClassNode, arity: int) -> FunctionWrites | None:
+        """A functor built from the arguments: map them to fields, analyse `operator()`."""
+        if functor.call is None:
+            return None
+        inner = self._analyse(functor.call)
+        if inner is None:
+            return None
+        fields = [name for name, _ in functor.fields]
+        by_arg: dict[int, list[int]] = {}
+        for index, name in enumerate(fields):
+            if functor.ctor_params is None:
+                arg = index  # aggregate: brace-initialised in declaration order
+            elif name in functor.ctor_inits:
+                arg = functor.ctor_inits[name]
+            else:
+                continue
+            by_arg.setdefault(arg, []).append(index)
+        mapped = FunctionWrites()
+        for arg, indices in by_arg.items():
+            for index in indices:
+                if index in inner.writes:
+                    mapped.writes.setdefault(arg, []).extend(inner.writes[index])
+                if index in inner.indirect:
+                    mapped.indirect.setdefault(arg, []).extend(inner.indirect[index])
+        return mapped
 
     def _return(self, node: Node) -> None:
         value = next((c for c in node.named_children if c.type != "comment"), None)
@@ -362,26 +548,21 @@ class _Analyzer:
             items = list(holder.named_children) if holder is not None else []
         for position, item in enumerate(items):
             alias = self.alias_of(item)
-            if alias is not None and alias.kind == "tensor":
-                location = Location(self.fn.path, node.start_point[0] + 1)
-                name = self.fn.params[alias.param][0]
-                proof = WriteEvidence(
-                    name, "returns-param", _short(text_of(node)), location, Confidence.HIGH
-                )
-                self.result.returned[position] = (alias.param, proof)
+            if alias is None or alias.kind != "tensor":
+                self.result.fresh_returns.add(position)
+                continue
+            if alias.partial:
+                self.result.fresh_returns.add(position)
+            name = self.fn.params[alias.param][0]
+            proof = WriteEvidence(
+                name, "returns-param", short(text_of(node)), self.location(node), Confidence.HIGH
+            )
+            self.result.returned.setdefault(position, (alias.param, proof))
 
 
-def _declared_name(node: Node | None) -> str | None:
-    while node is not None and node.type not in {"identifier", "field_identifier"}:
-        inner = node.child_by_field_name("declarator")
-        node = (
-            inner
-            if inner is not None
-            else (node.named_children[-1] if node.named_children else None)
-        )
-    return text_of(node) if node is not None else None
-
-
-def infer_writes(fn: FunctionNode, lookup: Lookup) -> FunctionWrites:
+def infer_writes(
+    fn: FunctionNode, lookup: Lookup, classes: ClassLookup | None = None
+) -> FunctionWrites:
     """Parameters `fn` writes (with evidence) and parameters it returns."""
-    return _Analyzer(fn, lookup, 0).run()
+    context = _Context(lookup, classes or (lambda name: []))
+    return _Analyzer(fn, context, 0).run()

@@ -1,0 +1,125 @@
+"""The write patterns the audit used to miss or misread (issue 16), one fixture each.
+
+Every test runs `soakgate audit --format json` on its fixture under
+`tests/audit/fixtures/patterns/` and asserts which parameters the evidence names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soakgate.cli.main import main
+
+PATTERNS = Path(__file__).parent / "fixtures" / "patterns"
+
+
+def _audit(capsys: pytest.CaptureFixture[str], name: str) -> dict[str, dict[str, Any]]:
+    main(["audit", str(PATTERNS / name), "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    return {op["op"]: op for op in data["ops"]}
+
+
+def _written(op: dict[str, Any], strong_only: bool = True) -> dict[str, list[dict[str, Any]]]:
+    """Parameter -> evidence of the op's findings (medium/high confidence unless asked)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for finding in op["findings"]:
+        for evidence in finding["evidence"]:
+            if evidence["kind"] == "returns-param":
+                continue
+            if strong_only and evidence["confidence"] == "low":
+                continue
+            found.setdefault(evidence["param"], []).append(evidence)
+    return found
+
+
+def test_project_macros_are_expanded_and_evidence_points_at_the_call_site(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = _audit(capsys, "p1_macros")
+    scale = ops["p1::scale"]
+    assert scale["verdicts"] == ["void-op-unannotated"]
+    written = _written(scale)
+    assert set(written) == {"out"}  # x is only read
+    evidence = written["out"][0]
+    assert evidence["kind"] == "kernel-store"
+    # LAUNCH_KERNEL(scale_kernel) is on line 18 of kernels.cu, inside the P1_DISPATCH lambda
+    assert evidence["location"].endswith("kernels.cu:18")
+
+
+def test_sycl_functors_built_by_aggregate_and_constructor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = _audit(capsys, "p2_functors")
+    assert set(_written(ops["p2::copy_into"])) == {"dst"}
+    assert set(_written(ops["p2::add_residual"])) == {"residual"}
+    assert {e["kind"] for e in _written(ops["p2::add_residual"])["residual"]} == {"kernel-store"}
+    # declared as a variable (`ScaleKernel kfn(...)`), writing through a local lambda
+    assert set(_written(ops["p2::scale_into"])) == {"dst"}
+
+
+def test_vector_and_intrinsic_stores_write_and_loads_do_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = _audit(capsys, "p3_vector_stores")
+    written = _written(ops["p3::esimd_ops"], strong_only=False)
+    assert set(written) == {"out", "acc", "o2", "dst", "gm"}  # block_load(x) reads x
+    assert all(e["confidence"] == "high" for ev in written.values() for e in ev)
+    assert set(_written(ops["p3::cpu_vec"], strong_only=False)) == {"out"}  # v.save(op)
+    # st.global in inline PTX writes out; ld.global of x (non-const cast) is only a load
+    assert set(_written(ops["p3::copy4"], strong_only=False)) == {"out"}
+
+
+def test_pointer_arrays_and_parameter_structs(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = _audit(capsys, "p4_arrays_structs")
+    assert set(_written(ops["p4::split2"])) == {"o1", "o2"}
+    doubled = _written(ops["p4::doubled"])
+    assert set(doubled) == {"out"}  # params.in_ptr is only read
+    assert doubled["out"][0]["kind"] == "field-store"
+
+
+def test_optional_unwrap_reassignment_conditional_and_const_auto(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = _audit(capsys, "p5_aliases")
+    assert set(_written(ops["p5::fill_c"])) == {"c_or_none"}
+    assert set(_written(ops["p5::fill_const_auto"])) == {"out"}
+    maybe = ops["p5::fill_maybe_inplace"]
+    assert set(_written(maybe)) == {"x"}
+    assert "returns-alias-unannotated" in maybe["verdicts"]
+
+
+def test_what_is_not_a_write(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = _audit(capsys, "p6_not_writes")
+    # stores through addresses loaded from ptr_table do not write the table
+    assert "ptr_table" not in _written(ops["p6::scatter_rows"], strong_only=False)
+    # alignment check, C-style cast to const, __ldg: nothing written, not even low
+    assert ops["p6::checksum"]["verdicts"] == ["ok"]
+    # `CHECK_INPUT(x)` without `;` glued to the next line: flags is written, x is not
+    assert ops["p6::checked"]["verdicts"] == ["ok"]
+    launch = ops["p6::launch_elsewhere_op"]
+    low = _written(launch, strong_only=False)
+    assert set(low) == {"x", "out"} and not _written(launch)  # low confidence only
+
+
+def test_stub_and_real_implementation_and_stable_abi(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = _audit(capsys, "p7_which_impl")
+    norm = ops["p7::fused_norm"]
+    assert set(_written(norm)) == {"input", "residual"}  # not bound to the #ifndef stub
+    assert norm["implementations"][0]["function"] == "fused_norm"
+    assert [a.rsplit(":", 1)[0] for a in norm["implementations"][0]["alternatives"]] == [
+        str(PATTERNS / "p7_which_impl" / "ops.cu")
+    ]  # both definitions are analysed and reported
+    assert set(_written(ops["p7s::add_into"])) == {"out"}  # STABLE_TORCH_LIBRARY(_IMPL)
+
+
+def test_fakes_registered_indirectly(capsys: pytest.CaptureFixture[str]) -> None:
+    ops = _audit(capsys, "p8_fakes")
+    assert {name: op["has_fake"] for name, op in ops.items()} == {
+        f"_p8::f{letter}": True for letter in "abcde"
+    }
+    main(["audit", str(PATTERNS / "p8_fakes")])
+    assert "fake/meta impl: 5 with, 0 without" in capsys.readouterr().out
