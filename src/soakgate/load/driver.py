@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soakgate.detectors import DetectorConfig
+from soakgate.load.backoff import TargetBackoff
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
 from soakgate.prompts import Prompt, PromptPicker
@@ -25,7 +26,7 @@ from soakgate.targets.client import Session, connect, make_session
 
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
-_CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset"})
+_CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset", "dropped"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +106,8 @@ class _Shared:
     reference_fraction: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
     on_generation: Callable[[Generation], None] | None = None
+    backoffs: dict[str, TargetBackoff] = field(default_factory=dict)
+    """Target name -> the back-off all its workers honour while it answers 429/503."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +254,7 @@ async def _worker(shared: _Shared, client: OpenAIClient) -> None:
     """One in-flight slot: issue, score, store, repeat."""
     name = client.target.name
     tally = shared.tallies[name]
+    limiter = shared.backoffs.setdefault(name, TargetBackoff())
     backoff = 0.0
     while (shared.gate is None or await shared.gate(name)) and (
         seq := _take_seq(shared, name)
@@ -278,6 +282,8 @@ async def _worker(shared: _Shared, client: OpenAIClient) -> None:
         backoff = _next_backoff(backoff, generation.error_class)
         if backoff:
             await _pause(shared, backoff)
+        _rate_limit(shared, limiter, name, outcome)
+        await limiter.wait(shared.stop, shared.deadline)
 
 
 def _store(
@@ -293,6 +299,10 @@ def _store(
         spec=shared.spec, incarnation=shared.incarnation(target),
     )  # fmt: skip
     generation.reference_divergence = divergence
+    if outcome.attempts > 1:  # sent again: it provably never reached the server before
+        event = note(shared.run, "retried", request_id=request_id, attempts=outcome.attempts)
+        event.target = target
+        shared.writer.add_event(event)
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
     if shared.on_generation is not None:
@@ -313,6 +323,20 @@ def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
         shared.tallies[generation.target].count(generation)
         if on_generation is not None:
             on_generation(generation)
+
+
+def _rate_limit(shared: _Shared, limiter: TargetBackoff, target: str, outcome: Outcome) -> None:
+    """Open the target's back-off window on a rate-limited answer (an event says so); a clean
+    answer resets its doubling."""
+    if outcome.error_class == "rate_limited":
+        seconds = limiter.rate_limited(outcome.retry_after_s)
+        if seconds is not None:
+            asked = outcome.retry_after_s
+            event = note(shared.run, "backoff", seconds=seconds, retry_after_s=asked)
+            event.target = target
+            shared.writer.add_event(event)
+    elif outcome.error_class is None:
+        limiter.answered()
 
 
 def _next_backoff(backoff: float, error_class: str | None) -> float:
