@@ -22,8 +22,12 @@ class TargetBackoff:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._until = 0.0
         self._wait_s = 0.0
+        self.until = 0.0
+        """Monotonic end of the open window; 0 once it is known to be over (workers look at it
+        before calling `wait`, which costs a coroutine)."""
+        self.storm = False
+        """A window was opened since the last clean answer."""
 
     def rate_limited(self, retry_after_s: float | None) -> float | None:
         """Note a rate-limited answer; the seconds of the window it opens, or None when a window
@@ -31,24 +35,30 @@ class TargetBackoff:
         now = self._clock()
         if retry_after_s is not None:
             seconds = min(max(retry_after_s, 0.0), RETRY_AFTER_MAX_S)
-            if now + seconds <= self._until:
+            if now + seconds <= self.until:
                 return None
-        elif now < self._until:
+        elif now < self.until:
             return None
         else:
             self._wait_s = min(MAX_S, self._wait_s * 2 if self._wait_s else START_S)
             seconds = self._wait_s
-        self._until = now + seconds
+        self.until = now + seconds
+        self.storm = True
         return seconds
 
     def answered(self) -> None:
-        """Note an answer that was not rate-limited: the next window starts short again."""
+        """Note a clean answer: the next window starts short again."""
         self._wait_s = 0.0
+        self.storm = False
 
     async def wait(self, stop: asyncio.Event, deadline: float) -> None:
         """Sleep while a window is open, but no longer than to `deadline` (monotonic) and not
         after `stop` is set."""
-        seconds = min(self._until, deadline) - self._clock()
+        now = self._clock()
+        if self.until <= now:
+            self.until = 0.0
+            return
+        seconds = min(self.until, deadline) - now
         if seconds > 0 and not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -282,8 +282,10 @@ async def _worker(shared: _Shared, client: OpenAIClient) -> None:
         backoff = _next_backoff(backoff, generation.error_class)
         if backoff:
             await _pause(shared, backoff)
-        _rate_limit(shared, limiter, name, outcome)
-        await limiter.wait(shared.stop, shared.deadline)
+        if limiter.storm or outcome.error_class == "rate_limited":
+            _rate_limit(shared, limiter, name, outcome)
+        if limiter.until:  # a window is (or was, until looked at) open
+            await limiter.wait(shared.stop, shared.deadline)
 
 
 def _store(

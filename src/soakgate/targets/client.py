@@ -272,9 +272,15 @@ class OpenAIClient:
     @staticmethod
     def _fold_data(answer: parse.Answer, data: bytes, began: float) -> bool:
         """Fold one SSE data payload; True for the [DONE] sentinel."""
-        if data == b"[DONE]" or (data[:1] != b"{" and data.strip() == b"[DONE]"):
+        if data == b"[DONE]":
             return True
-        if parse.fold_event(answer, parse.decode_event(data)) and answer.outcome.ttft_s is None:
+        try:
+            event = parse.decode_event(data)
+        except ValueError:
+            if data.strip() == b"[DONE]":  # with stray spaces
+                return True
+            raise
+        if parse.fold_event(answer, event) and answer.outcome.ttft_s is None:
             answer.outcome.ttft_s = time.perf_counter() - began
         return False
 

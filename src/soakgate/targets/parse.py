@@ -106,9 +106,10 @@ def fold_choices(answer: Answer, choices: list[Any], streaming: bool) -> bool:
     position); True when choice 0 carried content."""
     if len(choices) == 1:  # the common case: one choice, index 0
         choice = choices[0]
-        index = choice.get("index", 0) if isinstance(choice, dict) else None
-        if type(index) is int and index == 0:
-            return fold_choice(answer, choice, streaming)
+        if choice.__class__ is dict:
+            index = choice.get("index", 0)
+            if index == 0 and index.__class__ is int:
+                return fold_choice(answer, choice, streaming)
     content, seen = False, set()
     for position, choice in enumerate(choices):
         if not isinstance(choice, dict):
@@ -121,42 +122,42 @@ def fold_choices(answer: Answer, choices: list[Any], streaming: bool) -> bool:
         if key == "0":
             content = fold_choice(answer, choice, streaming) or content
         else:
-            piece = _piece(choice, answer.chat, streaming)
-            answer.others[key] = answer.others.get(key, 0) + len(piece or "")
+            other = Answer(Outcome(started_at=0), answer.chat)
+            fold_choice(other, choice, streaming)
+            answer.others[key] = answer.others.get(key, 0) + sum(map(len, other.pieces))
     return content
 
 
 def fold_choice(answer: Answer, choice: dict[str, Any], streaming: bool) -> bool:
-    """Add choice 0 (whole or a stream delta) to the answer; True when it carried content."""
+    """Add choice 0 (whole or a stream delta) to the answer; True when it carried content.
+
+    Runs for every streamed event, so it calls nothing it does not need (most events carry
+    no logprobs and no ids)."""
     outcome = answer.outcome
-    piece = _piece(choice, answer.chat, streaming)
-    ids = choice.get("token_ids")
-    if not isinstance(ids, list):
-        ids = _fold_logprobs(outcome, choice.get("logprobs"))
-    else:
-        _fold_logprobs(outcome, choice.get("logprobs"))
-    if ids:
-        if outcome.token_ids is None:
-            outcome.token_ids = []
-        outcome.token_ids.extend(int(i) for i in ids)
-    if choice.get("finish_reason"):
-        outcome.finish_reason = str(choice["finish_reason"])
-    if piece:
-        answer.pieces.append(piece)
-        return True
-    return bool(ids)
-
-
-def _piece(choice: dict[str, Any], chat: bool, streaming: bool) -> str | None:
-    """The text a choice carries."""
-    if chat:
+    if answer.chat:
         message = choice.get("delta" if streaming else "message") or {}
         piece = message.get("content") if isinstance(message, dict) else None
     else:
         piece = choice.get("text")
     if piece is not None and not isinstance(piece, str):
         raise ResponseFormatError("content is not a string")
-    return piece
+    ids = choice.get("token_ids")
+    logprobs = choice.get("logprobs")
+    if ids.__class__ is not list:
+        ids = _fold_logprobs(outcome, logprobs) if logprobs else None
+    elif logprobs:
+        _fold_logprobs(outcome, logprobs)
+    if ids:
+        if outcome.token_ids is None:
+            outcome.token_ids = []
+        outcome.token_ids.extend(int(i) for i in ids)
+    finish_reason = choice.get("finish_reason")
+    if finish_reason:
+        outcome.finish_reason = str(finish_reason)
+    if piece:
+        answer.pieces.append(piece)
+        return True
+    return bool(ids)
 
 
 def _fold_logprobs(outcome: Outcome, logprobs: Any) -> list[int] | None:
@@ -195,10 +196,15 @@ def fold_body(answer: Answer, body: Any) -> None:
 
 def fold_event(answer: Answer, event: Any) -> bool:
     """Fold one streamed chunk; True when it carried content (for time to first token)."""
-    check_error(event)
-    if not isinstance(event, dict):
-        raise ResponseFormatError("stream event is not an object")
-    fold_usage(answer.outcome, event.get("usage"))
+    if event.__class__ is not dict:
+        check_error(event)
+        if not isinstance(event, dict):
+            raise ResponseFormatError("stream event is not an object")
+    if event.get("error"):
+        check_error(event)
+    usage = event.get("usage")
+    if usage is not None:
+        fold_usage(answer.outcome, usage)
     choices = event.get("choices")
     if not choices:
         return False

@@ -127,7 +127,10 @@ class Pool:
     def _checkout(self) -> Connection | None:
         """An idle connection fit to carry a request now, or None for a new one."""
         idle, now = self._idle, time.monotonic()
-        while idle and not self._fit(idle[0], now, look=False):  # the oldest: closed or expired
+        while idle:  # the oldest first: closed (`reusable` is False then) or expired
+            oldest = idle[0]
+            if oldest.reusable and now - oldest.idle_since <= _IDLE_EXPIRY_S:
+                break
             self._retire(idle.popleft())
         if self.keeps_alive is False:
             while idle:
@@ -137,26 +140,26 @@ class Pool:
         if self.keeps_alive:  # trusted: the most recently used first
             while idle:
                 connection = idle.pop()
-                if self._fit(connection, now, look=True):
+                if self._fit(connection, now):
                     return connection
                 self._retire(connection)
             return None
         if now - idle[0].idle_since < self.probation_s:  # on probation: the oldest, once rested
             return None
         connection = idle.popleft()
-        if self._fit(connection, now, look=True):
+        if self._fit(connection, now):
             return connection
         self._retire(connection)
         return None
 
-    def _fit(self, connection: Connection, now: float, look: bool) -> bool:
-        """Open, reusable and not expired; with `look`, also nothing waiting on its socket (a
-        close or stray bytes the event loop has not read yet)."""
+    def _fit(self, connection: Connection, now: float) -> bool:
+        """Open, reusable, not expired, and nothing waiting on its socket (a close or stray
+        bytes the event loop has not read yet)."""
         if connection.closed or not connection.reusable:
             return False
         if now - connection.idle_since > _IDLE_EXPIRY_S:
             return False
-        if not look or connection.fd < 0:
+        if connection.fd < 0:
             return True
         self._poll.register(connection.fd, select.POLLIN)
         try:
