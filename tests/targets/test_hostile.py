@@ -184,6 +184,9 @@ def test_a_200_mb_answer_is_oversized_and_the_client_stays_small(
     assert_rows_are_what_was_sent(rows, server.seen())
     assert {g.error_class for g in rows} == {"oversized"}
     assert peak_kib < 200 * 1024  # ~75 MB for the interpreter, numpy and the rest
+    for g in rows:  # what came is kept, up to 16 Ki characters (the store is not filled)
+        assert "text kept" in (g.error_detail or "") and len(g.text or "") <= 16384
+        assert len(g.text or "") == 16384 if stream else not g.text
 
 
 def test_an_endless_header_is_oversized(hostile: StartHostile, tmp_path: Path) -> None:

@@ -26,6 +26,9 @@ from soakgate.targets.sse import SseSplitter
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
 _RATE_LIMITED = (429, 503)  # "too many requests" and "overloaded": the target backs off
+_SLICE = 64 * 1024  # bytes of a stream parsed per turn of the event loop (~0.5 ms of work)
+OVERSIZED_TEXT_KEPT = 16 * 1024
+"""Characters of text kept from an `oversized` answer (the rest would only fill the store)."""
 _YIELD_EVERY = 64 * 1024  # bytes of a stream parsed between yields to the event loop
 
 
@@ -227,6 +230,11 @@ class OpenAIClient:
                         body = decoder.feed(body)
                         decoder.close()
                     parse.fold_body(answer, parse.decode_event(body))
+            except http1.Oversized as exc:  # every such row would be as long as the cap
+                came = answer.close(keep=OVERSIZED_TEXT_KEPT)
+                kept = min(came, OVERSIZED_TEXT_KEPT)
+                outcome.error_detail = f"{describe(exc)}; text kept: {kept} of {came} characters"
+                raise
             finally:
                 answer.close()  # the text that came is kept, whatever failed
             answer.check()
@@ -257,10 +265,14 @@ class OpenAIClient:
         while chunk := await connection.chunk():
             if decoder is not None:
                 chunk = decoder.feed(chunk)
-            for data in splitter.feed(chunk):
-                done = self._fold_data(answer, data, began) or done
-            if splitter.error is not None:
-                raise parse.ServerDeclaredError(_error_message(splitter.error))
+            for start in range(0, len(chunk), _SLICE):
+                if start:  # a big piece is parsed a slice per turn of the event loop
+                    await asyncio.sleep(0)
+                piece = chunk if len(chunk) <= _SLICE else chunk[start : start + _SLICE]
+                for data in splitter.feed(piece):
+                    done = self._fold_data(answer, data, began) or done
+                if splitter.error is not None:
+                    raise parse.ServerDeclaredError(_error_message(splitter.error))
         if decoder is not None:
             decoder.close()
         for data in splitter.close():

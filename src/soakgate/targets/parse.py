@@ -88,11 +88,15 @@ class Answer:
         self.others: dict[str, int] = {}
         """Index of each choice not asked for (or not valid) -> characters of text it had."""
 
-    def close(self) -> None:
-        """Put choice 0's text into the outcome (also after a failure: what came is kept)."""
-        if self.pieces:
-            self.outcome.text += "".join(self.pieces)
-            self.pieces = []
+    def close(self, keep: int | None = None) -> int:
+        """Put choice 0's text into the outcome (also after a failure: what came is kept), its
+        first `keep` characters when given; returns the characters that had come."""
+        if not self.pieces:
+            return len(self.outcome.text)
+        text = self.outcome.text + "".join(self.pieces)
+        self.pieces = []
+        self.outcome.text = text if keep is None else text[:keep]
+        return len(text)
 
     def check(self) -> None:
         """Raise UnexpectedChoices when choices not asked for came."""
