@@ -413,3 +413,24 @@ def test_a_whole_answer_without_a_finish_reason_is_truncated() -> None:
         return outcome.error_class, outcome.error_detail, outcome.text
 
     assert serve(server, body) == ("truncated_stream", "response without a finish_reason", "hi")
+
+
+def test_an_echoed_request_id_is_checked_and_its_spaces_do_not_count() -> None:
+    completion = b'{"choices":[{"text":"hi","finish_reason":"length"}]}'
+
+    def reply(echo: bytes) -> Answer:
+        head = b"HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n"
+        return answer(head % (echo, len(completion)) + completion)
+
+    server = ScriptedServer(reply(b"run-0 \t"), reply(b"run-0"), reply(b"run-2"))
+
+    async def body(url: str) -> list[tuple[str | None, str]]:
+        async with make_session(1) as session:
+            client = OpenAIClient(session, TargetSpec.parse(url), "m")
+            spec = RequestSpec(stream=False, max_tokens=1)
+            outcomes = [
+                await client.generate(builtin_prompts()[0], spec, f"run-{i}") for i in range(3)
+            ]
+        return [(o.error_class, o.text) for o in outcomes]
+
+    assert serve(server, body) == [(None, "hi"), ("response_mismatch", ""), (None, "hi")]

@@ -1,4 +1,5 @@
-"""aiohttp client for one OpenAI-compatible target; every failure becomes an error class."""
+"""The client of one OpenAI-compatible target (generation requests on its own HTTP/1.1 pool,
+model discovery on aiohttp); every failure becomes an error class."""
 
 from __future__ import annotations
 
@@ -29,7 +30,6 @@ _RATE_LIMITED = (429, 503)  # "too many requests" and "overloaded": the target b
 _SLICE = 64 * 1024  # bytes of a stream parsed per turn of the event loop (~0.5 ms of work)
 OVERSIZED_TEXT_KEPT = 16 * 1024
 """Characters of text kept from an `oversized` answer (the rest would only fill the store)."""
-_YIELD_EVERY = 64 * 1024  # bytes of a stream parsed between yields to the event loop
 
 
 class ResponseMismatch(Exception):
@@ -210,7 +210,8 @@ class OpenAIClient:
         try:
             outcome.http_status = status = connection.status
             echoed = connection.request_id
-            if echoed is not None and echoed != rid:  # an answer left over from another request
+            if echoed is not None and echoed != rid and echoed.strip(b" \t") != rid:
+                # an answer left over from another request (RFC 9110 drops the value's spaces)
                 connection.abort()
                 raise ResponseMismatch(f"the answer carries X-Request-Id {echoed[:100]!r}")
             decoder = None
