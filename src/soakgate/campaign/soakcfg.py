@@ -25,6 +25,7 @@ def request_spec(campaign: Campaign) -> RequestSpec:
         endpoint=load.endpoint, stream=load.stream, max_tokens=load.max_tokens,
         temperature=load.temperature, ignore_eos=load.ignore_eos,
         return_token_ids=load.token_ids, timeout_s=load.timeout_s,
+        max_response_bytes=load.max_response_bytes,
     )  # fmt: skip
 
 

@@ -63,6 +63,10 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
     parser.add_argument("--logprobs", action="store_true", help="ask for logprobs")
     parser.add_argument("--token-ids", action="store_true", help="ask for token ids (vLLM)")
     parser.add_argument("--timeout", type=non_negative_float, default=120.0, help="per request, s")
+    parser.add_argument(
+        "--max-response-bytes", type=positive_int, metavar="N",
+        help="cap on an answer's body; longer is `oversized` (default 256 KiB + 4 KiB per token)",
+    )  # fmt: skip
     parser.add_argument("--model", help="model name (default: the target's first model)")
     parser.add_argument("--api-key", help="bearer token (default: $SOAKGATE_API_KEY); not stored")
     parser.add_argument("--prompts", type=Path, help="JSONL file of prompts (default: built-in)")
@@ -91,7 +95,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         endpoint=args.endpoint, stream=args.stream, max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         ignore_eos=args.ignore_eos, logprobs=args.logprobs, return_token_ids=args.token_ids,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, max_response_bytes=args.max_response_bytes,
     )  # fmt: skip
     prompts = load_prompts(args.prompts) if args.prompts else list(builtin_prompts())
     return SoakConfig(
