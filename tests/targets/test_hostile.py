@@ -5,9 +5,9 @@ the exact error class."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -38,16 +38,33 @@ def soak(
     errors = db.with_suffix(".stderr")
     with errors.open("wb") as stderr:
         process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
+        peak_kib = _peak_rss_kib(process)
     assert process.returncode == 0, errors.read_text()
     store = open_store(db)
     try:
         run = store.runs()[-1]
         rows = sorted(store.generations(run.run_id), key=lambda g: g.seq)
-        return rows, store.events(run.run_id), usage.ru_maxrss
+        return rows, store.events(run.run_id), peak_kib
     finally:
         store.close()
+
+
+def _peak_rss_kib(process: subprocess.Popen[bytes]) -> int:
+    """The process's peak RSS since its exec (VmHWM, read until it exits), waiting for it.
+
+    Not wait4's ru_maxrss: that also counts the forked child's pages of the parent before its
+    exec, which is the RSS of pytest itself (over 1 GB late in a full run)."""
+    peak, status = 0, Path(f"/proc/{process.pid}/status")
+    while process.poll() is None:
+        try:
+            text = status.read_text()
+        except OSError:
+            break
+        line = next((line for line in text.splitlines() if line.startswith("VmHWM:")), "")
+        peak = max(peak, int(line.split()[1]) if line else 0)
+        time.sleep(0.02)
+    process.wait(timeout=120)
+    return peak
 
 
 def by_request(seen: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
