@@ -52,6 +52,10 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
     parser.add_argument("--requests", type=positive_int, help="requests per target")
     parser.add_argument("--duration", type=duration, help="how long to soak, e.g. 30m or 2h")
     parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")
+    parser.add_argument(
+        "--allow-foreign-tables", action="store_true",
+        help="write into an SQLite file that also holds other programs' tables",
+    )  # fmt: skip
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     parser.add_argument("--no-stream", dest="stream", action="store_false", help="no SSE")
     parser.add_argument("--max-tokens", type=positive_int, default=128)
@@ -104,6 +108,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         reference_fraction=getattr(args, "reference_fraction", 0.03),
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
+        allow_foreign_tables=args.allow_foreign_tables,
     )  # fmt: skip
 
 

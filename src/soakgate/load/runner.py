@@ -59,6 +59,8 @@ class SoakConfig:
     references: list[TargetSpec] = field(default_factory=list)
     reference_fraction: float = 0.03
     baseline_prompts: int = 8
+    allow_foreign_tables: bool = False
+    """Write into an SQLite file that holds other programs' tables (refused by default)."""
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -125,7 +127,7 @@ def run_soak(
 ) -> SoakResult:
     """Run (or resume) one soak to its end; Ctrl-C/SIGTERM stop it cleanly with nothing lost."""
     own_store = store is None
-    store = store or open_store(config.db)
+    store = store or open_store(config.db, config.allow_foreign_tables)
     try:
         run = resumed_run(store, config) if config.resume else new_run(config)
         writer = BatchWriter(store, interval_s=config.flush_interval_s)

@@ -16,7 +16,7 @@ from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.records import Event, Generation
 from soakgate.stats.rates import RateSummary, summarize_rate
-from soakgate.store import open_store
+from soakgate.store import open_analysis
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def run_sweep(
 
 def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
     """Read one level's rows and events back and summarise them."""
-    store = open_store(config.db)
+    store = open_analysis(config.db)
     try:
         rows = list(store.generations(run_id))
         events = list(store.events(run_id))
