@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from soakgate.audit.compare import compare_libraries, render_changes
-from soakgate.audit.model import Severity
+from soakgate.audit.model import AuditResult, Severity
 from soakgate.errors import UsageError
 
 FORMATS = ("text", "json", "sarif")
@@ -48,6 +48,7 @@ def run_scan(
     if not paths:
         raise UsageError("give at least one PATH to audit")
     result = audit_paths(paths)
+    _require_something_audited(result, paths)
     if not fix:
         render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
         return Outcome(render(result), "", exit_code(result, threshold))
@@ -59,6 +60,22 @@ def run_scan(
     after = audit_paths(paths)
     summary = "".join(f"rewrote {path}\n" for path in changed)
     return Outcome(summary, notes, exit_code(after, threshold))
+
+
+def _require_something_audited(result: AuditResult, paths: list[str]) -> None:
+    """A UsageError when the paths held nothing to audit: a gate must not pass on nothing
+    (an empty or mistyped folder)."""
+    where = ", ".join(paths)
+    if result.files_scanned == 0:
+        raise UsageError(
+            f"nothing was scanned: no C++/CUDA, Python or library (.so, .pyd, .dylib) files "
+            f"under {where}"
+        )
+    if not result.ops:
+        raise UsageError(
+            f"nothing was audited: no custom op is defined in the {result.files_scanned} "
+            f"files scanned under {where}"
+        )
 
 
 def run_compare(old: str, new: str, fmt: str = "text") -> Outcome:

@@ -45,7 +45,8 @@ def _schema() -> Any:
         "seq": pa.int64(), "stream": pa.bool_(), "started_at": pa.float64(),
         "ended_at": pa.float64(), "ttft_s": pa.float64(), "prompt_tokens": pa.int64(),
         "completion_tokens": pa.int64(), "http_status": pa.int64(), "incarnation": pa.int64(),
-        "reference_divergence": pa.int64(), "token_ids": pa.list_(pa.int64()),
+        "reference_divergence": pa.int64(), "attempts": pa.int64(),
+        "token_ids": pa.list_(pa.int64()),
         "scores": pa.map_(pa.string(), pa.float64()), "details": pa.string(),
         "flags": pa.list_(pa.string()), "collapsed": pa.bool_(),
     }  # fmt: skip
@@ -88,9 +89,15 @@ def _write_jsonl(rows: Iterable[Generation], handle: IO[str]) -> int:
     return count
 
 
+def default_output(db: str | Path, fmt: str) -> Path | None:
+    """Where an export goes without --out: Parquet (binary) to `DB-STEM.parquet` in the current
+    folder (not next to the database, which may be read-only); CSV/JSONL to stdout (None)."""
+    return Path(f"{Path(db).stem}.parquet") if fmt == "parquet" else None
+
+
 def export(store: Store, fmt: str, out: str | Path | None = None) -> int:
     """Write every generation in (run, seq) order; returns how many. CSV/JSONL go to stdout
-    without `out`; Parquet needs a file."""
+    without `out`; Parquet needs a file (`default_output`)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     rows = store.generations()
@@ -104,5 +111,7 @@ def export(store: Store, fmt: str, out: str | Path | None = None) -> int:
             return writer(rows, sys.stdout)
         with open(out, "w", encoding="utf-8", newline="") as handle:
             return writer(rows, handle)
+    except BrokenPipeError:
+        raise  # the reader closed stdout (`| head`): the CLI ends quietly
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None

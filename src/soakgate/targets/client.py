@@ -22,9 +22,12 @@ _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt 
 
 
 def headers_for(target: TargetSpec) -> dict[str, str]:
-    """Request headers; the API key goes here and nowhere else."""
+    """Request headers; the API key goes here and nowhere else (one with a line break is a
+    UsageError on every path, model discovery included: it could inject headers)."""
     headers = {"Content-Type": "application/json"}
     if target.api_key:
+        if any(c in target.api_key for c in "\r\n\0"):
+            raise UsageError("the API key contains a line break or a NUL character")
         headers["Authorization"] = f"Bearer {target.api_key}"
     return headers
 
