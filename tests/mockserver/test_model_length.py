@@ -23,11 +23,15 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-async def _post(url: str, body: dict[str, object], path: str = "/v1/completions") -> tuple[int, str]:
+async def _post(
+    url: str, body: dict[str, object], path: str = "/v1/completions"
+) -> tuple[int, str]:
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        async with session.post(url + path, json=body) as response:
-            return response.status, await response.text()
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.post(url + path, json=body) as response,
+    ):
+        return response.status, await response.text()
 
 
 def test_huge_max_tokens_is_a_400_like_vllm_and_health_stays_fast() -> None:

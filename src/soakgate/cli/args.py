@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import re
+from typing import Any
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -45,3 +47,37 @@ def non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value
+
+
+_EXPLICIT = "_explicit_options"
+
+
+def track_explicit(parser: argparse.ArgumentParser) -> None:
+    """Make `parser` record which options were given on the command line (argparse only calls
+    an option's action when it is given; defaults are set without it), for `explicit_options`."""
+    for action in parser._actions:
+        if action.option_strings and not isinstance(
+            action, argparse._HelpAction | argparse._VersionAction
+        ):
+            action.__class__ = _tracking(type(action))
+
+
+@functools.cache
+def _tracking(cls: type[argparse.Action]) -> type[argparse.Action]:
+    def __call__(
+        self: argparse.Action,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, _EXPLICIT, getattr(namespace, _EXPLICIT, frozenset()) | {self.dest})
+        cls.__call__(self, parser, namespace, values, option_string)
+
+    return type(f"Explicit{cls.__name__}", (cls,), {"__call__": __call__})
+
+
+def explicit_options(args: argparse.Namespace) -> frozenset[str]:
+    """The dests of the options given on the command line (see `track_explicit`)."""
+    given: frozenset[str] = getattr(args, _EXPLICIT, frozenset())
+    return given

@@ -7,7 +7,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from soakgate.cli.args import duration, fraction, non_negative_float, positive_int
+from soakgate.cli.args import (
+    duration,
+    explicit_options,
+    fraction,
+    non_negative_float,
+    positive_int,
+    track_explicit,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -34,6 +41,7 @@ def register(subparsers: Any) -> None:
         "--reference-fraction", type=fraction, default=0.03,
         help="share of requests sent greedy to target and reference (default 0.03)",
     )  # fmt: skip
+    track_explicit(parser)  # --resume refuses explicit settings that differ from the stored run
     parser.set_defaults(func=main)
 
 
@@ -108,7 +116,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         reference_fraction=getattr(args, "reference_fraction", 0.03),
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
-        allow_foreign_tables=args.allow_foreign_tables,
+        allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
     )  # fmt: skip
 
 

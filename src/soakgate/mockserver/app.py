@@ -154,6 +154,8 @@ class MockServer:
                 "at": time.time(),
                 "endpoint": endpoint,
                 "stream": plan.sampling.stream,
+                "max_tokens": plan.sampling.max_tokens,
+                "temperature": plan.sampling.temperature,
                 "injected": decision.injected,
                 "fault": decision.fault,
                 "perturbed": plan.perturbed,
