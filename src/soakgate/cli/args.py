@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import re
 from typing import Any
 
@@ -62,8 +61,14 @@ def track_explicit(parser: argparse.ArgumentParser) -> None:
             action.__class__ = _tracking(type(action))
 
 
-@functools.cache
+_TRACKING: dict[type[argparse.Action], type[argparse.Action]] = {}
+
+
 def _tracking(cls: type[argparse.Action]) -> type[argparse.Action]:
+    """A subclass of `cls` (one per action class) whose call records its dest."""
+    if cls in _TRACKING:
+        return _TRACKING[cls]
+
     def __call__(
         self: argparse.Action,
         parser: argparse.ArgumentParser,
@@ -74,7 +79,8 @@ def _tracking(cls: type[argparse.Action]) -> type[argparse.Action]:
         setattr(namespace, _EXPLICIT, getattr(namespace, _EXPLICIT, frozenset()) | {self.dest})
         cls.__call__(self, parser, namespace, values, option_string)
 
-    return type(f"Explicit{cls.__name__}", (cls,), {"__call__": __call__})
+    _TRACKING[cls] = type(f"Explicit{cls.__name__}", (cls,), {"__call__": __call__})
+    return _TRACKING[cls]
 
 
 def explicit_options(args: argparse.Namespace) -> frozenset[str]:
