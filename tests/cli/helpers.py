@@ -24,7 +24,8 @@ def soakgate(
     """`python -m soakgate ARGS` (or the console script) in `cwd`; output captured as text."""
     command = [str(ENTRY_POINT)] if entry_point else [sys.executable, "-m", "soakgate"]
     merged = {**os.environ, **(env or {})}
-    merged.pop("PYTHONPATH", None)
+    if entry_point:  # what a user's shell runs: no PYTHONPATH
+        merged.pop("PYTHONPATH", None)
     return subprocess.run(
         [*command, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=merged
     )

@@ -37,6 +37,55 @@ def fraction(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def top_p(text: str) -> float:
+    """A nucleus-sampling mass: in (0, 1]."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]: it is a probability mass")
+    return value
+
+
+CONNECTION_MARGIN = 64
+"""File descriptors kept free beside the soak's connections (store, logs, metrics scrapes)."""
+
+
+def check_concurrency(
+    concurrency: int, requests: int | None, connections: int, given: bool = True
+) -> None:
+    """UsageError for a concurrency that cannot mean what it says: more requests in flight than
+    will ever be sent (when the concurrency was `given`: a default above a small --requests is
+    harmless), or more connections than this process may open (`connections` of them; the soft
+    open-files limit is raised toward the hard one first, as load generators do)."""
+    import resource
+
+    from soakgate.errors import UsageError
+
+    if given and requests is not None and concurrency > requests:
+        raise UsageError(
+            f"--concurrency {concurrency} is more than the {requests} requests per target: at most "
+            f"{requests} are ever in flight; give --concurrency {requests} or less"
+        )
+    need = connections + CONNECTION_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise UsageError(
+        f"--concurrency {concurrency} needs about {need} open connections; this process may "
+        f"open {hard} (raise `ulimit -n`, or lower --concurrency)"
+    )
+
+
 def non_negative_float(text: str) -> float:
     """A finite number >= 0."""
     try:

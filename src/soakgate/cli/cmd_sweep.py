@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from soakgate.cli.args import positive_int
+from soakgate.cli.args import check_concurrency, fraction, positive_int
 from soakgate.cli.cmd_run import add_soak_arguments, soak_config
 
 
@@ -13,8 +13,14 @@ def register(subparsers: Any) -> None:
     """Add the `sweep` command."""
     parser = subparsers.add_parser("sweep", help="find the saturation point of a target")
     add_soak_arguments(parser, levels=True)
-    parser.add_argument("--requests-per-level", type=positive_int, required=True)
-    parser.add_argument("--min-gain", type=float, default=0.10, help="saturation threshold")
+    parser.add_argument(
+        "--requests-per-level", type=positive_int, required=True,
+        help="requests per target at each level (what bounds each level's soak)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-gain", type=fraction, default=0.10,
+        help="saturation: the level past which throughput rises by less than this fraction",
+    )  # fmt: skip
     parser.set_defaults(func=main)
 
 
@@ -30,6 +36,8 @@ def main(args: argparse.Namespace) -> int:
     )
 
     levels = parse_levels(args.concurrency)
+    for level in levels:
+        check_concurrency(level, args.requests_per_level, level * max(len(args.target), 1))
     args.concurrency, args.requests = levels[0], args.requests_per_level
     config = soak_config(args, args.target)
     results = run_sweep(config, levels, args.requests_per_level, args.min_gain)

@@ -38,11 +38,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 class _Parser(argparse.ArgumentParser):
     """ArgumentParser whose errors are one line and exit 2, with no usage dump; its help shows
-    every default."""
+    every default; options are spelled out in full."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if kwargs.get("formatter_class") in (None, argparse.RawDescriptionHelpFormatter):
             kwargs["formatter_class"] = HelpFormatter
+        # No abbreviations: in a script, `--requests` silently meant `--requests-per-level` in
+        # `sweep`, and an abbreviation changes meaning when a later version adds a flag.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
