@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from soakgate.audit.compare import compare_libraries, render_changes
 from soakgate.audit.model import AuditResult, Severity
@@ -37,7 +38,7 @@ def run_scan(
     write: bool = False,
 ) -> Outcome:
     """Audit paths; render findings, or with `fix` a diff (or in-place edits with `write`)."""
-    from soakgate.audit.fix import plan_fixes, unified_diff, write_fixes
+    from soakgate.audit.fix import diff_root, plan_fixes, unified_diff, write_fixes
     from soakgate.audit.report import exit_code, render_fix_notes, render_json, render_text
     from soakgate.audit.sarif import render_sarif
     from soakgate.audit.scan import audit_paths
@@ -55,7 +56,13 @@ def run_scan(
     fixes = plan_fixes(result)
     notes = render_fix_notes(fixes)
     if not write:
-        return Outcome(unified_diff(fixes), notes, exit_code(result, threshold))
+        root = diff_root(paths)
+        if root != Path.cwd().resolve():
+            notes += (
+                f"the diff's paths are relative to {root}: apply it there "
+                f"(cd {root} && git apply FILE, or patch -p1 < FILE)\n"
+            )
+        return Outcome(unified_diff(fixes, root), notes, exit_code(result, threshold))
     changed = write_fixes(fixes)
     after = audit_paths(paths)
     summary = "".join(f"rewrote {path}\n" for path in changed)
