@@ -26,6 +26,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the sweep and print one row per level plus the saturation point."""
+    from soakgate.cli import exits
     from soakgate.load.progress import wide_console
     from soakgate.probes.sweep import (
         acceptance_collapses,
@@ -49,4 +50,7 @@ def main(args: argparse.Namespace) -> int:
     fallen = acceptance_collapses(results)
     if fallen:
         console.print(f"speculative-decoding acceptance collapsed at concurrency {fallen}")
-    return 0
+    if results and results[-1].interrupted:
+        console.print(f"interrupted at concurrency {results[-1].concurrency}; stored in {args.db}")
+        return exits.INTERRUPTED
+    return exits.OK
