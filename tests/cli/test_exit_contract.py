@@ -164,3 +164,21 @@ def test_audit_of_python_files_without_custom_ops_says_so_and_exits_2(tmp_path: 
     result = soakgate("audit", str(folder), cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no custom op" in one_error_line(result)
+
+
+def test_a_bug_exits_2_with_its_traceback_never_the_finding_code(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An exception soakgate did not expect is a bug: the traceback is kept for the report, and
+    the status is 2 (could not do its job), never 1, which a pipeline reads as a finding."""
+    import soakgate.report.api
+    from soakgate.cli.main import main
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(soakgate.report.api, "compare", broken)
+    code = main(["compare", str(tmp_path / "x.sqlite"), "a", "b", "--fail-on-differ"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "ZeroDivisionError: a bug" in err and "internal error" in err.splitlines()[-1]
