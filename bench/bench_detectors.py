@@ -4,8 +4,10 @@ Inputs: realistic text (mock-server prose and Python standard-library source, as
 documents and as soak-sized 64-token generations) and worst cases (1 MB of one character, of
 alternating or doubled characters, of a non-ASCII character, a repeated phrase). CPU time is
 measured with time.process_time (one thread, so MB/s is per core). Target: char_run >= 500 MB/s.
+Every input is scored as an output cut by its token budget (`finish_reason` `length`, as most
+soak outputs are), so the tail rules of issue 12 run too; `--finish-reason stop` leaves them out.
 
-Run: python bench/bench_detectors.py [--size-mb 1] [--min-seconds 0.5]
+Run: python bench/bench_detectors.py [--size-mb 1] [--min-seconds 0.5] [--finish-reason stop]
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from soakgate.detectors import DetectorConfig, builtin, score_text
+from soakgate.detectors import DetectorConfig, Output, builtin, score_text
 from soakgate.detectors.base import REGISTRY
 from soakgate.mockserver.text import clean_tokens
 
@@ -68,21 +70,23 @@ def generations(count: int) -> list[str]:
     return [clean_tokens(i * 997, 64)[1] for i in range(count)]
 
 
-def score_many(texts: list[str], config: DetectorConfig) -> None:
+def score_many(texts: list[str], config: DetectorConfig, finish_reason: str) -> None:
     """Score every text, as a soak does once per generation."""
     for text in texts:
-        score_text(text, None, 64, config)
+        score_text(text, None, 64, config, finish_reason=finish_reason, max_tokens=64)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=1.0, help="size of each document")
     parser.add_argument("--min-seconds", type=float, default=0.5, help="CPU time per figure")
+    parser.add_argument("--finish-reason", default="length", help="finish reason of each input")
     args = parser.parse_args(argv)
     config, size = DetectorConfig(), int(args.size_mb * 1_000_000)
     print(
         f"date {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; python {sys.version.split()[0]}; "
-        f"documents of {size:,} characters; CPU time per figure {args.min_seconds:g} s"
+        f"documents of {size:,} characters; CPU time per figure {args.min_seconds:g} s; "
+        f"finish_reason {args.finish_reason}"
     )
     names = [*config.enabled, "all (score_text)"]
     print(f"\n{'input':<24}" + "".join(f"{n:>18}" for n in names) + "   (MB/s per core)")
@@ -91,17 +95,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         nbytes = len(text.encode("utf-8")) + 4 * len(ids or ())
         rates = []
         for name in names:
-            fn = REGISTRY.get(name, score_text)
-            rates.append(cpu_rate(partial(fn, text, ids, 64, config), nbytes, args.min_seconds)[0])
+            call = (
+                partial(REGISTRY[name], Output(text, ids, 64, args.finish_reason, 64), config)
+                if name in REGISTRY
+                else partial(score_text, text, ids, 64, config, finish_reason=args.finish_reason,
+                             max_tokens=64)
+            )  # fmt: skip
+            rates.append(cpu_rate(call, nbytes, args.min_seconds)[0])
         if text:
             char_run_rates.append(rates[names.index("char_run")])
         print(f"{label:<24}" + "".join(f"{r:>18,.0f}" for r in rates))
     texts = generations(200)
     nbytes = sum(len(t.encode()) for t in texts)
-    score_all = partial(score_many, texts, config)
+    score_all = partial(score_many, texts, config, args.finish_reason)
     per_call = cpu_rate(score_all, nbytes, args.min_seconds)[1] / len(texts)
     print(
-        f"\nscore_text on 64-token generations ({nbytes // len(texts)} bytes each): "
+        f"\nscore_text on 64-token generations ({nbytes // len(texts)} bytes each, finish_reason "
+        f"{args.finish_reason}): "
         f"{per_call:.1f} us CPU per generation"
     )
     slowest = min(char_run_rates)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from soakgate.mockserver.process import MockProcess
+from tests.hostile import Hostile, start_hostile
 
 
 @pytest.fixture
@@ -22,3 +24,19 @@ def start_mock() -> Iterator[Callable[..., MockProcess]]:
     yield start
     for mock in started:
         mock.stop()
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Iterator[Callable[[str], Hostile]]:
+    """`hostile(scenario)` starts a hostile server process (tests/hostile_server.py) on
+    127.0.0.1 that is stopped after the test."""
+    started: list[Hostile] = []
+
+    def start(scenario: str) -> Hostile:
+        server = start_hostile(tmp_path, scenario)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

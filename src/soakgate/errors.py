@@ -5,7 +5,9 @@
     │   ├── ConfigError           a campaign/plan/prompt file that cannot be used
     │   └── UnitMismatchError     a comparison of different units of analysis
     ├── TargetError               a target cannot be used at all (unreachable before the soak)
-    ├── StoreError                the database cannot be opened, is of a newer schema, or is corrupt
+    ├── StoreError                the database cannot be opened or written: exit 2
+    │   ├── StoreLost             the database file was deleted, replaced or made immutable
+    │   └── StoreFailedError      a soak stopped because its rows could not be stored
     ├── PlanError                 a pre-registration missing, altered or registered after the data
     ├── ServerError               a managed server failed to start or stay up (campaigns)
     └── AuditError                a source or library cannot be audited
@@ -44,6 +46,18 @@ class TargetError(SoakgateError):
 
 class StoreError(SoakgateError):
     """The store cannot be opened or written."""
+
+    exit_code = 2
+
+
+class StoreLost(StoreError):
+    """The database file is no longer the one opened (deleted, replaced) or can no longer be
+    written safely (made immutable): no retry can help."""
+
+
+class StoreFailedError(StoreError):
+    """A soak was stopped because its rows could not be stored; the message says where the
+    rows that were not stored went."""
 
 
 class PlanError(SoakgateError):

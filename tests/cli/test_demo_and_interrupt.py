@@ -69,3 +69,68 @@ def test_store_text_flagged_keeps_hashes_and_flagged_text(
     assert all(g.text is not None for g in rows if g.collapsed)
     kept_clean = [g for g in rows if not g.collapsed and g.text is not None]
     assert 0 < len(kept_clean) <= 200 // 100 + 1  # the 1-in-100 sample of clean text
+
+
+def test_a_second_signal_stops_at_once_and_keeps_every_row(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock("--tokens-per-s", "2")  # 64 tokens take 32 s: the 30 s grace would run out
+    db = tmp_path / "r.sqlite"
+    soaker = subprocess.Popen(
+        [sys.executable, "-m", "soakgate", "run", "--target", mock.url, "--duration", "60s",
+         "--concurrency", "6", "--max-tokens", "64", "--db", str(db), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while len(mock.ground_truth()) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    soaker.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    soaker.send_signal(signal.SIGTERM)
+    second = time.monotonic()
+    _, stderr = soaker.communicate(timeout=20)
+    assert soaker.returncode == 130
+    assert time.monotonic() - second < 5  # not the 30 s grace
+    assert "signal again to stop now" in stderr and "Traceback" not in stderr
+    store = open_store(db)
+    rows = list(store.generations())
+    (run,) = store.runs()
+    store.close()
+    assert run.status == "interrupted"
+    assert {g.request_id for g in rows} == {row["request_id"] for row in mock.ground_truth()}
+    assert rows and all(g.error_class == "cancelled" for g in rows)
+
+
+def test_a_second_resume_of_a_run_being_written_is_refused_in_one_line(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock("--tokens-per-s", "200")
+    db = tmp_path / "r.sqlite"
+    command = [sys.executable, "-m", "soakgate", "run", "--target", mock.url, "--requests", "40",
+               "--label", "L", "--db", str(db), "--quiet"]  # fmt: skip
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # a few rows in: interrupt it (a completed run is not resumed)
+    first.send_signal(signal.SIGINT)
+    _, first_stderr = first.communicate(timeout=60)
+    assert first.returncode == 130, first_stderr
+    store = open_store(db)
+    (run,) = store.runs()
+    store.close()
+    assert run.status == "interrupted"
+    resume = [*command, "--resume", run.run_id]
+    writer = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / f"r.sqlite.{run.run_id}.lock"
+    deadline = time.monotonic() + 20
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(resume, capture_output=True, text=True, timeout=60)
+    _, writer_stderr = writer.communicate(timeout=60)
+    assert writer.returncode == 0, writer_stderr
+    assert second.returncode == 2
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "being written by another soakgate process" in lines[0], lines
+    store = open_store(db)
+    rows = list(store.generations(run.run_id))
+    store.close()
+    assert len(rows) == 40 and len({g.request_id for g in rows}) == 40
+    assert not lock.exists()

@@ -86,6 +86,9 @@ COMMANDS: dict[str, Entry] = {
     "soakgate export … \\| head": Covered(
         "tests/cli/test_ergonomics.py::test_export_into_a_closed_pipe_ends_quietly"
     ),
+    "soakgate import DB FILE": Covered(
+        "tests/load/test_storage_faults.py::test_a_full_disk_stops_the_soak_and_every_answered_row_is_kept"
+    ),
     "kill -9": Covered(
         "tests/load/test_kill_and_resume.py::test_kill_9_loses_at_most_a_second_and_resume_completes"
     ),
@@ -125,8 +128,15 @@ COMMANDS: dict[str, Entry] = {
     "python -m soakgate.servers.llamacpp": Names("python -m soakgate.servers.llamacpp "),
     "soakgate run": Names("soakgate run "),
     "python -m pytest tests/realservers -k default_detectors -s": Collect(),
-    "python -m pytest tests/realservers -q": Collect(),
-    'python -m pytest tests/realservers -q -m "not slow"': Collect(),
+    "python -m pytest tests/realservers/test_llamacpp.py -q": Collect(),
+    'python -m pytest tests/realservers/test_llamacpp.py -q -m "not slow"': Collect(),
+    'python -m pytest tests/realservers -k "default_detectors or cut" -s': Collect(),
+    "soakgate run --target http://127.0.0.1:8090 --requests 300 --max-tokens 16 --seed 1 "
+    "--endpoint chat --db cut.sqlite": Covered(
+        "tests/realservers/test_llamacpp.py::"
+        "test_outputs_cut_by_a_small_budget_are_flagged_only_where_they_end_in_a_repetition",
+        "llamacpp",
+    ),
     # README.md and docs/real-servers-vllm.md: vLLM
     "scripts/setup-vllm-cpu.sh /work/venvs/vllm-cpu": Covered(VLLM, "vllm"),
     "scripts/setup-vllm-cpu.sh": Covered(VLLM, "vllm"),

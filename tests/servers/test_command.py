@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +75,17 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_values_in_a_shell_script_word_are_quoted_and_run_as_data(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    values = {**VALUES, "label": f"x$(touch {marker})", "log_dir": str(tmp_path / "a b"),
+              "flags": "--say 'two words' --port={port}"}  # fmt: skip
+    argv = render_command("sh -c 'echo {label} {flags} > {log_dir}.out' # {label}", values)
+    assert argv[:2] == ["sh", "-c"]
+    subprocess.run(argv, check=True, timeout=10)
+    assert not marker.exists()  # the label was echoed, not executed
+    written = (tmp_path / "a b.out").read_text().strip()
+    assert written == f"x$(touch {marker}) --say two words --port=8001"
+    # outside a shell script a value is one argument as before, unquoted
+    assert render_command("srv --label {label}", values)[-1] == values["label"]

@@ -14,16 +14,18 @@ from soakgate.campaign.model import Campaign
 from soakgate.campaign.reference import reference_specs, start_differential
 from soakgate.campaign.soakcfg import block_run, soak_config
 from soakgate.campaign.state import next_incarnation
+from soakgate.detectors import budget_warning
 from soakgate.guard.ledger import FaultLedger, ObservingWriter
 from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, soak
 from soakgate.load.preregistration import register_plan
-from soakgate.load.runner import SoakConfig
+from soakgate.load.runner import SoakConfig, store_failed
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import ServerInstance
 from soakgate.store import BatchWriter, Store
+from soakgate.store.unstored import Sidecar
 from soakgate.targets import TargetSpec
 
 MAX_SEGMENTS = 4
@@ -72,12 +74,15 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
                  for s in [*specs, *references.values()]]  # fmt: skip
     ledger = FaultLedger()
     writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
+    sidecar = writer.spill = Sidecar(ctx.db, run)
     run.status, run.ended_at = "running", None
     ctx.store.save_run(run)
     if resumed:
         _replay_faults(ctx.store, run, ledger)
     writer.add_event(_event(run, "resumed" if resumed else "block_started", block,
                             devices=[d.name for d in campaign.devices]))  # fmt: skip
+    if warning := budget_warning(soak_cfg.detectors, soak_cfg.request.max_tokens):
+        writer.add_event(_event(run, "detector_budget", block, message=warning))
     launcher = Launcher(campaign, run, writer, soak_cfg.request, soak_cfg.prompts)
     result = BlockResult(block, run.run_id, "failed")
     try:
@@ -91,6 +96,12 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
     finally:  # never leave a server running, whatever happened
         for instance in instances:
             await launcher.stop(instance)
+        if writer.failure is None:
+            sidecar.close()
+    if writer.failure is not None:  # the database failed: the campaign stops here
+        error = store_failed(writer, sidecar, run, ctx.db)
+        sidecar.close()
+        raise error
     _finish(ctx.store, writer, run, block, result)
     return result
 
@@ -136,6 +147,8 @@ async def _guarded_soak(
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
     outcome = "interrupted" if stopped_by == "stop" and ctx.stop.is_set() else "completed"
+    if stopped_by == "store_failed":
+        return BlockResult(block, run.run_id, "failed", tallies)
     faults = sum(1 for e in ctx.store.events(run.run_id) if e.kind == "engine_fault")
     return BlockResult(block, run.run_id, outcome, tallies, faults)
 

@@ -28,6 +28,11 @@ def request_spec(campaign: Campaign) -> RequestSpec:
     )  # fmt: skip
 
 
+def detector_config(campaign: Campaign) -> DetectorConfig:
+    """The detectors every block of the campaign applies."""
+    return DetectorConfig(char_run_threshold=campaign.load.char_run_threshold)
+
+
 def requests_per_block(campaign: Campaign, config: ConfigEntry) -> int | None:
     """Requests per target per block; a plan's generations per arm are spread evenly over the
     devices and repetitions (rounded up)."""
@@ -51,7 +56,7 @@ def soak_config(
         load=LoadSpec(load.concurrency, requests_per_block(campaign, config), config.duration_s,
                       load.grace_s),
         db=db, prompts=prompts, prompt_order=load.prompt_order, seed=load.prompt_seed,
-        detectors=DetectorConfig(char_run_threshold=load.char_run_threshold),
+        detectors=detector_config(campaign),
         store_text=load.store_text, campaign=block.block_id,
         reference_fraction=campaign.reference_fraction,
     )  # fmt: skip

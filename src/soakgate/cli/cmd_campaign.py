@@ -30,7 +30,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from soakgate.campaign import Block, run_campaign
+    from soakgate.campaign.model import load_campaign
+    from soakgate.campaign.soakcfg import detector_config
     from soakgate.cli import exits
+    from soakgate.cli.cmd_run import warn_detector_budget
     from soakgate.load.progress import wide_console
 
     console = wide_console()
@@ -39,6 +42,8 @@ def main(args: argparse.Namespace) -> int:
         if not args.quiet:
             console.print(f"block {block.block_id}: {state}")
 
+    campaign = load_campaign(args.file)
+    warn_detector_budget(detector_config(campaign), campaign.load.max_tokens)
     result = run_campaign(
         args.file, args.db, resume=args.resume, on_block=on_block,
         allow_foreign_tables=args.allow_foreign_tables,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,7 @@ def execute(config: Any, quiet: bool) -> Any:
     from soakgate.load.progress import LiveProgress, summary_table, wide_console
     from soakgate.load.runner import run_soak
 
+    warn_detector_budget(config.detectors, config.request.max_tokens)
     if quiet:
         result = run_soak(config)
     else:
@@ -169,6 +171,15 @@ def execute(config: Any, quiet: bool) -> Any:
     console.print(summary_table(config.label, result.tallies, result.elapsed_s))
     console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
     return result
+
+
+def warn_detector_budget(detectors: Any, max_tokens: int) -> None:
+    """One `warning:` line on stderr when the token budget is too small for a detector."""
+    from soakgate.detectors import budget_warning
+
+    warning = budget_warning(detectors, max_tokens)
+    if warning:
+        print(f"soakgate: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def arm_targets(arms: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from soakgate.cli.args import check_concurrency, fraction, positive_int
-from soakgate.cli.cmd_run import add_soak_arguments, soak_config
+from soakgate.cli.cmd_run import add_soak_arguments, soak_config, warn_detector_budget
 
 
 def register(subparsers: Any) -> None:
@@ -41,6 +41,7 @@ def main(args: argparse.Namespace) -> int:
         check_concurrency(level, args.requests_per_level, level * max(len(args.target), 1))
     args.concurrency, args.requests = levels[0], args.requests_per_level
     config = soak_config(args, args.target)
+    warn_detector_budget(config.detectors, config.request.max_tokens)
     results = run_sweep(config, levels, args.requests_per_level, args.min_gain)
     console = wide_console()
     console.print(sweep_table(results))

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from soakgate import __version__
+from soakgate import __version__, secrets
 from soakgate.cli import exits
 from soakgate.errors import SoakgateError
 
@@ -80,24 +80,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         sys.stdout.flush()
     except SoakgateError as exc:
-        print(f"soakgate: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        print(f"soakgate: error: {secrets.redact(str(exc))}", file=sys.stderr)
+        code = exc.exit_code
     except KeyboardInterrupt:
         print("soakgate: interrupted", file=sys.stderr)
-        return exits.INTERRUPTED
+        code = exits.INTERRUPTED
     except BrokenPipeError:
         # The reader closed the pipe (`| head`): a quiet end, not an error. Point stdout at
         # /dev/null so the interpreter's final flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return exits.OK
+        code = exits.OK
     except sqlite3.DatabaseError as exc:  # a safety net: stores translate their own errors
-        print(f"soakgate: error: database error: {exc}", file=sys.stderr)
-        return exits.FAILED
+        print(f"soakgate: error: database error: {secrets.redact(str(exc))}", file=sys.stderr)
+        code = exits.FAILED
     except Exception:  # a bug: keep the traceback for the report, but never exit 1 (a finding)
         traceback.print_exc()
         print("soakgate: internal error (a bug in soakgate; please report it)", file=sys.stderr)
-        return exits.FAILED
+        code = exits.FAILED
+    _exit_now_if_a_database_was_abandoned(code)
     return code
+
+
+def _exit_now_if_a_database_was_abandoned(code: int) -> None:
+    """A database whose files became immutable mid-run must never be closed (SQLite would
+    write through its memory map and the kernel would kill the process with SIGBUS, exit 135,
+    hiding the one-line error): end the process here, without running finalizers."""
+    store = sys.modules.get("soakgate.store.sqlite")
+    if store is not None and store.ABANDONED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":

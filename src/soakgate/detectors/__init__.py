@@ -1,7 +1,9 @@
 """Detectors: pure functions over one generation that return a score, a flag and evidence.
 
-A detector is a function `(text, token_ids, completion_tokens, config) -> Detection`
-registered by name in `REGISTRY`. `score_generation` applies a configured set of them.
+A detector is a function `(output, config) -> Detection` registered by name in `REGISTRY`;
+`output` holds the text, token ids, token count, finish reason and token budget.
+`score_text` applies a configured set of them; `budget_warning` says when a token budget is
+too small for them.
 """
 
 from soakgate.detectors import builtin as _builtin  # noqa: F401  (registers the detectors)
@@ -10,7 +12,12 @@ from soakgate.detectors.base import (
     REGISTRY,
     Detection,
     DetectorConfig,
+    Output,
+    budget_warning,
     score_text,
 )
 
-__all__ = ["DEFAULT_DETECTORS", "REGISTRY", "Detection", "DetectorConfig", "score_text"]
+__all__ = [
+    "DEFAULT_DETECTORS", "REGISTRY", "Detection", "DetectorConfig", "Output", "budget_warning",
+    "score_text",
+]  # fmt: skip

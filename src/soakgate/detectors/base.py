@@ -44,6 +44,13 @@ class DetectorConfig:
     """Longest phrase (in words) a loop may have."""
     empty_min_tokens: int = 4
     """Flag a blank text when the server reported at least this many tokens (1 is a bare EOS)."""
+    tail_fraction: float = 0.5
+    """In an output cut by the token budget, flag a run or loop that reaches its end and covers
+    at least this fraction of it (a degenerate model runs on to the budget)."""
+    tail_min_run: int = 8
+    """... a run of one ordinary character must also be at least this long,"""
+    tail_min_words: int = 8
+    """... and a loop must also cover at least this many words and repeat its phrase twice."""
     enabled: tuple[str, ...] = ("char_run", "token_run", "word_loop", "empty")
     """Names of the detectors to apply."""
 
@@ -66,17 +73,46 @@ class DetectorConfig:
         return cls(**values)
 
 
-DetectorFn = Callable[[str, Sequence[int] | None, int | None, DetectorConfig], Detection]
+class Output(NamedTuple):
+    """What a detector sees of one generation (a named tuple: one is built per response)."""
+
+    text: str
+    """The generated text."""
+    token_ids: Sequence[int] | None
+    """The generated token ids, when the server returned them."""
+    completion_tokens: int | None
+    """The number of tokens the server reported generating."""
+    finish_reason: str | None = None
+    """`length` when the token budget cut the output; `stop`, ... otherwise."""
+    max_tokens: int | None = None
+    """The request's token budget."""
+
+    @property
+    def budget_tokens(self) -> int | None:
+        """Tokens of an output cut by its budget (None when not cut): the reported count, else
+        the budget asked for."""
+        if self.finish_reason != "length":
+            return None
+        return self.completion_tokens if self.completion_tokens is not None else self.max_tokens
+
+
+DetectorFn = Callable[[Output, DetectorConfig], Detection]
+NeedFn = Callable[[DetectorConfig], tuple[int, str]]
+"""The least `--max-tokens` at which a detector does its job, and why (a short clause)."""
 REGISTRY: dict[str, DetectorFn] = {}
+NEEDS: dict[str, NeedFn] = {}
 
 
-def register(name: str) -> Callable[[DetectorFn], DetectorFn]:
-    """Decorator that adds a detector function to the registry under `name`."""
+def register(name: str, needs: NeedFn | None = None) -> Callable[[DetectorFn], DetectorFn]:
+    """Decorator that adds a detector function to the registry under `name`, with what token
+    budget it needs (for the warning when a soak's budget is smaller)."""
 
     def add(fn: DetectorFn) -> DetectorFn:
         if name in REGISTRY:
             raise ValueError(f"detector {name!r} registered twice")
         REGISTRY[name] = fn
+        if needs is not None:
+            NEEDS[name] = needs
         return fn
 
     return add
@@ -90,12 +126,30 @@ def score_text(
     token_ids: Sequence[int] | None,
     completion_tokens: int | None,
     config: DetectorConfig,
+    *,
+    finish_reason: str | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Detection]:
     """Apply every enabled detector to one generation."""
-    return {
-        name: fn(text, token_ids, completion_tokens, config)
-        for name, fn in _resolve(config.enabled)
-    }
+    output = Output(text, token_ids, completion_tokens, finish_reason, max_tokens)
+    return {name: fn(output, config) for name, fn in _resolve(config.enabled)}
+
+
+def budget_warning(config: DetectorConfig, max_tokens: int) -> str | None:
+    """One line saying which enabled detectors need a larger token budget than `max_tokens`
+    to do their job, and how large; None when the budget is enough for all of them."""
+    short = []
+    for name, _ in _resolve(config.enabled):
+        if name in NEEDS:
+            needed, purpose = NEEDS[name](config)
+            if max_tokens < needed:
+                short.append(f"{name} needs >= {needed} ({purpose})")
+    if not short:
+        return None
+    return (
+        f"--max-tokens {max_tokens} is below what the detectors need: {'; '.join(short)}; "
+        "shorter collapses go unseen"
+    )
 
 
 @functools.lru_cache(maxsize=64)

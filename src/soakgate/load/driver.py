@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soakgate.detectors import DetectorConfig
+from soakgate.errors import StoreError
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
 from soakgate.prompts import Prompt, PromptPicker
-from soakgate.records import Event, Generation, Run
+from soakgate.records import Event, Generation, Run, sha256_text
 from soakgate.store import BatchWriter
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import Session, connect, make_session
@@ -26,6 +27,8 @@ from soakgate.targets.client import Session, connect, make_session
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
 _CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset"})
+STORE_FAILURE_GRACE_S = 5.0
+"""Once the store has failed, how long in-flight requests may finish (their rows are spilled)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,10 @@ class _Shared:
     reference_fraction: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
     on_generation: Callable[[Generation], None] | None = None
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to cancel the requests in flight at once instead of letting them finish."""
+    store_failure: StoreError | None = None
+    """Why the store stopped taking rows, once it has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +150,10 @@ async def soak(
     differential: Differential | None = None,
     labels: dict[str, str] | None = None,
     on_generation: Callable[[Generation], None] | None = None,
+    abort: asyncio.Event | None = None,
 ) -> SoakResult:
-    """Drive the soak to its end (count, time, or `stop` being set) and flush every result.
+    """Drive the soak to its end (count, time, `stop` being set, or the store failing) and
+    flush every result; `abort` cancels what is in flight instead of waiting for it.
 
     Campaign hooks: `gate(target)` is awaited before each request (False retires the worker,
     e.g. while or after a server restart); `credit(target)` adds requests to the count limit
@@ -164,6 +173,7 @@ async def soak(
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         reference_fraction=differential.fraction if differential else 0.0,
+        abort=abort or asyncio.Event(),
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
     if differential is not None:
@@ -171,6 +181,9 @@ async def soak(
     writer.flush()  # rows queued before this soak are not its to score
     if on_generation is None:  # else each row is scored as it arrives (`_store`)
         writer.prepare = functools.partial(_score_batch, shared)
+    writer.on_failure = functools.partial(_store_failed, shared)
+    if writer.failure is not None:  # an earlier pass of this writer (a campaign segment) failed
+        _store_failed(shared, writer.failure)
     try:
         clients = [await connect(sessions[t.name], t) for t in targets]
         if differential is not None:
@@ -185,11 +198,21 @@ async def soak(
             raise error  # scoring or storing failed in the ticker (the rows are stored)
     finally:
         writer.flush()
-        writer.prepare = None
+        writer.prepare = writer.on_failure = None
         for session in sessions.values():
             await session.close()
     elapsed = time.monotonic() - started
+    if shared.store_failure is not None:
+        stopped_by = "store_failed"
     return SoakResult(run, shared.tallies, elapsed, stopped_by)
+
+
+def _store_failed(shared: _Shared, error: StoreError) -> None:
+    """The writer gave up on the store: no new request is sent; rows now go to its spill."""
+    shared.store_failure = error
+    shared.stop.set()
+    shared.writer.add_event(note(shared.run, "store_failed", error=str(error),
+                                 first_failed_at=shared.writer.first_failed_at))  # fmt: skip
 
 
 async def _reference_clients(
@@ -217,22 +240,40 @@ async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
     waiter = asyncio.create_task(shared.stop.wait())
     pending: set[asyncio.Future[Any]] = set(workers)
     while pending and not waiter.done():
-        _, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(pending | {waiter}, return_when=asyncio.FIRST_COMPLETED)
         pending.discard(waiter)
+        if any(not t.cancelled() and t.exception() is not None for t in done if t is not waiter):
+            break  # a bug in a worker stops them all, rather than soaking on with fewer
     stopped_by = "stop" if shared.stop.is_set() else "limit"
     if time.monotonic() >= shared.deadline:
         stopped_by = "duration"
     shared.stop.set()  # no worker issues a new request from here on
-    if pending:
-        _, late = await asyncio.wait(pending, timeout=shared.load.grace_s)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+    grace = shared.load.grace_s
+    if shared.store_failure is not None:
+        grace = min(grace, STORE_FAILURE_GRACE_S)
+    await _drain(pending, grace, shared.abort)
     waiter.cancel()
     for task in workers:
         if task.done() and not task.cancelled() and (error := task.exception()) is not None:
             raise error  # a bug in the driver, not a failed request: those are records
     return stopped_by
+
+
+async def _drain(pending: set[asyncio.Future[Any]], grace_s: float, abort: asyncio.Event) -> None:
+    """Let in-flight requests finish for up to `grace_s`, unless `abort` is set; then cancel
+    the rest (each is stored as `cancelled`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    aborted = asyncio.ensure_future(abort.wait())
+    while pending and not aborted.done() and (remaining := deadline - loop.time()) > 0:
+        _, pending = await asyncio.wait(
+            pending | {aborted}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+        )
+        pending.discard(aborted)
+    aborted.cancel()
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def _take_seq(shared: _Shared, target: str) -> int | None:
@@ -248,7 +289,15 @@ def _take_seq(shared: _Shared, target: str) -> int | None:
 
 
 async def _worker(shared: _Shared, client: OpenAIClient) -> None:
-    """One in-flight slot: issue, score, store, repeat."""
+    """One in-flight slot: issue, score, store, repeat; a bug here stops every worker."""
+    try:
+        await _work(shared, client)
+    except Exception:
+        shared.stop.set()  # before any other worker takes another request
+        raise
+
+
+async def _work(shared: _Shared, client: OpenAIClient) -> None:
     name = client.target.name
     tally = shared.tallies[name]
     backoff = 0.0
@@ -295,24 +344,43 @@ def _store(
     generation.reference_divergence = divergence
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
-    if shared.on_generation is not None:
-        # sequential looks are judged row by row, so that a verdict stops the soak at once
-        # rather than at the next batch (a fast target finishes hundreds of requests per batch)
+    if shared.on_generation is None:
+        shared.writer.add_generation(generation)
+        return generation
+    # sequential looks are judged row by row, so that a verdict stops the soak at once rather
+    # than at the next batch (a fast target finishes hundreds of requests per batch)
+    try:
         _score_batch(shared, [generation])
-    shared.writer.add_generation(generation)
+    finally:  # kept even when the observer fails on it
+        shared.writer.add_generation(generation)
     return generation
 
 
 def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
     """Score a batch of rows just before it is stored, then count them and show them to the
     `on_generation` hook. Scoring rows back to back, away from the network code, cut the
-    client's CPU per request by 9 % against scoring each as it arrives (BENCHMARKS.md)."""
+    client's CPU per request by 9 % against scoring each as it arrives (BENCHMARKS.md).
+
+    A row that cannot be scored (a detector failing on what the server sent) becomes an error
+    row of its own, never a clean one, and costs no other row."""
     detectors, store_text, on_generation = shared.detectors, shared.store_text, shared.on_generation
     for generation in generations:
-        score_generation(generation, detectors, store_text)
+        try:
+            score_generation(generation, detectors, store_text, shared.spec.max_tokens)
+        except Exception as exc:
+            _unscorable(generation, exc)
         shared.tallies[generation.target].count(generation)
         if on_generation is not None:
             on_generation(generation)
+
+
+def _unscorable(generation: Generation, exc: Exception) -> None:
+    """Mark a row whose scoring raised: a client error with the exception, its flags dropped."""
+    generation.error_class = "client_error"
+    generation.error_detail = f"scoring failed: {type(exc).__name__}: {exc}"[:300]
+    generation.flags.clear()
+    if not generation.text_sha256:
+        generation.text_sha256 = sha256_text(generation.text or "")
 
 
 def _next_backoff(backoff: float, error_class: str | None) -> float:

@@ -36,16 +36,23 @@ def unscored_generation(
     )  # fmt: skip
 
 
-def score_generation(generation: Generation, detectors: DetectorConfig, store_text: str) -> None:
+def score_generation(
+    generation: Generation,
+    detectors: DetectorConfig,
+    store_text: str,
+    max_tokens: int | None = None,
+) -> None:
     """Score a row with every configured detector, fingerprint its text, and drop the text
-    (and token ids) that `store_text` does not keep."""
+    (and token ids) that `store_text` does not keep. `max_tokens` is the request's budget: the
+    detectors judge an output that the budget cut by what share of it a run fills."""
     text = generation.text or ""
     generation.text_sha256 = sha256_text(text)
     if generation.error_class is None:
         scores, details, flags = generation.scores, generation.details, generation.flags
         for name, (score, flagged, evidence) in score_text(
-            text, generation.token_ids, generation.completion_tokens, detectors
-        ).items():
+            text, generation.token_ids, generation.completion_tokens, detectors,
+            finish_reason=generation.finish_reason, max_tokens=max_tokens,
+        ).items():  # fmt: skip
             scores[name] = score
             if evidence:
                 details[name] = evidence

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import platform
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -16,8 +18,8 @@ from typing import Any, TypeVar
 import aiohttp
 
 from soakgate import __version__
-from soakgate.detectors import DetectorConfig
-from soakgate.errors import UsageError
+from soakgate.detectors import DetectorConfig, budget_warning
+from soakgate.errors import SoakgateError, StoreFailedError, StoreLost, UsageError
 from soakgate.load import resume
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
@@ -28,6 +30,8 @@ from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Event, Run
 from soakgate.stats.plan import Plan
 from soakgate.store import BatchWriter, Store, open_store
+from soakgate.store.lock import RunLock
+from soakgate.store.unstored import Sidecar
 from soakgate.targets import RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
 
@@ -148,25 +152,81 @@ def run_soak(
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
     store: Store | None = None,
 ) -> SoakResult:
-    """Run (or resume) one soak to its end; Ctrl-C/SIGTERM stop it cleanly with nothing lost."""
+    """Run (or resume) one soak to its end; Ctrl-C/SIGTERM stop it cleanly with nothing lost
+    (a second one cancels what is in flight). A database that fails mid-soak stops it: the rows
+    it did not take go to a sidecar file, and StoreFailedError says where."""
     own_store = store is None
     store = store or open_store(config.db, config.allow_foreign_tables)
     try:
         run = resumed_run(store, config) if config.resume else new_run(config)
-        writer = BatchWriter(store, interval_s=config.flush_interval_s)
-        if config.resume:
-            writer.add_event(note(run, "resumed"))
-        plan = _preregister(store, config, run)
-        result = run_async(_soak_with_signals(config, run, writer, on_tick, plan))
-        run.ended_at = time.time()
-        run.status = "interrupted" if result.stopped_by == "stop" else "completed"
-        writer.add_event(note(run, "ended", stopped_by=result.stopped_by))
-        writer.flush()
-        store.save_run(run)
-        return result
+        with RunLock(config.db, run.run_id):
+            return _run_locked(config, store, run, on_tick)
     finally:
         if own_store:
             store.close()
+
+
+def _run_locked(
+    config: SoakConfig, store: Store, run: Run,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+) -> SoakResult:  # fmt: skip
+    writer = BatchWriter(store, interval_s=config.flush_interval_s)
+    sidecar = writer.spill = Sidecar(config.db, run)
+    try:
+        result = _drive_run(config, store, run, writer, on_tick)
+        if writer.failure is not None:
+            raise store_failed(writer, sidecar, run, config.db)
+        store.save_run(run)
+        return result
+    finally:
+        sidecar.close()
+
+
+def _drive_run(
+    config: SoakConfig, store: Store, run: Run, writer: BatchWriter,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+) -> SoakResult:  # fmt: skip
+    """Soak and record how the run ended; a bug keeps the rows and marks the run `failed`."""
+    try:
+        if config.resume:
+            writer.add_event(note(run, "resumed"))
+        warning = budget_warning(config.detectors, config.request.max_tokens)
+        if warning:  # stored with the run, so a report of it says why short collapses went unseen
+            writer.add_event(note(run, "detector_budget", message=warning))
+        plan = _preregister(store, config, run)
+        result = run_async(_soak_with_signals(config, run, writer, on_tick, plan))
+    except BaseException:  # a bug: keep the rows, mark the run, let the error be seen
+        writer.flush()
+        run.status, run.ended_at = "failed", time.time()
+        with contextlib.suppress(SoakgateError):
+            store.save_run(run)
+        raise
+    run.ended_at = time.time()
+    run.status = "interrupted" if result.stopped_by == "stop" else "completed"
+    writer.add_event(note(run, "ended", stopped_by=result.stopped_by))
+    writer.flush()
+    return result
+
+
+def store_failed(writer: BatchWriter, sidecar: Sidecar, run: Run, db: Path) -> StoreFailedError:
+    """Close a run whose database failed: mark it `failed` wherever it can be written, and the
+    one-line error that says what failed and where the rows went."""
+    assert writer.failure is not None
+    run.status = "failed"
+    with contextlib.suppress(SoakgateError):
+        sidecar.write_run(run)
+    with contextlib.suppress(SoakgateError):
+        writer.store.save_run(run)
+    lost = isinstance(writer.failure, StoreLost)
+    what = f"{writer.failure}" if lost else f"writing {db} failed ({writer.failure})"
+    stored = "" if lost else f"{writer.flushed_rows} rows were stored in {db}; "
+    if writer.spill_error is not None or sidecar.path is None:
+        where = f"{writer.pending} rows could not be saved: {writer.spill_error}"
+    else:
+        into = "NEW.sqlite" if lost else str(db)
+        where = (f"{sidecar.generations} rows not stored are in {sidecar.path} "
+                 f"(load them with: soakgate import {into} {sidecar.path})")  # fmt: skip
+    return StoreFailedError(f"{what}; the soak was stopped; {stored}{where}")
 
 
 async def _soak_with_signals(
@@ -187,8 +247,9 @@ async def _soak_with_signals(
             monitor.resume(writer.store)
         asyncio.get_running_loop().create_task(_relay(verdict, stop))
     loop = asyncio.get_running_loop()
+    abort = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, _on_signal, stop, abort, config.load.grace_s)
     picker = PromptPicker(config.prompts, config.prompt_order, config.seed)
     differential = None
     if config.references:
@@ -202,6 +263,7 @@ async def _soak_with_signals(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
             store_text=config.store_text, stop=stop, on_tick=on_tick, differential=differential,
             labels=config.labels, on_generation=monitor.observe if monitor else None,
+            abort=abort,
         )  # fmt: skip
         if verdict.is_set():
             result.stopped_by = "verdict"
@@ -211,6 +273,17 @@ async def _soak_with_signals(
             await watchers()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _on_signal(stop: asyncio.Event, abort: asyncio.Event, grace_s: float) -> None:
+    """First Ctrl-C/SIGTERM: stop issuing and let what is in flight finish; second: stop now
+    (in-flight requests are stored as `cancelled`)."""
+    if stop.is_set():
+        abort.set()
+        return
+    stop.set()
+    print(f"soakgate: stopping; requests in flight may finish for up to {grace_s:g} s "
+          "(signal again to stop now)", file=sys.stderr)  # fmt: skip
 
 
 async def reference_baseline(config: SoakConfig, picker: PromptPicker) -> Baseline:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from soakgate.secrets import mask_url
+
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 DRAFTED = "vllm:spec_decode_num_draft_tokens"
 GENERATED = "vllm:generation_tokens"
@@ -100,7 +102,7 @@ async def watch(
     while not stop.is_set():
         current = await _scrape(session, metrics_url)
         if current is None and previous is None:
-            record("spec_decode_absent", {"url": metrics_url})
+            record("spec_decode_absent", {"url": mask_url(metrics_url)})
             return
         if current is not None and previous is not None:
             latest = window(previous, current)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import shlex
 import socket
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from soakgate.errors import ConfigError
 
@@ -88,18 +90,48 @@ def check_flags(flags: str, label: str) -> None:
 def render_command(template: str, values: Mapping[str, str]) -> list[str]:
     """The argv of a template: split first (so a value with spaces stays one argument),
     then fill each word; a word that is exactly `{flags}` expands to the flags' own words,
-    each filled in turn."""
+    each filled in turn. A word a shell will run as a script (`sh -c '...'`) gets every value
+    shell-quoted, so a label such as `$(touch x)` or a folder with spaces is data, not code."""
     check_template(template)
     flags = values.get("flags", "")
     check_flags(flags, values.get("label", ""))
     flag_values = {k: v for k, v in values.items() if k != "flags"}
+    words = shlex.split(template)
+    scripts = _shell_script_words(words)
     argv: list[str] = []
-    for word in shlex.split(template):
-        if word == "{flags}":
+    for index, word in enumerate(words):
+        if index in scripts:
+            argv.append(word.format_map(_quoted(values, flag_values)))
+        elif word == "{flags}":
             argv.extend(w.format_map(flag_values) for w in shlex.split(flags))
         else:
             argv.append(word.format_map(dict(values)))
     return argv
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_SCRIPT_OPTION = re.compile(r"-[A-Za-z]*c[A-Za-z]*")  # -c, -lc, -ec, -xc ...
+
+
+def _shell_script_words(words: list[str]) -> set[int]:
+    """Indexes of the words that a shell in the command will parse as a script."""
+    scripts: set[int] = set()
+    shell = False
+    for index, word in enumerate(words):
+        if PurePath(word).name in _SHELLS:
+            shell = True
+        elif shell and _SCRIPT_OPTION.fullmatch(word) and index + 1 < len(words):
+            scripts.add(index + 1)
+            shell = False
+    return scripts
+
+
+def _quoted(values: Mapping[str, str], flag_values: Mapping[str, str]) -> dict[str, str]:
+    """Every value shell-quoted; the flags stay several words, each filled and quoted."""
+    quoted = {k: shlex.quote(v) for k, v in values.items()}
+    flags = values.get("flags", "")
+    quoted["flags"] = " ".join(shlex.quote(w.format_map(flag_values)) for w in shlex.split(flags))
+    return quoted
 
 
 def free_port(host: str = "127.0.0.1") -> int:

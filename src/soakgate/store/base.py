@@ -77,6 +77,9 @@ class Store(Protocol):
     def generations(self, run_id: str | None = None) -> Iterator[Generation]:
         """Generations in (run, seq) order, optionally of one run."""
 
+    def request_ids(self, run_id: str) -> set[str]:
+        """Request ids of the generations stored for one run."""
+
     def events(self, run_id: str | None = None) -> list[Event]:
         """Events in time order, optionally of one run."""
 

@@ -6,8 +6,10 @@ import copy
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from soakgate.errors import StoreError
 from soakgate.records import Event, Generation, Run
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
+from soakgate.store.repair import storable, storable_event
 
 
 class MemoryStore:
@@ -25,13 +27,19 @@ class MemoryStore:
         self._runs[run.run_id] = copy.deepcopy(run)
 
     def add(self, generations: Sequence[Generation], events: Sequence[Event] = ()) -> None:
-        """Append generations and events; a duplicate request id rejects the whole batch."""
+        """Append generations and events; a duplicate request id rejects the whole batch, and
+        each row is kept as SQLite would store it (`repair.storable`)."""
         ids = [g.request_id for g in generations]
         if len(set(ids)) != len(ids) or self._request_ids.intersection(ids):
-            raise ValueError("duplicate request_id")  # mirrors SQLite's UNIQUE constraint
+            raise StoreError("database write failed: duplicate request_id")  # as SQLite's UNIQUE
+        rows = [copy.deepcopy(storable(g)) for g in generations]
         self._request_ids.update(ids)
-        self._generations.extend(copy.deepcopy(list(generations)))
-        self._events.extend(copy.deepcopy(list(events)))
+        self._generations.extend(rows)
+        self._events.extend(storable_event(copy.deepcopy(e)) for e in events)
+
+    def request_ids(self, run_id: str) -> set[str]:
+        """Request ids of the generations stored for one run."""
+        return {g.request_id for g in self._generations if g.run_id == run_id}
 
     def runs(self) -> list[Run]:
         """Every run, oldest first."""

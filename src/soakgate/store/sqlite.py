@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from soakgate.errors import StoreError
+from soakgate.errors import StoreError, StoreLost
 from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
+from soakgate.store.repair import storable, storable_event
+
+# What binding a value SQLite cannot hold raises: a lone surrogate in a text, an integer past
+# 64 bits, a token id past 32 bits (array("i")).
+_UNSTORABLE = (UnicodeEncodeError, OverflowError)
+_AT_FDCWD, _STATX_ATTR_IMMUTABLE, _STATX_ATTR_APPEND = -100, 0x10, 0x20
+_STATX = getattr(ctypes.CDLL(None, use_errno=True), "statx", None)
+ABANDONED: list[sqlite3.Connection] = []
+"""Connections that must never be closed: closing one whose `-shm` became immutable writes
+through its memory map, and the kernel kills the process with SIGBUS. A process holding one
+ends with `os._exit` (see cli.main)."""
 
 SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger"})
 """The tables soakgate creates; any other table makes a database another program's."""
@@ -27,18 +41,32 @@ class SqliteStore:
 
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.poisoned = False
+        """True once writing (or closing) the database could kill the process; never touched
+        again after that."""
         if read_only:
-            self._db = connect_read_only(self.path)
+            self._conn = connect_read_only(self.path)
+            stat = os.stat(self.path)
+            self._identity = (stat.st_dev, stat.st_ino)
             return
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             # WAL + synchronous=NORMAL: a committed transaction survives a killed process.
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=10000")
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA busy_timeout=10000")
             self._migrate()
+            stat = os.stat(self.path)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+        self._identity = (stat.st_dev, stat.st_ino)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection, refused once the store is poisoned (any use could raise SIGBUS)."""
+        if self.poisoned:
+            raise StoreLost(f"database {self.path} can no longer be used safely by this process")
+        return self._conn
 
     def _migrate(self) -> None:
         """Create the schema if absent, bring an older one up to date; refuse a database
@@ -87,7 +115,18 @@ class SqliteStore:
             )
 
     def add(self, generations: Sequence[Generation], events: Sequence[Event] = ()) -> None:
-        """Append generations and events in one transaction (one fsync per batch)."""
+        """Append generations and events in one transaction (one fsync per batch).
+
+        A batch that SQLite refuses for a value in some row (a lone surrogate, an integer past
+        its range) is written again with every row made storable (`repair.storable`): the row
+        keeps its place and the raw values in its details; no other row is affected.
+        """
+        try:
+            self._insert(generations, events)
+        except _UNSTORABLE:
+            self._insert([storable(g) for g in generations], [storable_event(e) for e in events])
+
+    def _insert(self, generations: Sequence[Generation], events: Sequence[Event]) -> None:
         marks = ",".join("?" * len(codec.GENERATION_FIELDS))
         with self._transaction():
             self._db.executemany(
@@ -98,6 +137,22 @@ class SqliteStore:
                 "INSERT INTO events (run_id, at, kind, target, data) VALUES (?,?,?,?,?)",
                 [codec.event_row(e) for e in events],
             )
+
+    def check(self) -> None:
+        """Raise StoreLost when the file at the path is no longer the database this store
+        writes (deleted or replaced: SQLite would go on writing into the unlinked file and the
+        rows would vanish at close), or when one of its files became immutable or append-only
+        (writing would then kill the process with SIGBUS). Costs a stat and three ioctls."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreLost(f"database file {self.path} was deleted during the run") from None
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            raise StoreLost(f"database file {self.path} was replaced during the run")
+        for suffix in ("", "-wal", "-shm"):
+            if _locked_by_chattr(f"{self.path}{suffix}"):
+                self.poisoned = True
+                raise StoreLost(f"{self.path}{suffix} was made immutable or append-only")
 
     def runs(self) -> list[Run]:
         """Every run, oldest first."""
@@ -113,6 +168,11 @@ class SqliteStore:
         cursor = self._db.cursor()
         for row in cursor.execute(sql + " ORDER BY run_id, seq", params):
             yield codec.generation_from_row(row)
+
+    def request_ids(self, run_id: str) -> set[str]:
+        """Request ids of the generations stored for one run."""
+        rows = self._db.execute("SELECT request_id FROM generations WHERE run_id=?", (run_id,))
+        return {request_id for (request_id,) in rows}
 
     def events(self, run_id: str | None = None) -> list[Event]:
         """Events in time order, optionally of one run."""
@@ -158,8 +218,12 @@ class SqliteStore:
         return [LedgerEntry(i, at, k, json.loads(p), prev, h) for i, at, k, p, prev, h in rows]
 
     def close(self) -> None:
-        """Close the connection (a WAL checkpoint happens on the last close)."""
-        self._db.close()
+        """Close the connection (a WAL checkpoint happens on the last close); a poisoned
+        store's connection is abandoned instead, never closed."""
+        if self.poisoned:
+            ABANDONED.append(self._conn)
+            return
+        self._conn.close()
 
 
 class _Transaction:
@@ -169,15 +233,40 @@ class _Transaction:
         self._db = db
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"database write failed: {exc}") from exc
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc is None:
-            self._db.execute("COMMIT")
-            return
-        self._db.execute("ROLLBACK")
+            try:
+                self._db.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_error:
+                exc = commit_error
+        if self._db.in_transaction:  # SQLite rolls back by itself on some errors (disk full)
+            with contextlib.suppress(sqlite3.Error):  # the error that matters is the one raised
+                self._db.execute("ROLLBACK")
         if isinstance(exc, sqlite3.Error):
             raise StoreError(f"database write failed: {exc}") from exc
+
+
+def _locked_by_chattr(path: str) -> bool:
+    """True when the file exists with the immutable or append-only attribute (`chattr +i/+a`).
+
+    Read with statx(2), which needs no file descriptor: opening and closing a descriptor of a
+    database file would drop every POSIX lock SQLite holds on it in this process (the way to
+    corrupt an SQLite database that its documentation warns about). Python 3.11 has no
+    os.statx, hence ctypes; where libc has no statx the check is skipped.
+    """
+    if _STATX is None:
+        return False
+    buffer = ctypes.create_string_buffer(256)  # struct statx is 256 bytes
+    if _STATX(_AT_FDCWD, os.fsencode(path), 0, 0, buffer) != 0:
+        return False
+    attributes = int.from_bytes(buffer.raw[8:16], sys.byteorder)  # __u64 stx_attributes
+    return bool(attributes & (_STATX_ATTR_IMMUTABLE | _STATX_ATTR_APPEND))
 
 
 def open_store(path: str | Path, allow_foreign_tables: bool = False) -> SqliteStore:

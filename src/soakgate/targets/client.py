@@ -13,6 +13,7 @@ import aiohttp
 from soakgate import __version__
 from soakgate.errors import TargetError, UsageError
 from soakgate.prompts import Prompt
+from soakgate.secrets import mask_url
 from soakgate.targets import http1, parse
 from soakgate.targets.deadlines import Deadlines
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
@@ -22,33 +23,37 @@ _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt 
 
 
 def headers_for(target: TargetSpec) -> dict[str, str]:
-    """Request headers; the API key goes here and nowhere else (one with a line break is a
-    UsageError on every path, model discovery included: it could inject headers)."""
+    """Request headers; the API key (or the URL's credentials) goes here and nowhere else (a key
+    with a line break is a UsageError on every path, model discovery included: it could inject
+    headers)."""
     headers = {"Content-Type": "application/json"}
     if target.api_key:
         if any(c in target.api_key for c in "\r\n\0"):
             raise UsageError("the API key contains a line break or a NUL character")
         headers["Authorization"] = f"Bearer {target.api_key}"
+    elif (basic := target.basic_auth()) is not None:
+        headers["Authorization"] = basic
     return headers
 
 
 async def discover_model(session: Session, target: TargetSpec) -> str:
     """The first model id the target lists at /v1/models (TargetError when it cannot)."""
-    url = f"{target.url}/v1/models"
+    url = f"{target.url_without_credentials}/v1/models"
+    shown = mask_url(url)
     try:
         timeout = aiohttp.ClientTimeout(total=15)
         async with session.http.get(url, headers=headers_for(target), timeout=timeout) as response:
             if response.status != 200:
-                raise TargetError(f"{url} answered HTTP {response.status}")
+                raise TargetError(f"{shown} answered HTTP {response.status}")
             body = await response.json(content_type=None)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        raise TargetError(f"cannot reach {target.url}: {describe(exc)}") from exc
+        raise TargetError(f"cannot reach {mask_url(target.url)}: {describe(exc)}") from exc
     except json.JSONDecodeError as exc:
-        raise TargetError(f"{url} did not answer JSON") from exc
+        raise TargetError(f"{shown} did not answer JSON") from exc
     try:
         return str(body["data"][0]["id"])
     except (KeyError, IndexError, TypeError) as exc:
-        raise TargetError(f"{url} lists no model; pass --model") from exc
+        raise TargetError(f"{shown} lists no model; pass --model") from exc
 
 
 def describe(exc: BaseException) -> str:

@@ -150,10 +150,22 @@ def _fold_logprobs(outcome: Outcome, logprobs: Any) -> list[int] | None:
 def fold_usage(outcome: Outcome, usage: Any) -> None:
     """Take prompt and completion token counts from a usage object."""
     if isinstance(usage, dict):
-        if isinstance(usage.get("prompt_tokens"), int):
-            outcome.prompt_tokens = usage["prompt_tokens"]
-        if isinstance(usage.get("completion_tokens"), int):
-            outcome.completion_tokens = usage["completion_tokens"]
+        prompt, completion = (
+            _count(usage.get("prompt_tokens")),
+            _count(usage.get("completion_tokens")),
+        )
+        if prompt is not None:
+            outcome.prompt_tokens = prompt
+        if completion is not None:
+            outcome.completion_tokens = completion
+
+
+def _count(value: Any) -> int | None:
+    """A token count as an int; orjson turns an integer past 64 bits into a float, which is
+    taken back as the integer it stands for (the store keeps what it cannot hold in details)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def fold_body(outcome: Outcome, body: Any, chat: bool) -> None:

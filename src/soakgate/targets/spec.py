@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
+from soakgate import secrets
 from soakgate.errors import UsageError
 
 
@@ -22,17 +24,44 @@ class TargetSpec:
     model: str | None = None
     """Model name; discovered from /v1/models when None."""
 
+    def __post_init__(self) -> None:
+        secrets.register(self.api_key)  # redacted from everything stored or printed
+        secrets.register_url(self.url)
+        if self.api_key and self.basic_auth():
+            raise UsageError(
+                f"target {secrets.mask_url(self.url)} has credentials in its URL and an API key "
+                "is given too: use one of them"
+            )
+
+    def basic_auth(self) -> str | None:
+        """The `Authorization` value for credentials in the URL (`http://user:pw@host`), if any."""
+        parts = urlsplit(self.url)
+        if parts.username is None:
+            return None
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        value = "Basic " + base64.b64encode(pair.encode()).decode()
+        secrets.register(value.split()[1])  # a gateway may echo the header it was sent
+        return value
+
+    @property
+    def url_without_credentials(self) -> str:
+        """The URL with its user info removed (credentials travel in a header)."""
+        parts = urlsplit(self.url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
     @classmethod
     def parse(cls, text: str, api_key: str | None = None, model: str | None = None) -> TargetSpec:
         """`[NAME=]URL` from the command line; a bad URL is a usage error."""
         name, _, url = text.partition("=") if "=" in text.split("://")[0] else ("", "", text)
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise UsageError(f"target {text!r} is not an http(s) URL like http://127.0.0.1:8000")
+            shown = secrets.mask_url(text)
+            raise UsageError(f"target {shown!r} is not an http(s) URL like http://127.0.0.1:8000")
         try:
             port = parts.port
         except ValueError as exc:
-            raise UsageError(f"target {text!r} has a bad port") from exc
+            raise UsageError(f"target {secrets.mask_url(text)!r} has a bad port") from exc
         base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         base = base.removesuffix("/v1")
         default_port = 443 if parts.scheme == "https" else 80
