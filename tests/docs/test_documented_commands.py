@@ -133,7 +133,7 @@ def template(mocks: tuple[str, str], tmp_path_factory: pytest.TempPathFactory) -
     folder = tmp_path_factory.mktemp("docs-template")
     db = folder / "runs.sqlite"
     for label, url in (("eager", mocks[0]), ("compiled", mocks[1]), ("graph", mocks[1])):
-        done = soakgate("run", "--target", f"gpu0={url}", "--label", label, "--requests", "60",
+        done = soakgate("run", "--target", f"gpu0={url}", "--label", label, "--requests", "40",
                         "--max-tokens", "128", "--db", str(db), "--quiet", cwd=folder)  # fmt: skip
         assert done.returncode == 0, done.stderr
     for name in ("demo.sqlite", "soakgate-demo.sqlite", "diff.sqlite"):
