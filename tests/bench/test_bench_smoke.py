@@ -84,3 +84,8 @@ def test_bench_ab_refuses_a_tree_that_is_not_a_checkout(tmp_path: Path) -> None:
 def test_bench_own_cost_prints_cpu_per_request() -> None:
     out = run_bench("bench_own_cost.py", "--requests", "300")
     assert "CPU per request over 300 requests" in out
+
+
+def test_bench_audit_prints_the_scan_time_and_finds_every_op() -> None:
+    out = run_bench("bench_audit.py", "--files", "50", "--repeat", "1")
+    assert "ops: 12 (expected 12)" in out and "audit time (s): min" in out

@@ -40,7 +40,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("db", metavar="DB", help="soakgate SQLite database")
     parser.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
-    parser.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    parser.add_argument(
+        "--format", choices=("table", "json", "csv", "markdown"), default="table",
+        help="table (fits the terminal), or json/csv/markdown for machines and documents",
+    )  # fmt: skip
     parser.add_argument(
         "--no-clustering", action="store_true", help="skip the clustering tests (fast)"
     )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from soakgate.errors import UsageError
+from soakgate.errors import StoreError, UsageError
 from soakgate.report.model import Analysis, ClusteringOptions, analyze
 from soakgate.store import SqliteStore
 
@@ -17,15 +18,15 @@ if TYPE_CHECKING:
 
 @contextmanager
 def existing_store(db: str | Path) -> Iterator[SqliteStore]:
-    """Open a database that must already exist (reading must never create an empty one)."""
-    from soakgate.store import open_store
+    """Open an existing soakgate database read-only (analysis never creates, migrates or writes
+    its input); a database found damaged while it is read is one StoreError line."""
+    from soakgate.store import open_analysis
 
-    path = Path(db)
-    if not path.is_file():
-        raise UsageError(f"no database at {path}")
-    store = open_store(path)
+    store = open_analysis(db)
     try:
         yield store
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read database {db}: {exc}") from None
     finally:
         store.close()
 
@@ -140,5 +141,7 @@ def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
     """Export every generation; returns the count written."""
     from soakgate.report.export import export as export_rows
 
+    if out is not None and Path(out).resolve() == Path(db).resolve():
+        raise UsageError(f"refusing to export over the database itself ({db}); give --out FILE")
     with existing_store(db) as store:
         return export_rows(store, fmt, out)

@@ -38,9 +38,13 @@ class ResponseMismatch(Exception):
 
 
 def headers_for(target: TargetSpec) -> dict[str, str]:
-    """Request headers; the API key (or the URL's credentials) goes here and nowhere else."""
+    """Request headers; the API key (or the URL's credentials) goes here and nowhere else (a key
+    with a line break is a UsageError on every path, model discovery included: it could inject
+    headers)."""
     headers = {"Content-Type": "application/json"}
     if target.api_key:
+        if any(c in target.api_key for c in "\r\n\0"):
+            raise UsageError("the API key contains a line break or a NUL character")
         headers["Authorization"] = f"Bearer {target.api_key}"
     elif (basic := target.basic_auth()) is not None:
         headers["Authorization"] = basic
