@@ -89,3 +89,15 @@ def test_bench_own_cost_prints_cpu_per_request() -> None:
 def test_bench_audit_prints_the_scan_time_and_finds_every_op() -> None:
     out = run_bench("bench_audit.py", "--files", "50", "--repeat", "1")
     assert "ops: 12 (expected 12)" in out and "audit time (s): min" in out
+    macros = run_bench("bench_audit.py", "--files", "50", "--repeat", "1", "--macros")
+    assert "ops: 12 (expected 12)" in macros
+
+
+def test_bench_audit_accuracy_without_its_corpus_says_so(tmp_path: Path) -> None:
+    (tmp_path / "somelib" / "truth").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_audit_accuracy.py"), "--corpus", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and len(output) == 1 and "somelib" in output[0], output

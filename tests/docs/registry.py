@@ -209,9 +209,13 @@ COMMANDS: dict[str, Entry] = {
         "tests/audit/test_verify_cwd.py::test_verify_imports_a_module_from_the_current_folder",
         "torch",
     ),
-    "python bench/bench_audit.py": Covered(
-        "tests/docs/test_documented_commands.py::test_documented_bench_scripts_exist"
+    "python bench/bench_audit.py [--macros]": Covered(
+        "tests/bench/test_bench_smoke.py::test_bench_audit_prints_the_scan_time_and_finds_every_op"
     ),
+    "python bench/bench_audit_accuracy.py [--verbose]": Covered(
+        "tests/bench/test_bench_smoke.py::test_bench_audit_accuracy_without_its_corpus_says_so"
+    ),
+    "soakgate run --max-response-bytes": Names("soakgate run "),
     "soakgate audit PATH --fix": Covered(
         "tests/audit/test_fix_apply.py::test_the_diff_of_an_absolute_path_applies_in_the_current_folder"
     ),
