@@ -12,6 +12,7 @@ from pathlib import Path
 from soakgate.campaign.block import BlockContext, BlockResult, run_block
 from soakgate.campaign.blocks import Block, plan_blocks
 from soakgate.campaign.model import Campaign, load_campaign
+from soakgate.campaign.soakcfg import check_block_plans
 from soakgate.campaign.state import (
     BlockStatus,
     begin,
@@ -50,6 +51,7 @@ def run_campaign(
     """Run (or resume) a campaign file against the database `db`; SIGINT/SIGTERM stop it
     cleanly after the current block's in-flight requests, with everything stored."""
     campaign = load_campaign(path)
+    check_block_plans(campaign)
     blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
                          campaign.repetitions)  # fmt: skip
     store = open_store(db)
