@@ -115,9 +115,10 @@ def compare(
 
     analysis = load_analysis(db, options, clustering=False)
     if plan is not None:
-        if a or b or baseline:
-            raise UsageError("--plan names its own arms; give no A B or --baseline with it")
-        reports = [compare_with_plan(analysis, plan, options, allow_unit_mismatch)]
+        if baseline:
+            raise UsageError("--plan names its own arms; give no --baseline with it")
+        given = (a, b) if a or b else None
+        reports = [compare_with_plan(analysis, plan, options, allow_unit_mismatch, given)]
     elif baseline is not None:
         if a or b:
             raise UsageError("give either A B or --baseline LABEL, not both")

@@ -109,7 +109,7 @@ def design_notes(analysis: Analysis, units: Sequence[Unit], comparison: Comparis
         return [f"design: {verdict.design} ({runs[0]} + {runs[1]} run(s) of a target)"]
     campaign_runs = {r.run_id for r in analysis.runs if r.campaign}
     slices = [s for u in units for s in u.slices if s.n > 0]
-    restarted = sum(s.run_id in campaign_runs for s in slices)
+    restarted = sum(s.run_id.partition("/")[0] in campaign_runs for s in slices)  # run/target
     blocks = f"{verdict.blocks[0]} + {verdict.blocks[1]} blocks (one per run and target)"
     if restarted == len(slices):
         return [f"design: replicate blocks, {blocks}: campaign blocks, servers restarted between"]
@@ -212,8 +212,10 @@ def compare_with_plan(
     plan_path: str | Path,
     options: ClusteringOptions | None = None,
     allow_unit_mismatch: bool = False,
+    arms: tuple[str | None, str | None] | None = None,
 ) -> ComparisonReport:
-    """Apply exactly a registered plan's rule to its two arms; refuse an unregistered plan."""
+    """Apply exactly a registered plan's rule to its two arms (`arms`, when given, must be
+    them, in order); refuse an unregistered plan."""
     from soakgate.report.checks import check_registration
     from soakgate.stats.compare import compare_arms
     from soakgate.stats.decision import apply_decision
@@ -221,6 +223,12 @@ def compare_with_plan(
 
     options = options or ClusteringOptions()
     plan: Plan = read_plan(plan_path)
+    if arms is not None and tuple(arms) != plan.arms:
+        given = " ".join(str(arm) for arm in arms if arm)
+        raise UsageError(
+            f"the plan compares {plan.arms[1]} (B) against {plan.arms[0]} (A): give "
+            f"`{plan.arms[0]} {plan.arms[1]}` or no arms with --plan, not `{given}`"
+        )
     digest = plan_sha256(plan)
     a, b = resolve(analysis, plan.arms[0]), resolve(analysis, plan.arms[1])
     used = check_registration(digest, analysis.ledger, _first_generations(analysis, (a, b)))

@@ -12,7 +12,8 @@ from soakgate.stats.verdict import INDETERMINATE
 
 def _deviations(plan: Plan, comparison: Comparison) -> list[str]:
     found = []
-    if tuple(comparison.labels) != plan.arms:
+    labels = tuple(label.partition("@")[0] for label in comparison.labels)  # label@target
+    if labels != plan.arms:
         found.append(f"arms {comparison.labels} are not the planned {plan.arms}")
     if comparison.alpha != plan.alpha:
         found.append(f"comparison alpha {comparison.alpha} differs; the plan's {plan.alpha} used")
