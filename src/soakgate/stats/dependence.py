@@ -84,17 +84,17 @@ def _windows(n: int) -> list[int]:
     return sizes
 
 
-def _overlapping_dispersion(sequences: Sequence[BoolArray], window: int) -> tuple[float, int]:
-    """Pooled variance of moving-window counts over the binomial variance (each sequence
-    about its own rate); overlapping windows have about 2/3 of the noise of disjoint ones."""
+def _overlapping_dispersion(totals: Sequence[IntArray], window: int) -> tuple[float, int]:
+    """Pooled variance of moving-window counts over the binomial variance (each sequence, given
+    by its running totals, about its own rate); overlapping windows have about 2/3 of the noise
+    of disjoint ones."""
     squares, expected, positions = 0.0, 0.0, 0
-    for seq in sequences:
-        n = len(seq)
+    for running in totals:
+        n = len(running) - 1
         if n < 2 * window:
             continue
-        totals = np.concatenate(([0], np.cumsum(seq, dtype=np.int64)))
-        sums = (totals[window:] - totals[:-window]).astype(np.float64)
-        rate = totals[-1] / n
+        sums = (running[window:] - running[:-window]).astype(np.float64)
+        rate = running[-1] / n
         squares += float(((sums - rate * window) ** 2).sum())
         expected += len(sums) * window * rate * (1.0 - rate)
         positions += len(sums)
@@ -107,9 +107,10 @@ def long_range_design_effect(sequences: Sequence[BoolArray]) -> LongRangeEstimat
     """Design effect from windows of 500 requests up to an eighth of the shortest run."""
     usable = [s for s in sequences if len(s) >= 2]
     n = min((len(s) for s in usable), default=0)
+    totals = [np.concatenate(([0], np.cumsum(s, dtype=np.int64))) for s in usable]
     curve = []
     for window in _windows(n):
-        effect, positions = _overlapping_dispersion(usable, window)
+        effect, positions = _overlapping_dispersion(totals, window)
         correction = 1.0 / max(1.0 - window / n, 1e-9)  # the sample mean absorbs window/n of it
         curve.append(VarianceTime(window, positions, effect * correction))
     if not curve:
@@ -119,7 +120,7 @@ def long_range_design_effect(sequences: Sequence[BoolArray]) -> LongRangeEstimat
         tuple(curve),
         max(1.0, best.design_effect),
         best.window,
-        best is curve[-1] and len(curve) > 1 and best.design_effect > 1.0,
+        best is curve[-1] and len(curve) >= 3 and best.design_effect > 1.0,
     )
 
 

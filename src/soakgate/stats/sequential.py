@@ -149,8 +149,13 @@ def _walk(
 def efficacy_boundaries(information: Sequence[float], alpha: float = 0.05) -> list[float]:
     """|z| critical values at the given information fractions (last one 1 = all alpha spent)."""
     _check_fractions(information)
+    return list(_cached_boundaries(tuple(float(t) for t in information), alpha))
+
+
+@functools.lru_cache(maxsize=256)  # pure and ~0.1 s; every look of every soak asks again
+def _cached_boundaries(information: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     bounds, _ = _walk(information, alpha, 0.0, None)
-    return bounds
+    return tuple(bounds)
 
 
 def _power_at(information: Sequence[float], bounds: Sequence[float], drift: float) -> list[float]:
