@@ -84,3 +84,20 @@ def test_bench_ab_refuses_a_tree_that_is_not_a_checkout(tmp_path: Path) -> None:
 def test_bench_own_cost_prints_cpu_per_request() -> None:
     out = run_bench("bench_own_cost.py", "--requests", "300")
     assert "CPU per request over 300 requests" in out
+
+
+def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> None:
+    out = run_bench(
+        "bench_calibration.py", "--quick", "--processes", "independent,reset-2000", "--jobs", "1"
+    )
+    for label in (
+        "one run per arm, 13,000 requests per arm",
+        "one run per arm, 40,000 requests per arm",
+        "8 replicate blocks per arm of 5,000 requests",
+        "oracle z",
+        "run --plan --until-verdict",
+        "indeterminate",
+    ):
+        assert label in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("reset-2000")]
+    assert len(rows) >= 4 and all("±" in row for row in rows[1:])
