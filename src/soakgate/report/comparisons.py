@@ -115,7 +115,8 @@ def design_notes(analysis: Analysis, units: Sequence[Unit], comparison: Comparis
         return [f"design: replicate blocks, {blocks}: campaign blocks, servers restarted between"]
     return [
         f"design: replicate blocks, {blocks}; {len(slices) - restarted} of them are not campaign "
-        "blocks: the test assumes every run started on a freshly started server"
+        "blocks: the test assumes the blocks share no state (separate servers, or servers "
+        "restarted between runs)"
     ]
 
 

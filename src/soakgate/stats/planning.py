@@ -139,7 +139,7 @@ def _blocks_line(request: PlanRequest, rate: float, design_effect: float, asked:
         return f"replicate-block design: {design}"
     return (
         f"recommended: replicate blocks, servers restarted between blocks (valid whatever state "
-        f"builds up inside a block): {design}; write it with --blocks {blocks}"
+        f"builds up inside a block): {design} (add --blocks {blocks} to write it into a plan)"
     )
 
 
