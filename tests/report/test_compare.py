@@ -281,3 +281,12 @@ def test_fail_on_differ_gates_a_pipeline_by_exit_status(
     assert code == 0 and "verdict: no significant difference" in out
     code, out = exit_status("--baseline", "old", "--fail-on-differ")  # any arm of the family
     assert code == 1 and out.count("verdict: DIFFER") == 1
+
+
+def test_an_hmm_bootstrap_that_cannot_count_is_a_one_line_usage_error(
+    two_label_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", str(two_label_db), "eager@gpu0", "graph@gpu0", "--hmm-replicates", "59"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "1/60, cannot fall below alpha/3" in err and err.count("\n") == 1
