@@ -87,9 +87,7 @@ def test_bench_own_cost_prints_cpu_per_request() -> None:
 
 
 def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> None:
-    out = run_bench(
-        "bench_calibration.py", "--quick", "--processes", "independent,reset-2000", "--jobs", "1"
-    )
+    out = run_bench("bench_calibration.py", "--quick", "--processes", "reset-2000", "--jobs", "1")
     for label in (
         "one run per arm, 13,000 requests per arm",
         "one run per arm, 40,000 requests per arm",
