@@ -101,3 +101,18 @@ def test_bench_audit_accuracy_without_its_corpus_says_so(tmp_path: Path) -> None
     )  # fmt: skip
     output = (done.stdout + done.stderr).strip().splitlines()
     assert done.returncode == 2 and len(output) == 1 and "somelib" in output[0], output
+
+
+def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> None:
+    out = run_bench("bench_calibration.py", "--quick", "--processes", "reset-2000", "--jobs", "1")
+    for label in (
+        "one run per arm, 13,000 requests per arm",
+        "one run per arm, 40,000 requests per arm",
+        "8 replicate blocks per arm of 5,000 requests",
+        "oracle z",
+        "run --plan --until-verdict",
+        "indeterminate",
+    ):
+        assert label in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("reset-2000")]
+    assert len(rows) >= 4 and all("±" in row for row in rows[1:])

@@ -55,9 +55,10 @@ LLAMA = "tests/realservers/test_llamacpp.py::test_soak_parses_usage_and_logprob_
 VLLM = "tests/realservers/test_vllm.py::test_campaign_eager_vs_compiled"
 VLLM_CONTROL = "tests/realservers/test_vllm.py::test_positive_control_dropped_op"
 GPU = "tests/realservers/test_gpu_scripts.py::test_transformers_serve_campaign_on_a_gpu"
-# The pre-registered workflow's end-to-end CLI test belongs to issue 13's plan item (another
-# branch); until it lands, the library run of the same two-arm, until-verdict soak covers it.
-PREREGISTERED = "tests/load/test_preregistration.py::test_a_large_difference_stops_at_an_early_look"
+PREREGISTERED = (
+    "tests/load/test_readme_workflow.py::test_plan_run_until_verdict_compare_as_the_readme_shows"
+)
+PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_sizes_with_the_long_range_design_effect"
 RESUME = "tests/load/test_resume_settings.py::test_resume_refuses_differing_flags_then_continues_with_the_stored_settings"
 CAMPAIGN_RESUME = "tests/campaign/test_campaign_resume.py::test_sigkill_then_resume_reruns_nothing_and_loses_nothing"
 EXTRAS = "tests/docs/test_documented_commands.py::test_documented_pip_extras_exist"
@@ -84,6 +85,8 @@ COMMANDS: dict[str, Entry] = {
     '--hypothesis "compiled collapses more" --write plan.toml': Run(creates=("plan.toml",)),
     "soakgate run --plan plan.toml --until-verdict --arm eager=http://127.0.0.1:8000 "
     "--arm compiled=http://127.0.0.1:8001 --db runs.sqlite": Covered(PREREGISTERED),
+    "soakgate plan --pilot runs.sqlite --label eager --ratio 1.5 --blocks 8": Covered(PILOT),
+    "soakgate compare runs.sqlite eager compiled --plan plan.toml": Covered(PREREGISTERED),
     "soakgate export runs.sqlite --format parquet": Run(creates=("runs.parquet",)),
     "soakgate export … \\| head": Covered(
         "tests/cli/test_ergonomics.py::test_export_into_a_closed_pipe_ends_quietly"
@@ -248,15 +251,19 @@ COMMANDS: dict[str, Entry] = {
     "soakgate report DB [--format table|json|csv|markdown] [--html FILE] [--no-clustering]": Covered(
         "tests/cli/test_ergonomics.py::test_report_fits_the_terminal_and_machines_keep_their_formats"
     ),
-    "soakgate compare DB A B [--allow-unit-mismatch] [--alpha 0.05] [--fail-on-differ]": Covered(
+    "soakgate compare DB A B [--allow-unit-mismatch] [--alpha 0.05] [--fail-on-differ] "
+    "[--seed N]": Covered(
         "tests/report/test_compare.py::test_fail_on_differ_gates_a_pipeline_by_exit_status"
     ),
-    "soakgate compare DB --baseline LABEL": Covered(
-        "tests/report/test_compare.py::test_baseline_family_uses_holm_explicitly"
+    "soakgate compare DB --baseline LABEL [--seed N]": Covered(
+        "tests/report/test_compare.py::test_baseline_family_honours_the_seed"
     ),
-    "soakgate compare DB --plan plan.toml": Covered(
+    "soakgate compare DB [A B] --plan plan.toml": Covered(
         "tests/report/test_compare.py::test_plan_registered_before_the_data_is_applied_exactly"
     ),
+    "soakgate plan --blocks K": Names("soakgate plan "),
+    "soakgate plan ... --blocks 8": Names("soakgate plan "),
+    "soakgate plan": Names("soakgate plan "),
     "soakgate export DB --format parquet|csv|jsonl [--out FILE]": Covered(
         "tests/report/test_outputs.py::test_export_round_trips_in_every_format"
     ),

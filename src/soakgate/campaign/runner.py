@@ -12,6 +12,7 @@ from pathlib import Path
 from soakgate.campaign.block import BlockContext, BlockResult, run_block
 from soakgate.campaign.blocks import Block, plan_blocks
 from soakgate.campaign.model import Campaign, load_campaign
+from soakgate.campaign.soakcfg import check_block_plans
 from soakgate.campaign.state import (
     BlockStatus,
     begin,
@@ -55,6 +56,7 @@ def run_campaign(
     cleanly after the current block's in-flight requests, with everything stored.
     `allow_foreign_tables` writes into an SQLite file that holds other programs' tables."""
     campaign = load_campaign(path)
+    check_block_plans(campaign)
     blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
                          campaign.repetitions)  # fmt: skip
     store = open_store(db, allow_foreign_tables)

@@ -174,6 +174,8 @@ def execute(config: Any, quiet: bool) -> Any:
     console = wide_console()
     console.print(summary_table(config.label, result.tallies, result.elapsed_s))
     console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
+    if config.until_verdict:
+        console.print(_verdict_line(config.db, result.run.run_id, result.stopped_by), markup=False)
     return result
 
 
@@ -184,6 +186,22 @@ def warn_detector_budget(detectors: Any, max_tokens: int) -> None:
     warning = budget_warning(detectors, max_tokens)
     if warning:
         print(f"soakgate: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _verdict_line(db: Path, run_id: str, stopped_by: str) -> str:
+    """Which look and verdict stopped an --until-verdict run (or that none did)."""
+    from soakgate.load.preregistration import stopping_line
+    from soakgate.store import open_analysis
+
+    store = open_analysis(db)
+    try:
+        line = stopping_line(store, run_id)
+    finally:
+        store.close()
+    if line is None:
+        return "sequential plan: no look was reached"
+    prefix = "stopped by the plan's verdict at" if stopped_by == "verdict" else "last look:"
+    return f"{prefix} {line}"
 
 
 def arm_targets(arms: list[str]) -> tuple[list[str], dict[str, str]]:
