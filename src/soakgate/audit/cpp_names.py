@@ -5,13 +5,14 @@ small syntax helpers shared by the write analysis (`writes`) and alias resolutio
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from soakgate.audit.extract_cpp import text_of
+from soakgate.audit.cpp_syntax import text_of, walk
 
 if TYPE_CHECKING:
     from tree_sitter import Node
+
+__all__ = ["walk"]  # re-exported for the write analysis
 
 # Methods ending in `_` that change metadata or autograd state, not tensor data.
 NON_WRITING_INPLACE = frozenset(
@@ -78,7 +79,9 @@ POINTER_WRITERS = {
 }
 # Methods of any object that store through their first argument (cub BlockStore::Store,
 # at::vec::Vectorized::store, esimd::simd::copy_to, vLLM/SGLang CPU vec_op `v.save(ptr)`).
-METHOD_WRITERS = frozenset({"Store", "store", "copy_to", "store_aligned", "save"})
+METHOD_WRITERS = frozenset(
+    {"Store", "store", "copy_to", "store_aligned", "save", "cast_store", "store_global"}
+)
 # Calls that only read through a pointer, or only look at it: never evidence of a write.
 READERS = frozenset(
     [
@@ -98,6 +101,8 @@ READERS = frozenset(
         "lsc_prefetch",
         "Load",
         "load",
+        "cast_load",
+        "load_global",
         "copy_from",
         "VLLM_LDG",
         "TORCH_CHECK",
@@ -128,15 +133,6 @@ def short(text: str, limit: int = 100) -> str:
     return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
 
 
-def walk(node: Node) -> Iterator[Node]:
-    """Descendants in document order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
-
-
 def callee(node: Node) -> str:
     """Unqualified name of a called function: `at::mm_out` -> `mm_out`, `k<float>` -> `k`."""
     return text_of(node).split("<", 1)[0].rsplit("::", 1)[-1].strip().lstrip("&").strip()
@@ -151,6 +147,17 @@ def receiver(function: Node) -> Node | None:
         if names:
             return names[-1]
     return function.child_by_field_name("argument")
+
+
+def assignment_target(node: Node) -> Node | None:
+    """The left side of an assignment; for `MACRO(x)\n y = v;` glued by error recovery (a
+    macro call lacking `;` read as the left side), the `y` the grammar put in an ERROR node."""
+    left = node.child_by_field_name("left")
+    errors = [c for c in node.children if c.type == "ERROR"]
+    if left is None or left.type != "call_expression" or not errors:
+        return left
+    kept = [c for c in errors[-1].named_children if c.type != "comment"]
+    return kept[-1] if kept else left
 
 
 def declared_name(node: Node | None) -> str | None:

@@ -193,7 +193,12 @@ def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
             raise AuditError(f"add {', '.join(repr(w) for w in written)} to mutates_args")
         if not op.pieces:
             raise AuditError("the schema is not a plain string literal")
-        for edit in edits:
+        if op.origin == "cpp-inferred":
+            # `m.def("name", fn)`: write the whole schema where the name was
+            piece = op.pieces[0]
+            end = piece.offset + len(piece.text)
+            fix.file_edits.append((piece.path, piece.offset, end, fix.new_schema))
+        for edit in edits if op.origin != "cpp-inferred" else []:
             fix.file_edits.extend(_to_file(op.pieces, edit))
     except AuditError as exc:
         fix.manual = str(exc)

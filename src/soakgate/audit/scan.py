@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
 from soakgate.audit.extract_cpp import (
     CPP_SUFFIXES,
@@ -20,6 +21,7 @@ from soakgate.audit.extract_py import PyFile, extract_python
 from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
 from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
 from soakgate.audit.py_fakes import added_python
+from soakgate.audit.schema import Schema
 from soakgate.audit.verdicts import judge
 from soakgate.audit.writes import infer_writes
 from soakgate.errors import AuditError, UsageError
@@ -209,6 +211,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
                         raw.inline_impl,
                     )
                 )
+            collected.defs.extend(_inferred_defs(index, unit))
             collected.cpp_impls.extend(
                 (_qualname(index.macro(i.library), i.op), i) for i in unit.impls
             )
@@ -223,6 +226,36 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
             parsed += 1
             collected.defs.extend(extract_binary(_read(path), key))
     return collected, parsed
+
+
+def _inferred_defs(index: _Index, unit: CppFile) -> list[OpDef]:
+    """Ops defined by `m.def("name", fn)`, with the schema torch infers from `fn`."""
+    defs = []
+    for raw in unit.inferred:
+        schema = next(
+            (s for fn in index.lookup(raw.function) if (s := _infer(raw.name, fn)) is not None),
+            None,
+        )
+        if schema is None:
+            continue  # no definition found, or a type torch would not accept
+        defs.append(
+            OpDef(
+                f"{index.macro(raw.library)}::{raw.name}",
+                schema,
+                raw.location,
+                "cpp-inferred",
+                raw.guard,
+                (raw.piece,),
+                raw.function,
+            )
+        )
+    return defs
+
+
+def _infer(name: str, fn: FunctionNode) -> Schema | None:
+    op, _, overload = name.partition(".")
+    schema = infer_schema(op, fn.params, fn.returns)
+    return replace(schema, overload=overload) if schema is not None and overload else schema
 
 
 def _merge_python(collected: _Collected, unit: PyFile) -> None:

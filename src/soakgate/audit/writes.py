@@ -14,13 +14,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from soakgate.audit.cpp_alias import WRAPPERS, Alias, AliasResolver, is_pointer_like, pointee_const
+from soakgate.audit.cpp_alias import (
+    WRAPPERS,
+    Alias,
+    AliasResolver,
+    is_accessor_type,
+    is_pointer_like,
+    pointee_const,
+)
+from soakgate.audit.cpp_classes import returned_field
+from soakgate.audit.cpp_launch import LAUNCHERS, address_table, launch_arguments
 from soakgate.audit.cpp_names import (
     CASTS,
     METHOD_WRITERS,
     NON_WRITING_INPLACE,
     POINTER_WRITERS,
     READERS,
+    assignment_target,
     callee,
     declared_name,
     receiver,
@@ -69,6 +79,13 @@ def _is_const_pointer(type_text: str) -> bool:
     )
 
 
+def _type_name(declaration: str, name: str) -> str:
+    """`const paged_kv_t<T, I>& kv` -> `paged_kv_t`."""
+    head = declaration.rsplit(name, 1)[0] if name else declaration
+    head = re.sub(r"\b(?:const|volatile|struct|class)\b|[&*]", " ", head).strip()
+    return head.split("<", 1)[0].rsplit("::", 1)[-1].strip()
+
+
 def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
     """Aliases for the parameters themselves: tensors, pointers/accessors and structs."""
     aliases: dict[str, Alias] = {}
@@ -108,6 +125,14 @@ class _Analyzer(AliasResolver):
         super().__init__(initial_aliases(fn.params))
         self.fn_aliases: dict[str, str] = {}
         self.local_fns: dict[str, FunctionNode] = {}
+        self.arg_tables: dict[str, list[Node]] = {}
+        self.struct_types: dict[str, str] = {
+            name: _type_name(declaration, name)
+            for name, declaration in fn.params
+            if name and self.aliases.get(name, Alias((), "")).kind == "struct"
+        }
+        """Struct-typed locals and parameters -> their class name (for their methods)."""
+        """`void* args[] = {&a, &b}` for `cudaLaunchKernel(kernel, grid, block, args, ...)`."""
         self.result = FunctionWrites()
 
     def location(self, node: Node) -> Location:
@@ -160,6 +185,11 @@ class _Analyzer(AliasResolver):
             return
         if value.type in {"argument_list", "initializer_list"} and self._construct(node, value):
             return
+        table = address_table(value)
+        if table is not None:
+            self.arg_tables[name] = table
+            self.aliases.pop(name, None)
+            return
         self._note_function_pointer(name, value)
         if value.type == "initializer_list" and len(value.named_children) == 1:
             value = value.named_children[0]
@@ -180,13 +210,52 @@ class _Analyzer(AliasResolver):
         if kind is None:
             return False
         name = callee(kind)
-        if not self.context.classes(name):
-            return False
+        classes = self.context.classes(name)
         args = [a for a in value.named_children if a.type != "comment"]
+        if not any(c.call is not None for c in classes):
+            return self._build_struct(node, classes, args)
         aliases = [self.alias_of(arg) for arg in args]
         if any(a is not None for a in aliases):
             self._pass_to(name, node, args, aliases)
         return True
+
+    def _build_struct(self, node: Node, classes: list[ClassNode], args: list[Node]) -> bool:
+        """`paged_kv_t<T> kv(n, k_ptr, v_ptr);`: the fields its constructor sets carry the
+        pointers, like `params.k_ptr = ...` on a local struct."""
+        built = next((c for c in classes if c.ctors), None)
+        var = declared_name(node.child_by_field_name("declarator"))
+        ctor = built.ctor_for(len(args)) if built is not None else None
+        if built is None or ctor is None or var is None:
+            return False
+        self.struct_types[var] = built.name
+        carried = {f: self.alias_of(args[i]) for f, i in ctor[1].items() if i < len(args)}
+        self.structs[var] = {f: a for f, a in carried.items() if a is not None}
+        return True
+
+    def struct_method(self, holder: Node | None, method: str) -> Alias | None:
+        """`kv.get_k_ptr(...)` on a struct whose method returns a field's pointer."""
+        if holder is None or holder.type != "identifier":
+            return None
+        var = text_of(holder)
+        found = next(
+            (
+                c
+                for c in self.context.classes(self.struct_types.get(var, ""))
+                if method in c.methods
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        field_name = returned_field(found.methods[method], {f for f, _ in found.fields})
+        owner = self.aliases.get(var)
+        if field_name is None:
+            return None
+        if var in self.structs:
+            return self.structs[var].get(field_name)
+        if owner is not None and owner.kind == "struct":
+            return Alias(owner.params, "pointer", field=field_name)
+        return None
 
     def _note_lambda(self, name: str, value: Node) -> None:
         """`auto copy = [&](const T* src, T* dst) {...};`: calls of `copy` run this body."""
@@ -197,7 +266,14 @@ class _Analyzer(AliasResolver):
             self.local_fns[name] = FunctionNode(name, params, body, self.fn.path, self.fn.lines)
 
     def _note_function_pointer(self, name: str, value: Node) -> None:
-        """`auto kernel = &k<T>;` (or a choice of two): launches of `kernel` call `k`."""
+        """`auto kernel = &k<T>;` / `= k<T>;` (or a choice of two): `kernel(...)` calls `k`."""
+        if value.type == "template_function" or (
+            value.type in {"identifier", "qualified_identifier"}
+            and self.alias_of(value) is None
+            and self.context.functions(callee(value))
+        ):
+            self.fn_aliases[name] = callee(value)
+            return
         for node in walk(value):
             if node.type == "pointer_expression" and text_of(node).lstrip().startswith("&"):
                 operand = node.child_by_field_name("argument")
@@ -210,7 +286,7 @@ class _Analyzer(AliasResolver):
                     return
 
     def _assign(self, node: Node) -> None:
-        left = node.child_by_field_name("left")
+        left = assignment_target(node)
         right = node.child_by_field_name("right")
         if left is None:
             return
@@ -307,11 +383,17 @@ class _Analyzer(AliasResolver):
         else:
             name = callee(function)
         name = self.fn_aliases.get(name, name)
+        if name in LAUNCHERS:
+            launch = launch_arguments(name, args, self.arg_tables)
+            if launch is not None:
+                kernel = self.fn_aliases.get(launch[0], launch[0])
+                self._pass_to(kernel, node, launch[1], [self.alias_of(a) for a in launch[1]])
+                return
         if name in self.local_fns:
             aliases = [self.alias_of(arg) for arg in args]
             self._pass_to(name, node, args, aliases)
             return
-        if name in CASTS or name in READERS or name in WRAPPERS:
+        if name in CASTS or name in READERS or name in WRAPPERS or is_accessor_type(name):
             return
         aliases = [self.alias_of(arg) for arg in args]
         first = aliases[0] if aliases else None
@@ -362,7 +444,7 @@ class _Analyzer(AliasResolver):
         if kind is None or value is None:
             return
         name = callee(kind)
-        if not self.context.classes(name):
+        if not any(c.call is not None for c in self.context.classes(name)):
             return
         args = [a for a in value.named_children if a.type != "comment"]
         aliases = [self.alias_of(arg) for arg in args]
