@@ -133,3 +133,34 @@ def test_a_struct_built_by_its_constructor_carries_pointers_into_a_kernel(
     # only get_k_ptr's field is stored through; v_cache and indices are never written
     assert set(written) == {"k_cache"}
     assert written["k_cache"][0]["kind"] == "field-store"
+
+
+def test_custom_op_reached_through_an_alias_with_a_name_from_a_constant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = _audit(capsys, "g8_custom_op_alias")
+    assert set(ops) == {"g8::scale_", "g8::bias"}
+    assert ops["g8::scale_"]["verdicts"] == ["ok"] and ops["g8::scale_"]["has_fake"]
+    bias = ops["g8::bias"]
+    assert bias["verdicts"] == ["void-op-unannotated"] and set(_written(bias)) == {"x"}
+
+
+def test_a_python_impl_calling_a_pybind11_extension_is_followed_into_the_cpp(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ops = _audit(capsys, "g9_pybind")
+    fill = ops["g9::fill"]
+    assert fill["verdicts"] == ["void-op-unannotated"]
+    written = _written(fill)
+    assert set(written) == {"out"}  # x is only read
+    assert written["out"][0]["kind"] == "extension-call"
+    assert "o[n] = i[n] * scale" in written["out"][0]["expression"]
+    # keyword arguments are matched to the C++ parameter names py::arg gives them
+    assert ops["g9::copy_back"]["verdicts"] == ["ok"]
+
+
+def test_a_store_on_the_other_branch_than_the_binding_is_not_a_write_of_the_tensor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    op = _audit(capsys, "g10_exclusive_branches")["g10::dropout_scale"]
+    assert op["verdicts"] == ["ok"]  # out is written and declared; rng_state is only read

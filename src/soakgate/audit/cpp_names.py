@@ -149,6 +149,28 @@ def receiver(function: Node) -> Node | None:
     return function.child_by_field_name("argument")
 
 
+def exclusive(first: Node, second: Node) -> bool:
+    """Whether two nodes sit in different branches of one `if` (never run on the same path)."""
+    branches = _branches(first)
+    return any(branches.get(key, side) != side for key, side in _branches(second).items())
+
+
+def _branches(node: Node) -> dict[int, str]:
+    """`if` statement id -> `then` or `else`, for every `if` the node sits under."""
+    found: dict[int, str] = {}
+    child, parent = node, node.parent
+    while parent is not None:
+        if parent.type == "if_statement":
+            alternative = parent.child_by_field_name("alternative")
+            consequence = parent.child_by_field_name("consequence")
+            if alternative is not None and child.id == alternative.id:
+                found[parent.id] = "else"
+            elif consequence is not None and child.id == consequence.id:
+                found[parent.id] = "then"
+        child, parent = parent, parent.parent
+    return found
+
+
 def assignment_target(node: Node) -> Node | None:
     """The left side of an assignment; for `MACRO(x)\n y = v;` glued by error recovery (a
     macro call lacking `;` read as the left side), the `y` the grammar put in an ERROR node."""

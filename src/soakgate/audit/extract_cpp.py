@@ -86,6 +86,8 @@ class CppFile:
 
     defs: list[RawDef] = field(default_factory=list)
     inferred: list[InferredDef] = field(default_factory=list)
+    pybind: dict[str, str] = field(default_factory=dict)
+    """pybind11 binding name -> C++ function (`m.def("fwd", &mha_fwd)`)."""
     impls: list[RawImpl] = field(default_factory=list)
     functions: list[FunctionNode] = field(default_factory=list)
     classes: list[ClassNode] = field(default_factory=list)
@@ -166,9 +168,12 @@ def _handle_call(node: Node, path: str, out: CppFile) -> None:
         return
     library = _enclosing_library(node)
     arguments = node.child_by_field_name("arguments")
-    if library is None or arguments is None or not arguments.named_children:
+    if arguments is None or not arguments.named_children:
         return
     args = [a for a in arguments.named_children if a.type != "comment"]
+    if library is None:
+        _pybind_def(node, method, args, path, out)
+        return
     strings = _string_pieces(args[0], path)
     if strings is None:
         return
@@ -195,6 +200,22 @@ def _handle_call(node: Node, path: str, out: CppFile) -> None:
     key = _dispatch_key([text_of(a) for a in args[1:-1]]) or key
     fn_name, lambda_fn = _impl_target(args[-1], path) if len(args) > 1 else (None, None)
     out.impls.append(RawImpl(value, namespace, key, fn_name, lambda_fn, location))
+
+
+def _pybind_def(node: Node, method: str, args: list[Node], path: str, out: CppFile) -> None:
+    """`m.def("fwd", &mha_fwd, "doc")` in `PYBIND11_MODULE(...)`: Python's `_ext.fwd` is C++'s
+    `mha_fwd` (custom ops that call it are followed into it)."""
+    parent = node.parent
+    while parent is not None and parent.type != "function_definition":
+        parent = parent.parent
+    declarator = parent.child_by_field_name("declarator") if parent is not None else None
+    name = text_of(declarator.child_by_field_name("declarator") or declarator) if declarator else ""
+    strings = _string_pieces(args[0], path)
+    if method != "def" or name != "PYBIND11_MODULE" or strings is None or len(args) < 2:
+        return
+    fn_name, _ = _impl_target(args[1], path)
+    if fn_name:
+        out.pybind[strings[0]] = fn_name
 
 
 def _inferred_def(

@@ -91,6 +91,20 @@ class WriteEvidence:
     """How sure the inference is."""
 
 
+@dataclass(frozen=True, slots=True)
+class ExtensionCall:
+    """A Python implementation handing its tensors to a compiled extension (`_ext.fwd(q, out)`)."""
+
+    function: str
+    """The attribute called on the imported module (`fwd`), a pybind11 binding's name."""
+    args: tuple[str | None, ...]
+    """Per positional argument, the implementation's parameter passed there (None otherwise)."""
+    keywords: tuple[tuple[str, str], ...]
+    """(keyword, parameter) for parameters passed by keyword."""
+    location: Location
+    expression: str
+
+
 @dataclass(slots=True)
 class ImplInfo:
     """Writes inferred for one implementation of one op."""
@@ -109,6 +123,8 @@ class ImplInfo:
     """Return positions where some path returns a value that is not a parameter."""
     alternatives: list[Location] = field(default_factory=list)
     """Other definitions of the same name analysed with it (an `#if` stub, a CPU fallback)."""
+    extension_calls: list[ExtensionCall] = field(default_factory=list)
+    """Calls into compiled extensions, followed into their C++ when the tree has it."""
 
 
 @dataclass(slots=True)

@@ -266,6 +266,33 @@ def _merge_python(collected: _Collected, unit: PyFile) -> None:
         collected.call_sites.setdefault(op, []).extend(sites)
 
 
+def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
+    """Writes of the C++ functions Python impls reach through pybind11 (`_ext.fwd(q, out)`)."""
+    calls = [(info, call) for info in impls for call in info.extension_calls]
+    if not calls:
+        return
+    bindings: dict[str, str] = {}
+    for path, data in index.contents.items():
+        if Path(path).suffix in CPP_SUFFIXES and b"PYBIND11_MODULE" in data:
+            bindings.update(index.parse(path).pybind)
+    for info, call in calls:
+        target = bindings.get(call.function)
+        for fn in index.lookup(target) if target else []:
+            names = [name for name, _ in fn.params]
+            passed = dict(enumerate(call.args))
+            passed.update((names.index(k), p) for k, p in call.keywords if k in names)
+            result = infer_writes(fn, index.lookup, index.lookup_class)
+            for position, proofs in result.writes.items():
+                param = passed.get(position)
+                if param is None:
+                    continue
+                proof = proofs[0]
+                text = f"{call.expression[:60]} -> {proof.expression}"
+                info.writes.append(
+                    WriteEvidence(param, "extension-call", text, call.location, proof.confidence)
+                )
+
+
 def audit_paths(paths: Iterable[str]) -> AuditResult:
     """Audit every op defined in the given files and directories (sources and `.so` files)."""
     files = collect_files(paths)
@@ -273,6 +300,7 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
     contents = {str(p): _read(p) for p in files if p.suffix in readable}
     index = _Index(contents)
     collected, parsed = _collect(files, index)
+    _follow_extensions(index, [info for _, info in collected.py_impls])
     reports = []
     for op in collected.defs:
         impls: list[ImplInfo] = []

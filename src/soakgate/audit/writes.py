@@ -33,6 +33,7 @@ from soakgate.audit.cpp_names import (
     assignment_target,
     callee,
     declared_name,
+    exclusive,
     receiver,
     short,
     walk,
@@ -126,6 +127,8 @@ class _Analyzer(AliasResolver):
         self.fn_aliases: dict[str, str] = {}
         self.local_fns: dict[str, FunctionNode] = {}
         self.arg_tables: dict[str, list[Node]] = {}
+        self.bound_at: dict[tuple[str, str], Node] = {}
+        """(local struct, field) -> where the field was bound to a parameter's pointer."""
         self.struct_types: dict[str, str] = {
             name: _type_name(declaration, name)
             for name, declaration in fn.params
@@ -324,6 +327,7 @@ class _Analyzer(AliasResolver):
         if owner is None:
             if alias is not None:
                 self.structs.setdefault(text_of(base), {})[field_name] = alias
+                self.bound_at[(text_of(base), field_name)] = left
             return True
         return False
 
@@ -343,9 +347,24 @@ class _Analyzer(AliasResolver):
         """A store through `target` (`p[i] = v`, `*q = v`, `acc[0][1] = v`, `p[i]++`)."""
         if target is None or target.type == "identifier":
             return
+        bound = self.bound_at.get(self._local_field(target) or ("", ""))
+        if bound is not None and exclusive(bound, node):
+            return  # on this path the field does not hold the parameter's pointer
         alias = self._store_base(target)
         if is_pointer_like(alias) and alias is not None and not alias.const:
             self.evidence(alias, "store", node, Confidence.HIGH)
+
+    def _local_field(self, target: Node) -> tuple[str, str] | None:
+        """(struct, field) when a store goes through a local struct's field (`s.f[i] = v`)."""
+        node: Node | None = target
+        while node is not None and node.type != "field_expression":
+            if node.type not in {"subscript_expression", "pointer_expression"}:
+                return None
+            node = node.child_by_field_name("argument")
+        base = node.child_by_field_name("argument") if node is not None else None
+        if node is None or base is None or base.type != "identifier":
+            return None
+        return text_of(base), text_of(node.child_by_field_name("field") or node)
 
     def _store_base(self, target: Node) -> Alias | None:
         node: Node | None = target
