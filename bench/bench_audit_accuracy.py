@@ -10,12 +10,13 @@ it prints:
 
 - per (op, parameter) precision and recall of the written parameters the audit infers (medium
   or high confidence evidence; low-confidence evidence is counted apart), against the truth;
-- `--fix` on a copy whose schemas have every write annotation stripped (the hazard as shipped
-  by libraries that never annotated): the diff is applied with `git apply`, the copy is audited
-  again, and an op counts as fixed completely when its new schema marks every truly written
-  parameter and the re-audit reports no hazard for it and no `over-annotated` note on an
-  annotation the fix added; destructive rewrites (a dropped fresh return, a removed
-  annotation, a schema that no longer parses, an edit outside the schema) are counted.
+- `--fix` on a copy whose schemas have every write annotation stripped, and every custom_op's
+  `mutates_args` emptied (the hazard as shipped by libraries that never annotated): the diff
+  is applied with `git apply`, the copy is audited again, and an op counts as fixed completely
+  when its new schema marks every truly written parameter and the re-audit reports no hazard
+  for it and no `over-annotated` note on an annotation the fix added; destructive rewrites (a
+  dropped fresh return, a removed annotation, a schema that no longer parses, an edit outside
+  the schema) are counted.
 
 Each truth file says whether its op was in the set the write inference was developed on
 (`set = "development"`) or was added afterwards and held out (`set = "held-out"`); the figures
@@ -47,6 +48,8 @@ from soakgate.audit.schema import Schema, try_parse_schema
 
 HAZARDS = {"void-op-unannotated", "unannotated-write", "returns-alias-unannotated"}
 _STRIP = re.compile(r"(Tensor(?:\[\])?)(?:\([a-z0-9]+!\)|!)")
+# A custom_op declares its writes in `mutates_args=`: stripped to `()` like the annotations.
+_MUTATES = re.compile(r"(mutates_args\s*=\s*)(?:\([^)]*\)|\[[^\]]*\]|\{[^}]*\})")
 
 
 @dataclass(slots=True)
@@ -171,8 +174,10 @@ def strip_annotations(tree: Path) -> None:
     """Remove every write annotation from the C++ and Python sources under `tree`."""
     for path in tree.rglob("*"):
         if path.is_file() and path.suffix in {".cpp", ".cc", ".cu", ".py", ".sycl"}:
-            text = path.read_text(errors="surrogateescape")
-            path.write_text(_STRIP.sub(r"\1", text), errors="surrogateescape")
+            text = _STRIP.sub(r"\1", path.read_text(errors="surrogateescape"))
+            if path.suffix == ".py":
+                text = _MUTATES.sub(r"\1()", text)
+            path.write_text(text, errors="surrogateescape")
 
 
 def _git(tree: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

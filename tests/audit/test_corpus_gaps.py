@@ -164,3 +164,16 @@ def test_a_store_on_the_other_branch_than_the_binding_is_not_a_write_of_the_tens
 ) -> None:
     op = _audit(capsys, "g10_exclusive_branches")["g10::dropout_scale"]
     assert op["verdicts"] == ["ok"]  # out is written and declared; rng_state is only read
+
+
+def test_fix_adds_the_missing_parameter_to_a_custom_ops_mutates_args(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    op = _audit(capsys, "g11_mutates_args")["g11::step"]
+    assert op["verdicts"] == ["unannotated-write"] and set(_written(op)) == {"out"}
+    tree = tmp_path / "g11"
+    shutil.copytree(GAPS / "g11_mutates_args", tree)
+    assert main(["audit", str(tree), "--fix", "--write"]) == 0
+    capsys.readouterr()
+    assert '    mutates_args={"state", "out"},\n' in (tree / "ops.py").read_text()
+    assert _audit_path(capsys, tree)["g11::step"]["verdicts"] == ["ok"]

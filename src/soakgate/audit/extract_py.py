@@ -104,6 +104,16 @@ class _Extractor(ast.NodeVisitor):
             found.append(LiteralPiece(self.path, offset, match.group(3)))
         return tuple(found)
 
+    def span(self, node: ast.expr) -> LiteralPiece | None:
+        """Where an expression is, as (byte offset, source text); None if any element is not a
+        plain string constant (then it cannot be rewritten safely)."""
+        elements = getattr(node, "elts", [])
+        if any(_const_str(e) is None for e in elements):
+            return None
+        start = self.line_starts[node.lineno - 1] + node.col_offset
+        end = self.line_starts[(node.end_lineno or node.lineno) - 1] + (node.end_col_offset or 0)
+        return LiteralPiece(self.path, start, self.source[start:end].decode())
+
     def namespace_of(self, node: ast.AST) -> str | None:
         return self.libraries.get(_dotted(node))
 
@@ -252,7 +262,10 @@ class _Extractor(ast.NodeVisitor):
         except SchemaSyntaxError:
             return
         self.custom_ops[fn.name] = qualname
-        self.out.defs.append(OpDef(qualname, schema, self.loc(fn), "custom_op"))
+        literal = (
+            self.span(mutates) if isinstance(mutates, ast.Tuple | ast.List | ast.Set) else None
+        )
+        self.out.defs.append(OpDef(qualname, schema, self.loc(fn), "custom_op", mutates=literal))
         self.out.impls.append((qualname, analyse_python_impl(fn, self.path, None, self.modules)))
 
     def call_site(self, call: ast.Call, name: str) -> None:

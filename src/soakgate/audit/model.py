@@ -73,6 +73,9 @@ class OpDef:
     """Literals spelling the schema, in order; empty when the schema cannot be fixed in place."""
     inline_impl: str | None = None
     """Function named in `m.def(schema, &fn)`, if any."""
+    mutates: LiteralPiece | None = None
+    """For a `custom_op`: its `mutates_args=` value as written (a literal tuple, list or set of
+    names), which `--fix` rewrites; None when it is absent or not such a literal."""
 
 
 @dataclass(frozen=True, slots=True)
