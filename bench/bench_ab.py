@@ -7,7 +7,7 @@ the same machine load at every moment, so a few per cent are measurable on a sha
 where sequential runs swing by 20%. Figures include start-up (the same for every tree).
 
 Run: git worktree add /tmp/soakgate-prev HEAD~1
-     python bench/bench_ab.py --tree new=. --tree prev=/tmp/soakgate-prev [--rounds 3]
+     python bench/bench_ab.py --tree new=. --tree prev=/tmp/soakgate-prev [--rounds 3] [--stream]
 """
 
 from __future__ import annotations
@@ -25,9 +25,12 @@ import benchlib
 _START = "import sys; from soakgate.cli.main import main; sys.exit(main(sys.argv[1:]))"
 
 
-def launch(tree: Path, url: str, db: Path, concurrency: int, requests: int, core: int) -> int:
+def launch(
+    tree: Path, url: str, db: Path, concurrency: int, requests: int, core: int, stream: bool
+) -> int:
     """Start one tree's soak (its `src/` first on the path); returns the pid."""
-    command = benchlib.soak_command(url, db, concurrency, "--requests", str(requests))
+    limit = ("--requests", str(requests))
+    command = benchlib.soak_command(url, db, concurrency, *limit, stream=stream)
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     proc = subprocess.Popen(
         ["taskset", "-c", str(core), sys.executable, "-c", _START, *command[3:]],
@@ -42,6 +45,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=30000, help="per tree and round")
     parser.add_argument("--concurrency", type=int, default=32, help="per tree")
+    parser.add_argument("--stream", action="store_true", help="streamed answers (64 SSE events)")
     args = parser.parse_args()
     trees = {}
     for item in args.tree:
@@ -58,7 +62,7 @@ def main() -> int:
             names = list(trees)[index % len(trees) :] + list(trees)[: index % len(trees)]
             pids = {
                 name: launch(trees[name], mock.url, workdir / f"{name}.sqlite",
-                             args.concurrency, args.requests, client_core)
+                             args.concurrency, args.requests, client_core, args.stream)
                 for name in names
             }  # fmt: skip
             for name, pid in pids.items():

@@ -40,7 +40,10 @@ async def canned_exchange(self: Any, outcome: Any, spec: Any, *_: Any) -> None:
     """Yield to the loop once (as a real answer would), then fold the canned body."""
     await asyncio.sleep(0)
     outcome.http_status = 200
-    parse.fold_body(outcome, parse.decode_event(BODY), False)
+    answer = parse.Answer(outcome, chat=False)
+    parse.fold_body(answer, parse.decode_event(BODY))
+    answer.close()
+    answer.check()
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from soakgate.mockserver.process import MockProcess
-from tests.hostile import Hostile, start_hostile
+from tests.hostile import HostileProcess
 
 
 @pytest.fixture
@@ -27,13 +27,13 @@ def start_mock() -> Iterator[Callable[..., MockProcess]]:
 
 
 @pytest.fixture
-def hostile(tmp_path: Path) -> Iterator[Callable[[str], Hostile]]:
-    """`hostile(scenario)` starts a hostile server process (tests/hostile_server.py) on
-    127.0.0.1 that is stopped after the test."""
-    started: list[Hostile] = []
+def hostile(tmp_path: Path) -> Iterator[Callable[[str], HostileProcess]]:
+    """`hostile(behaviour)` starts a hostile server process (tests/hostile.py) on 127.0.0.1
+    that is stopped after the test."""
+    started: list[HostileProcess] = []
 
-    def start(scenario: str) -> Hostile:
-        server = start_hostile(tmp_path, scenario)
+    def start(behaviour: str) -> HostileProcess:
+        server = HostileProcess(behaviour, tmp_path / f"{behaviour}-{len(started)}.jsonl")
         started.append(server)
         return server
 

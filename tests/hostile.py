@@ -1,29 +1,408 @@
-"""Start `tests.hostile_server` as a real process on loopback, and run the real CLI against it."""
+"""A hostile OpenAI-compatible server on plain asyncio streams: each behaviour misbehaves
+exactly to the byte (a BOM, a lone CR, a dropped connection after 0.5 s of work, a 200 MB
+body, a stray answer, `Retry-After`, ...).
+
+    python -m tests.hostile BEHAVIOUR --log FILE     # prints its URL, serves until killed
+
+Every generation request it reads is logged, one JSON line each (connection, request id, the
+text it answered with or null, the request's headers), so that a test can compare the rows in
+the database with what the server saw. `HostileProcess` runs it as a subprocess.
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
+import gzip
+import json
+import re
 import subprocess
 import sys
-import time
+import zlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import brotli
+
+REPO = Path(__file__).resolve().parents[1]
+COLLAPSE = "!" * 300  # what a broken kernel emits: caught by the default char_run detector
+BOM = b"\xef\xbb\xbf"
+BIG = 200 * 1024 * 1024  # bytes of the huge answers
 
 
 @dataclass
+class Request:
+    """One request as read: which connection, how many came before it on that connection."""
+
+    connection: int
+    nth: int
+    head: bytes
+    body: dict[str, Any]
+
+    @property
+    def rid(self) -> str:
+        match = re.search(rb"(?i)\r\nx-request-id: *([^\r]*)", self.head)
+        return match.group(1).decode() if match else ""
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def chat(self) -> bool:
+        return b"/chat/" in self.head.split(b"\r\n", 1)[0]
+
+
+Writer = asyncio.StreamWriter
+Handler = Callable[["Hostile", Request, Writer], Awaitable[bool]]  # False: close the connection
+
+
 class Hostile:
-    """A running hostile server: its URL and the requests it received."""
+    """The server: reads requests, lets the behaviour answer, logs what it saw."""
 
-    url: str
-    log: Path
-    process: subprocess.Popen[bytes]
+    def __init__(self, behaviour: str, log: Path | None = None) -> None:
+        self.handler = BEHAVIOURS[behaviour]
+        self.log = log.open("a", buffering=1) if log else None
+        self.connections = 0
+        self.count = 0  # generation requests read, all connections
+        self.last: dict[int, bytes] = {}  # connection -> its last answer (the `stray` behaviour)
 
-    def received(self) -> list[str]:
-        """Request ids of the generation requests the server received, in order."""
+    async def handle(self, reader: asyncio.StreamReader, writer: Writer) -> None:
+        index, self.connections = self.connections, self.connections + 1
+        nth = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                raw = await reader.readexactly(int(length.group(1)) if length else 0)
+                if head.startswith(b"GET /v1/models"):
+                    writer.write(_json_answer({"data": [{"id": "hostile"}]}))
+                    continue
+                if not head.startswith(b"POST "):
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                request = Request(index, nth, head, json.loads(raw or b"{}"))
+                nth += 1
+                self.count += 1
+                if not await self.handler(self, request, writer):
+                    return
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def saw(self, request: Request, text: str | None) -> None:
+        """Log a request and the text answered to it (None: no answer)."""
+        headers = dict(
+            (k.decode().lower(), v.decode())
+            for k, v in re.findall(rb"\r\n([^:\r]+): *([^\r]*)", request.head)
+        )
+        line = {"connection": request.connection, "nth": request.nth, "rid": request.rid,
+                "text": text, "headers": headers}  # fmt: skip
+        if self.log is not None:
+            self.log.write(json.dumps(line) + "\n")
+
+    def text(self, request: Request) -> str:
+        """The text of an answer: a collapse for every other request, else a clean sentence."""
+        if self.count % 2 == 0:
+            return COLLAPSE
+        return f"A clean answer to {request.rid}, in plain words."
+
+
+# --- bytes of answers -------------------------------------------------------------------------
+
+
+def _json_answer(body: dict[str, Any], status: str = "200 OK", extra: bytes = b"") -> bytes:
+    data = json.dumps(body).encode()
+    return b"HTTP/1.1 %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s" % (
+        status.encode(), extra, len(data), data,
+    )  # fmt: skip
+
+
+def choice(request: Request, text: str, finish: str | None, index: int = 0) -> dict[str, Any]:
+    """One choice of a body or a stream event."""
+    if request.chat:
+        key = "delta" if request.stream else "message"
+        return {"index": index, key: {"content": text}, "finish_reason": finish}
+    return {"index": index, "text": text, "finish_reason": finish}
+
+
+def event(payload: dict[str, Any] | str, end: bytes = b"\n") -> bytes:
+    """One SSE event (its line ends `end`)."""
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    return b"data: " + data.encode() + end + end
+
+
+def sse_body(request: Request, text: str, end: bytes = b"\n") -> bytes:
+    """A whole clean stream: the text in four events, the finish, usage, [DONE]."""
+    step = max(1, len(text) // 4)
+    pieces = [text[i : i + step] for i in range(0, len(text), step)]
+    events = [event({"choices": [choice(request, p, None)]}, end) for p in pieces]
+    events.append(event({"choices": [choice(request, "", "length")]}, end))
+    events.append(event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 16}}, end))  # fmt: skip
+    events.append(event("[DONE]", end))
+    return b"".join(events)
+
+
+def json_body(request: Request, text: str) -> bytes:
+    return json.dumps({
+        "choices": [choice(request, text, "length")],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 16},
+    }).encode()  # fmt: skip
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces if p) + b"0\r\n\r\n"
+
+
+def head(request: Request, length: int | None = None, extra: bytes = b"") -> bytes:
+    """A 200 head for the request's kind: SSE chunked, or JSON with this Content-Length."""
+    if request.stream:
+        kind, framing = b"text/event-stream", b"Transfer-Encoding: chunked\r\n"
+    else:
+        kind, framing = b"application/json", b"Content-Length: %d\r\n" % (length or 0)
+    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\n%s%s\r\n" % (kind, framing, extra)
+
+
+def answer(request: Request, text: str, extra: bytes = b"") -> bytes:
+    """A well-formed answer with this text."""
+    if request.stream:
+        return head(request, extra=extra) + chunked(sse_body(request, text))
+    body = json_body(request, text)
+    return head(request, len(body), extra) + body
+
+
+# --- behaviours -------------------------------------------------------------------------------
+
+
+async def ok(server: Hostile, request: Request, writer: Writer) -> bool:
+    text = server.text(request)
+    server.saw(request, text)
+    writer.write(answer(request, text))
+    return True
+
+
+async def drop_after_work(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Keep-alive: the first request of a connection is answered after 0.15 s (longer than a
+    new pool lets a connection rest before reusing it); any later one is read, worked on for
+    0.5 s, and its connection closed without a byte of answer."""
+    if request.nth == 0:
+        await asyncio.sleep(0.15)
+        return await ok(server, request, writer)
+    server.saw(request, None)
+    await asyncio.sleep(0.5)
+    return False
+
+
+async def bom(server: Hostile, request: Request, writer: Writer) -> bool:
+    """A UTF-8 BOM before the first event, which carries a collapse."""
+    server.saw(request, COLLAPSE)
+    writer.write(head(request) + chunked(BOM + sse_body(request, COLLAPSE)))
+    return True
+
+
+async def lone_cr(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Every SSE line ends with a lone CR (allowed by the standard), split across chunks."""
+    text = server.text(request)
+    server.saw(request, text)
+    body = sse_body(request, text, end=b"\r")
+    writer.write(head(request) + chunked(*(body[i : i + 7] for i in range(0, len(body), 7))))
+    return True
+
+
+async def two_choices(server: Hostile, request: Request, writer: Writer) -> bool:
+    """An n=2 answer nobody asked for: choice 0 is a collapse, listed after a clean choice 1;
+    streamed, their pieces interleave."""
+    server.saw(request, COLLAPSE)
+    clean = "A clean second choice nobody asked for."
+    if not request.stream:
+        body = json.dumps({"choices": [choice(request, clean, "length", 1),
+                                       choice(request, COLLAPSE, "length", 0)]}).encode()  # fmt: skip
+        writer.write(head(request, len(body)) + body)
+        return True
+    events = []
+    for i in range(4):
+        events.append(event({"choices": [choice(request, COLLAPSE[i * 75 : (i + 1) * 75], None, 0)]}))  # fmt: skip
+        events.append(event({"choices": [choice(request, clean[i * 10 : (i + 1) * 10], None, 1)]}))  # fmt: skip
+    events.append(event({"choices": [choice(request, "", "length", 1), choice(request, "", "length", 0)]}))  # fmt: skip
+    writer.write(head(request) + chunked(*events, event("[DONE]")))
+    return True
+
+
+async def error_event(server: Hostile, request: Request, writer: Writer) -> bool:
+    """`event: error` with a message but no `error` key, then a finish as if all were well."""
+    server.saw(request, "Partial")
+    error = b'event: error\ndata: {"message": "CUDA error: an illegal memory access"}\n\n'
+    start = event({"choices": [choice(request, "Partial", None)]})
+    finish = event({"choices": [choice(request, "", "stop")]})
+    writer.write(head(request) + chunked(start, error, finish, event("[DONE]")))
+    return True
+
+
+def _encoded(coding: str) -> Handler:
+    compress: dict[str, Callable[[bytes], bytes]] = {
+        "gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
+    }  # fmt: skip
+
+    async def encoded(server: Hostile, request: Request, writer: Writer) -> bool:
+        """The answer compressed although the client asked for identity."""
+        text = server.text(request)
+        server.saw(request, text)
+        extra = b"Content-Encoding: %s\r\n" % coding.encode()
+        if request.stream:
+            data = compress[coding](sse_body(request, text))
+            thirds = len(data) // 3 + 1
+            pieces = [data[i : i + thirds] for i in range(0, len(data), thirds)]
+            writer.write(head(request, extra=extra) + chunked(*pieces))
+        else:
+            data = compress[coding](json_body(request, text))
+            writer.write(head(request, len(data), extra) + data)
+        return True
+
+    return encoded
+
+
+async def stray(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Echoes X-Request-Id, and answers each request on a connection with the previous
+    request's answer again first (unasked for), then its own; each after 30 ms of work (so
+    that connections outlive a new pool's probation and are reused)."""
+    text = server.text(request)
+    server.saw(request, text)
+    await asyncio.sleep(0.03)
+    own = answer(request, text, b"X-Request-Id: %s\r\n" % request.rid.encode())
+    previous = server.last.get(request.connection)
+    server.last[request.connection] = own
+    if previous is not None:
+        writer.write(previous)
+        await writer.drain()
+        await asyncio.sleep(0.01)
+    writer.write(own)
+    return True
+
+
+async def huge(server: Hostile, request: Request, writer: Writer) -> bool:
+    """A 200 MB answer of ordinary words, written as fast as the client takes it."""
+    server.saw(request, None)
+    words = "the cat sat on the mat and looked at the door " * 20
+    if request.stream:
+        piece = event({"choices": [choice(request, words, None)]})
+        block = b"%x\r\n%s\r\n" % (len(piece), piece) * 64
+        writer.write(head(request))
+    else:
+        start = b'{"choices":[{"index":0,"text":"'
+        writer.write(head(request, BIG) + start)
+        block = words.encode() * 64
+    sent = 0
+    while sent < BIG:
+        writer.write(block)
+        await writer.drain()
+        sent += len(block)
+    return False
+
+
+async def endless_header(server: Hostile, request: Request, writer: Writer) -> bool:
+    """A header whose value never ends."""
+    server.saw(request, None)
+    writer.write(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+    block = b"a" * 65536
+    for _ in range(BIG // len(block)):
+        writer.write(block)
+        await writer.drain()
+    return False
+
+
+async def rate_limit(server: Hostile, request: Request, writer: Writer) -> bool:
+    """429 with `Retry-After: 1`, every time."""
+    server.saw(request, None)
+    writer.write(_json_answer({"error": "slow down"}, "429 Too Many Requests", b"Retry-After: 1\r\n"))  # fmt: skip
+    return True
+
+
+async def overloaded(server: Hostile, request: Request, writer: Writer) -> bool:
+    """503 without Retry-After, every time."""
+    server.saw(request, None)
+    writer.write(_json_answer({"error": "overloaded"}, "503 Service Unavailable"))
+    return True
+
+
+def _raw_choice(text_json: str, usage_json: str, extra: str = "") -> bytes:
+    """A non-streamed completions body written as raw JSON, escapes and all (what JSON allows
+    and SQLite cannot hold: a lone surrogate, integers past 64 or 32 bits)."""
+    choice = f'{{"index": 0, "text": {text_json}, "finish_reason": "length"{extra}}}'
+    return f'{{"choices": [{choice}], "usage": {usage_json}}}'.encode()
+
+
+_USAGE = '{"prompt_tokens": 3, "completion_tokens": 4}'
+UNSTORABLE = {
+    # the 8th request's answer, as raw JSON; every other request gets an ordinary answer
+    "lone-surrogate": _raw_choice('"broken \\ud800 text"', _USAGE),
+    "huge-usage": _raw_choice(
+        '"text"', f'{{"prompt_tokens": {2**63}, "completion_tokens": {2**64}}}'
+    ),
+    "huge-token-id": _raw_choice('"text"', _USAGE, f', "token_ids": [1, 2, {2**31}, 3]'),
+}
+
+
+def _unstorable(kind: str) -> Handler:
+    async def unstorable(server: Hostile, request: Request, writer: Writer) -> bool:
+        if server.count != 8 or request.stream:
+            return await ok(server, request, writer)
+        server.saw(request, None)
+        body = UNSTORABLE[kind]
+        writer.write(head(request, len(body)) + body)
+        return True
+
+    return unstorable
+
+
+async def echo_key(server: Hostile, request: Request, writer: Writer) -> bool:
+    """A gateway that refuses every 4th request, echoing the credentials it was sent."""
+    if server.count % 4 != 1:
+        return await ok(server, request, writer)
+    server.saw(request, None)
+    sent = re.search(rb"(?i)\r\nauthorization: *([^\r]*)", request.head)
+    credentials = sent.group(1).decode() if sent else ""
+    writer.write(_json_answer({"error": f"invalid credentials: {credentials}"}, "401 Unauthorized"))
+    return True
+
+
+BEHAVIOURS: dict[str, Handler] = {
+    "ok": ok, "drop-after-work": drop_after_work, "bom": bom, "lone-cr": lone_cr,
+    "two-choices": two_choices, "error-event": error_event, "gzip": _encoded("gzip"),
+    "deflate": _encoded("deflate"), "br": _encoded("br"), "stray": stray, "huge": huge,
+    "endless-header": endless_header, "rate-limit": rate_limit, "overloaded": overloaded,
+    **{kind: _unstorable(kind) for kind in UNSTORABLE}, "echo-key": echo_key,
+}  # fmt: skip
+
+
+class HostileProcess:
+    """The hostile server as a subprocess on loopback; `seen()` reads its log."""
+
+    def __init__(self, behaviour: str, log: Path) -> None:
+        self.log = log
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.hostile", behaviour, "--log", str(log)],
+            cwd=REPO, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        if not self.url.startswith("http://"):
+            self.stop()
+            raise RuntimeError(f"the hostile server did not start ({behaviour})")
+
+    def seen(self) -> list[dict[str, Any]]:
+        """Every generation request the server read, in order."""
         if not self.log.exists():
             return []
-        return [line.split(" ", 1)[1] for line in self.log.read_text().splitlines()]
+        return [json.loads(line) for line in self.log.read_text().splitlines()]
+
+    def request_ids(self) -> list[str]:
+        """Request ids of the generation requests the server read, in order."""
+        return [request["rid"] for request in self.seen()]
 
     def stop(self) -> None:
         self.process.terminate()
@@ -32,27 +411,26 @@ class Hostile:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
-def start_hostile(tmp_path: Path, scenario: str) -> Hostile:
-    """A hostile server process playing `scenario` (see tests/hostile_server.py)."""
-    port_file, log = tmp_path / f"{scenario}.port", tmp_path / f"{scenario}.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.hostile_server", "--scenario", scenario,
-         "--port-file", str(port_file), "--log", str(log)], cwd=ROOT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 20
-    while not port_file.exists() or not port_file.read_text():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"hostile server {scenario} did not start")
-        time.sleep(0.05)
-    return Hostile(f"http://127.0.0.1:{port_file.read_text()}", log, process)
+async def _serve(behaviour: str, log: Path | None) -> None:
+    server = Hostile(behaviour, log)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    print(f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}", flush=True)
+    async with listener:
+        await listener.serve_forever()
 
 
-def soakgate(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real `soakgate` command line, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "soakgate", *args], capture_output=True, text=True,
-        timeout=timeout, cwd=cwd,
-    )  # fmt: skip
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("behaviour", choices=sorted(BEHAVIOURS))
+    parser.add_argument("--log", type=Path)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(args.behaviour, args.log))
+
+
+if __name__ == "__main__":
+    main()

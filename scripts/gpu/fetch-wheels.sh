@@ -7,7 +7,9 @@
 #        through .git/info/exclude). Then carry DEST to the machine; see transformers_serve_campaign.sh.
 #
 # Pinned to versions checked together (pip check) with transformers 5.17. accelerate (and its
-# psutil) because serve passes --device as a device_map, which needs accelerate. openai stays on 2.x:
+# psutil) because serve passes --device as a device_map, which needs accelerate. httptools and
+# brotli because soakgate itself needs them (its HTTP/1.1 client; compressed answers) and the GPU
+# machine lacks them (seen 2026-12-01: neither imported there). openai stays on 2.x:
 # 3.x depends on httpx2, which the GPU machine lacks; 2.x uses the httpx it has. Left out
 # because the GPU machine has them: click, h11, httpx, httpcore, idna, tqdm, uvloop.
 set -euo pipefail
@@ -20,6 +22,7 @@ wheels=(
     annotated-doc==0.0.7 opentelemetry-api==1.45.2 typing-extensions==4.16.0
     anyio==4.16.0 sniffio==1.3.1 openai==2.30.0 distro==1.9.0 jiter==0.19.0 tomli-w==1.2.0 orjson==3.11.5
     accelerate==1.15.0 psutil==7.2.2
+    httptools==0.9.0 brotli==1.2.1
 )
 
 mkdir -p "$dest"

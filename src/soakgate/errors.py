@@ -1,7 +1,7 @@
 """The one exception root of soakgate.
 
-    SoakgateError                 every error soakgate raises on purpose
-    ├── UsageError                bad input from the user (arguments, files, numbers): exit 2
+    SoakgateError                 every error soakgate raises on purpose: exit 2
+    ├── UsageError                bad input from the user (arguments, files, numbers)
     │   ├── ConfigError           a campaign/plan/prompt file that cannot be used
     │   └── UnitMismatchError     a comparison of different units of analysis
     ├── TargetError               a target cannot be used at all (unreachable before the soak)
@@ -12,6 +12,9 @@
     ├── ServerError               a managed server failed to start or stay up (campaigns)
     └── AuditError                a source or library cannot be audited
 
+Every one of them means "the command could not do its job" and exits 2: exit code 1 is kept for
+findings (a DIFFER verdict with --fail-on-differ, audit findings, a failed campaign block), which
+are results, never exceptions (README, *Exit codes*).
 Third-party errors (aiohttp, sqlite3, OSError) are translated at the boundary where they occur.
 Failed *requests* during a soak are not raised: they are stored as records with an error class.
 """
@@ -22,13 +25,11 @@ from __future__ import annotations
 class SoakgateError(Exception):
     """Root of every error soakgate raises on purpose; carries a one-line message for the CLI."""
 
-    exit_code = 1
+    exit_code = 2
 
 
 class UsageError(SoakgateError):
     """Bad input from the user: arguments, numbers, files."""
-
-    exit_code = 2
 
 
 class ConfigError(UsageError):
@@ -41,8 +42,6 @@ class UnitMismatchError(UsageError):
 
 class TargetError(SoakgateError):
     """A target cannot be used at all (unreachable, not an OpenAI-compatible server)."""
-
-    exit_code = 2
 
 
 class StoreError(SoakgateError):
@@ -63,8 +62,6 @@ class StoreFailedError(StoreError):
 
 class PlanError(SoakgateError):
     """A pre-registered plan is missing, altered, or registered after the data."""
-
-    exit_code = 2
 
 
 class ServerError(SoakgateError):

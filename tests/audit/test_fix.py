@@ -46,12 +46,12 @@ def test_diff_keeps_literal_splits_and_formatting(kernlib_copy: Path) -> None:
 def test_diff_applies_with_patch_and_then_nothing_fixable_remains(kernlib_copy: Path) -> None:
     before = audit_paths([str(kernlib_copy)])
     fixes = plan_fixes(before)
-    diff = unified_diff(fixes)
+    diff = unified_diff(fixes, kernlib_copy)
     done = subprocess.run(
         ["patch", "-p1", "--quiet"],
         input=diff,
         text=True,
-        cwd="/",
+        cwd=kernlib_copy,
         capture_output=True,
         check=False,
     )

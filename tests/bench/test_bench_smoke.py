@@ -84,3 +84,35 @@ def test_bench_ab_refuses_a_tree_that_is_not_a_checkout(tmp_path: Path) -> None:
 def test_bench_own_cost_prints_cpu_per_request() -> None:
     out = run_bench("bench_own_cost.py", "--requests", "300")
     assert "CPU per request over 300 requests" in out
+
+
+def test_bench_audit_prints_the_scan_time_and_finds_every_op() -> None:
+    out = run_bench("bench_audit.py", "--files", "50", "--repeat", "1")
+    assert "ops: 12 (expected 12)" in out and "audit time (s): min" in out
+    macros = run_bench("bench_audit.py", "--files", "50", "--repeat", "1", "--macros")
+    assert "ops: 12 (expected 12)" in macros
+
+
+def test_bench_audit_accuracy_without_its_corpus_says_so(tmp_path: Path) -> None:
+    (tmp_path / "somelib" / "truth").mkdir(parents=True)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_audit_accuracy.py"), "--corpus", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and len(output) == 1 and "somelib" in output[0], output
+
+
+def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> None:
+    out = run_bench("bench_calibration.py", "--quick", "--processes", "reset-2000", "--jobs", "1")
+    for label in (
+        "one run per arm, 13,000 requests per arm",
+        "one run per arm, 40,000 requests per arm",
+        "8 replicate blocks per arm of 5,000 requests",
+        "oracle z",
+        "run --plan --until-verdict",
+        "indeterminate",
+    ):
+        assert label in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("reset-2000")]
+    assert len(rows) >= 4 and all("±" in row for row in rows[1:])

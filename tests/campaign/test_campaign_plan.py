@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from soakgate.campaign import run_campaign
 from soakgate.stats.plan import make_plan, write_plan
 from soakgate.store import open_store
@@ -29,3 +31,50 @@ def test_planned_blocks_are_registered_before_their_data(tmp_path: Path) -> None
     for entry in ledger:
         assert entry.payload["sha256"] == digest == runs[entry.payload["run_id"]].plan_sha256
         assert entry.at < first_request[entry.payload["run_id"]]
+
+
+def _block_campaign(tmp_path: Path, repetitions: int) -> Path:
+    plan = make_plan("graph collapses more", ["eager", "graph"], 0.05, 8.0, blocks=4,
+                     requests_per_block=12)  # fmt: skip
+    write_plan(plan, tmp_path / "plan.toml")
+    path = write_campaign(
+        tmp_path, {"eager": "--collapse-rate 0.02", "graph": "--collapse-rate 0.6"},
+        requests=999, repetitions=repetitions,
+    )  # fmt: skip
+    text = path.read_text().replace("requests = 999\n", "plan = 'plan.toml'\n")
+    path.write_text(text)
+    return path
+
+
+def test_a_block_plan_with_too_few_blocks_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = _block_campaign(tmp_path, repetitions=1)  # 1 repetition x 2 devices < 4 blocks
+    done = subprocess.run(
+        [sys.executable, "-m", "soakgate", "campaign", str(path), "--db", str(tmp_path / "r.sqlite")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "set repetitions = 2" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "r.sqlite").exists()
+
+
+def test_a_campaign_runs_the_block_plan_and_compare_judges_its_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from soakgate.cli.main import main
+
+    db = tmp_path / "runs.sqlite"
+    run_campaign(_block_campaign(tmp_path, repetitions=2), db)
+    store = open_store(db)
+    counts = {}
+    for run in store.runs():
+        if run.campaign:
+            for g in store.generations(run.run_id):
+                counts[(run.run_id, g.target)] = counts.get((run.run_id, g.target), 0) + 1
+    store.close()
+    assert len(counts) == 8 and set(counts.values()) == {12}  # 4 blocks per arm of 12
+    assert main(["compare", str(db), "eager", "graph", "--plan", str(tmp_path / "plan.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "design: replicate blocks, 4 + 4 blocks (one per run and target): campaign blocks" in out
+    assert "plan verdict: DIFFER by quasi_poisson" in out and "plan deviations: none" in out

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from soakgate.campaign import load_campaign
-from soakgate.campaign.soakcfg import requests_per_block
+from soakgate.campaign.soakcfg import request_spec, requests_per_block
 from soakgate.errors import ConfigError
 from soakgate.stats.plan import make_plan, write_plan
 
@@ -63,6 +63,14 @@ def test_a_full_campaign_validates(tmp_path: Path) -> None:
     assert campaign.reference == "eager" and campaign.guard.max_restarts == 5
     assert campaign.guard.fatal_patterns[-1] == "NCCL error"
     assert len(campaign.sha256) == 64
+    assert request_spec(campaign).response_cap == 256 * 1024 + 4096 * 256  # from max_tokens
+
+
+def test_the_response_cap_is_a_load_setting(tmp_path: Path) -> None:
+    text = GOOD.replace("max_tokens = 256", "max_tokens = 256\nmax_response_bytes = 5000000")
+    assert request_spec(load_campaign(_write(tmp_path, text))).response_cap == 5_000_000
+    with pytest.raises(ConfigError, match="at least 1"):
+        load_campaign(_write(tmp_path, text.replace("5000000", "0")))
 
 
 def test_the_shipped_example_validates() -> None:

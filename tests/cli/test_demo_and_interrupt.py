@@ -106,16 +106,18 @@ def test_a_second_resume_of_a_run_being_written_is_refused_in_one_line(
 ) -> None:
     mock = start_mock("--tokens-per-s", "200")
     db = tmp_path / "r.sqlite"
-    first = subprocess.run(
-        [sys.executable, "-m", "soakgate", "run", "--target", mock.url, "--requests", "4",
-         "--label", "L", "--db", str(db), "--quiet"], capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert first.returncode == 0, first.stderr
+    command = [sys.executable, "-m", "soakgate", "run", "--target", mock.url, "--requests", "40",
+               "--label", "L", "--db", str(db), "--quiet"]  # fmt: skip
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # a few rows in: interrupt it (a completed run is not resumed)
+    first.send_signal(signal.SIGINT)
+    _, first_stderr = first.communicate(timeout=60)
+    assert first.returncode == 130, first_stderr
     store = open_store(db)
     (run,) = store.runs()
     store.close()
-    resume = [sys.executable, "-m", "soakgate", "run", "--target", mock.url, "--requests", "40",
-              "--label", "L", "--db", str(db), "--quiet", "--resume", run.run_id]  # fmt: skip
+    assert run.status == "interrupted"
+    resume = [*command, "--resume", run.run_id]
     writer = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lock = tmp_path / f"r.sqlite.{run.run_id}.lock"
     deadline = time.monotonic() + 20

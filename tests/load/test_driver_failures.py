@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.hostile import Hostile
+from tests.hostile import HostileProcess
 
 from soakgate.detectors import DetectorConfig
 from soakgate.detectors.base import REGISTRY, Detection, Output
@@ -63,9 +63,9 @@ def _explodes(output: Output, config: DetectorConfig) -> Detection:
 
 
 def test_a_row_a_detector_cannot_score_is_an_error_row_and_costs_no_other(
-    hostile: Callable[[str], Hostile], tmp_path: Path
+    hostile: Callable[[str], HostileProcess], tmp_path: Path
 ) -> None:
-    server = hostile("lone_surrogate")  # answer 7 is "broken \\ud800 text"
+    server = hostile("lone-surrogate")  # answer 7 is "broken \\ud800 text"
     REGISTRY.setdefault("test_explodes", _explodes)
     store = MemoryStore()
     detectors = DetectorConfig(enabled=("char_run", "test_explodes"))
@@ -73,6 +73,6 @@ def test_a_row_a_detector_cannot_score_is_an_error_row_and_costs_no_other(
     rows = list(store.generations())
     assert result.stopped_by == "limit" and len(rows) == 60
     (bad,) = [g for g in rows if g.error_class is not None]
-    assert bad.request_id == server.received()[7]
+    assert bad.request_id == server.request_ids()[7]
     assert bad.error_class == "client_error" and "scoring failed" in (bad.error_detail or "")
     assert not bad.collapsed and len(bad.text_sha256) == 64

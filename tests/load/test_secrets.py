@@ -8,7 +8,8 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.hostile import Hostile, soakgate
+from tests.command_line import soakgate
+from tests.hostile import HostileProcess
 
 KEY = "sk-live-4f9c2b7e1d"
 PASSWORD = "hunter2secret"
@@ -43,18 +44,18 @@ def refusals(db: Path) -> list[str]:
 
 
 def test_an_api_key_a_gateway_echoes_appears_nowhere(
-    hostile: Callable[[str], Hostile], tmp_path: Path
+    hostile: Callable[[str], HostileProcess], tmp_path: Path
 ) -> None:
-    server = hostile("echo_key")
+    server = hostile("echo-key")
     db, outputs = soak_and_report(server.url, tmp_path, "--api-key", KEY)
     assert all("Bearer [redacted]" in detail for detail in refusals(db))
     assert not [text for text in outputs if KEY in text]
 
 
 def test_credentials_in_a_target_url_are_sent_and_appear_nowhere(
-    hostile: Callable[[str], Hostile], tmp_path: Path
+    hostile: Callable[[str], HostileProcess], tmp_path: Path
 ) -> None:
-    server = hostile("echo_key")
+    server = hostile("echo-key")
     db, outputs = soak_and_report(
         server.url.replace("http://", f"http://ops:{PASSWORD}@"), tmp_path
     )

@@ -45,9 +45,30 @@ def test_a_perturbing_instance_disagrees_with_a_clean_one(
 def test_cli_prints_the_caveat(start_mock: Callable[..., MockProcess]) -> None:
     mock = start_mock()
     result = subprocess.run(
-        [sys.executable, "-m", "soakgate", "determinism", "--target", mock.url, "--prompts", "3",
-         "--max-tokens", "8"],
+        [sys.executable, "-m", "soakgate", "determinism", "--target", mock.url, "--prompt-count",
+         "3", "--max-tokens", "8"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "not by itself a corruption signal" in " ".join(result.stdout.split())
+    assert len(mock.ground_truth()) == 3 * 2  # 3 prompts, 2 repeats each
+
+
+def test_the_old_prompts_spelling_still_counts_with_a_warning(
+    start_mock: Callable[..., MockProcess],
+) -> None:
+    """`--prompts` is a FILE in `run`; in `determinism` it was a count and is now --prompt-count."""
+    mock = start_mock()
+    result = subprocess.run(
+        [sys.executable, "-m", "soakgate", "determinism", "--target", mock.url, "--prompts", "2",
+         "--max-tokens", "8"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "deprecated; use --prompt-count 2" in result.stderr
+    assert len(mock.ground_truth()) == 2 * 2
+    help_text = subprocess.run(
+        [sys.executable, "-m", "soakgate", "determinism", "--help"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert "--prompt-count" in help_text and "--prompts" not in help_text

@@ -279,4 +279,6 @@ def test_launcher_rejects_a_missing_model_in_one_line(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "soakgate.servers.llamacpp", "--model", str(tmp_path / "x")]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"soakgate-llamacpp: no GGUF model at {tmp_path}/x"]
+    assert done.stderr.strip().splitlines() == [
+        f"soakgate-llamacpp: error: no GGUF model at {tmp_path}/x"
+    ]

@@ -48,11 +48,12 @@ def add_run(
     latency_s: float = 0.5,
     load: dict[str, object] | None = None,
     divergence: dict[int, int] | None = None,
+    campaign: str | None = None,
 ) -> Run:
     """Store one run on one target: generation i collapses when collapses[i] (unless errored)."""
     run_id = run_id or f"{label}-{target}-{int(start)}"
     load = {"requests_per_target": requests_asked, **(load or {})}
-    run = Run(run_id, label, [target], start, load=load,
+    run = Run(run_id, label, [target], start, load=load, campaign=campaign,
               status="completed", ended_at=start + len(collapses) * step_s + pause_s)  # fmt: skip
     store.save_run(run)
     rows, errors, texts = [], errors or {}, texts or {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from statsmodels.stats.multitest import multipletests
-from tests.report.synth import add_run, bernoulli
+from tests.report.synth import add_run, bernoulli, bursty
 
 from soakgate.cli.main import main
 from soakgate.errors import PlanError, UnitMismatchError, UsageError
@@ -60,12 +60,97 @@ def test_cli_refuses_mismatch_with_exit_2_and_labels_a_forced_one(
         assert part in out
 
 
-def test_clustered_arm_makes_the_verdict_robust(
+def test_one_run_per_arm_is_judged_by_batch_means_whatever_the_clustering_tests_say(
     two_label_db: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["compare", str(two_label_db), "eager@gpu0", "graph@gpu0", *FAST_ARGS]) == 0
     out = capsys.readouterr().out
-    assert "batch_means" in out and "verdict test: batch_means, because clustering" in out
+    assert "verdict test: batch_means, because one run per arm: batch-means t(" in out
+    assert "design: one run per arm (1 + 1 run(s) of a target)" in out
+    assert "clustering (descriptive; the verdict does not depend on it)" in out
+    assert "long-range design effect" in out
+
+
+def _unit_sequences(db: Path, *specs: str) -> list[list[list[bool]]]:
+    """Each unit's clean collapse flags, one list per run, in time order."""
+    analysis = load_analysis(db, clustering=False)
+    out = []
+    for spec in specs:
+        label, _, target = spec.partition("@")
+        rows = analysis.generations[(label, target)]
+        runs: dict[str, list[bool]] = {}
+        for g in rows:
+            if g.ok:
+                runs.setdefault(g.run_id, []).append(g.collapsed)
+        out.append(list(runs.values()))
+    return out
+
+
+def test_compare_prints_exactly_the_library_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from soakgate.stats import compare_outcomes
+
+    db = tmp_path / "lib.sqlite"
+    store = open_store(db)
+    add_run(store, "old", "gpu0", bernoulli(13_000, 0.002, 41))
+    add_run(store, "new", "gpu0", bursty(13_000, 42, enter=0.0005, inside=0.3), start=1.7e9 + 1e4)
+    store.close()
+    (a,), (b,) = _unit_sequences(db, "old@gpu0", "new@gpu0")
+    for seed in (0, 5):
+        assert main(["compare", str(db), "old", "new", "--seed", str(seed)]) == 0
+        out = capsys.readouterr().out
+        ours = compare_outcomes(a, b, seed=seed)
+        word = {"differ": "DIFFER", "no difference": "no significant difference",
+                "indeterminate": "INDETERMINATE"}[ours.verdict]  # fmt: skip
+        assert f"verdict: {word} ({ours.test} p = {ours.p_value:.4g}, alpha 0.05)" in out
+        assert f"verdict test: {ours.test}, because {ours.reason}" in out
+
+
+def test_replicate_runs_are_compared_over_blocks_and_say_whether_servers_restarted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from soakgate.stats import compare_outcomes
+
+    db = tmp_path / "blocks.sqlite"
+    store = open_store(db)
+    for i in range(4):  # interleaved A B B A A B B A, each block a campaign run
+        for j, label in enumerate(("eager", "graph") if i % 2 == 0 else ("graph", "eager")):
+            start = 1.7e9 + (2 * i + j) * 1e4
+            add_run(store, label, "gpu0", bernoulli(3000, 0.004 if label == "eager" else 0.012,
+                    100 + 2 * i + j), start=start, campaign=f"c/{2 * i + j:03d}-{label}-r{i}")  # fmt: skip
+    add_run(store, "plain", "gpu0", bernoulli(3000, 0.004, 7), start=1.8e9)
+    for i in range(2):
+        add_run(store, "plain", "gpu0", bernoulli(3000, 0.004, 8 + i), start=1.8e9 + (i + 1) * 1e4)
+    store.close()
+    assert main(["compare", str(db), "eager", "graph", "--fail-on-differ"]) == 1
+    out = capsys.readouterr().out
+    assert "design: replicate blocks, 4 + 4 blocks (one per run and target): campaign blocks" in out
+    a, b = _unit_sequences(db, "eager@gpu0", "graph@gpu0")
+    ours = compare_outcomes(a, b)
+    assert ours.design == "replicate blocks" and ours.differ
+    assert f"verdict: DIFFER (quasi_poisson p = {ours.p_value:.4g}, alpha 0.05)" in out
+    assert main(["compare", str(db), "eager", "plain"]) == 0
+    assert "3 of them are not campaign blocks" in capsys.readouterr().out
+
+
+def test_baseline_family_honours_the_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "family.sqlite"
+    store = open_store(db)
+    add_run(store, "base", "gpu0", bernoulli(6000, 0.01, 51))  # p-values that move with the seed
+    add_run(store, "other", "gpu0", bernoulli(6000, 0.01, 52), start=1.7e9 + 1e4)
+    store.close()
+
+    def body(argv: list[str]) -> list[str]:
+        assert main(["compare", str(db), *argv]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        return [line for line in lines if "p=" in line and "Holm" not in line]
+
+    pair = body(["base", "other", "--seed", "3"])
+    assert body(["--baseline", "base", "--seed", "3"]) == pair
+    assert body(["--baseline", "base", "--seed", "4"]) != pair
 
 
 def test_baseline_family_uses_holm_explicitly(fast: ClusteringOptions) -> None:
@@ -138,7 +223,7 @@ def test_plan_with_matched_targets_refuses_arms_on_different_targets(
     tmp_path: Path, fast: ClusteringOptions
 ) -> None:
     store = MemoryStore()
-    plan = make_plan("h", ("eager", "graph"), 0.004, 2.0)
+    plan = make_plan("h", ("eager", "graph"), 0.004, 2.0, matched_targets=True)
     path = tmp_path / "plan.toml"
     digest = write_plan(plan, path)
     store.append_ledger("plan", {"sha256": digest, "run_id": None}, at=1.0)  # a DB-wide entry
@@ -196,3 +281,12 @@ def test_fail_on_differ_gates_a_pipeline_by_exit_status(
     assert code == 0 and "verdict: no significant difference" in out
     code, out = exit_status("--baseline", "old", "--fail-on-differ")  # any arm of the family
     assert code == 1 and out.count("verdict: DIFFER") == 1
+
+
+def test_an_hmm_bootstrap_that_cannot_count_is_a_one_line_usage_error(
+    two_label_db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["compare", str(two_label_db), "eager@gpu0", "graph@gpu0", "--hmm-replicates", "59"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "1/60, cannot fall below alpha/3" in err and err.count("\n") == 1

@@ -111,3 +111,29 @@ def test_sequence_is_time_ordered_over_clean_generations(fast: ClusteringOptions
     unit = analyze(store, fast, clustering=False).units[0]
     assert unit.sequence is not None
     assert np.array_equal(unit.sequence, [False, True, False, True])
+
+
+def test_the_report_prints_the_long_range_design_effect_not_the_500_window_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import numpy as np
+    from bench.processes import by_name, simulate
+
+    from soakgate.cli.main import main
+    from soakgate.stats.clustering import dispersion_test
+    from soakgate.stats.dependence import long_range_design_effect
+    from soakgate.store import open_store
+
+    seq = simulate(by_name("reset-2000"), np.random.default_rng(12), 1, 40_000, 0.002)[0]
+    db = tmp_path / "long.sqlite"
+    store = open_store(db)
+    add_run(store, "resets", "gpu0", list(seq))
+    store.close()
+    assert main(["report", str(db), "--format", "json"]) == 0
+    (row,) = [u for u in json.loads(capsys.readouterr().out)["units"] if u["target"] == "gpu0"]
+    expected = long_range_design_effect([seq]).design_effect
+    assert row["design_effect"] == pytest.approx(expected)
+    assert expected > 2 * dispersion_test(seq, 500)[1]
+    assert row["effective_n"] == pytest.approx(40_000 / expected)

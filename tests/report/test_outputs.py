@@ -72,8 +72,11 @@ def test_export_round_trips_in_every_format(
     assert [r["error_class"] for r in lines if r["error_class"]] == ["timeout", "http_5xx"]
 
 
-def test_export_parquet_needs_a_file(
-    two_label_db: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["export", str(two_label_db), "--format", "parquet"]) == 2
-    assert "needs --out" in capsys.readouterr().err
+def test_export_parquet_without_out_writes_db_stem_parquet_here(
+    two_label_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", str(two_label_db), "--format", "parquet"]) == 0
+    assert "to two.parquet" in capsys.readouterr().err
+    assert pq.read_table(tmp_path / "two.parquet").num_rows == 12000

@@ -77,7 +77,7 @@ def _comparison(
     rng = np.random.default_rng(5)
     a = Arm.from_sequence(labels[0], rng.random(n) < 0.002)
     b = Arm.from_sequence(labels[1], rng.random(n) < rate_b)
-    return compare_arms(a, b, gap_permutations=49, hmm_replicates=0)
+    return compare_arms(a, b, gap_permutations=49)
 
 
 def test_decision_lists_deviations(plan: Plan) -> None:

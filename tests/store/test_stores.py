@@ -107,7 +107,7 @@ def test_open_store_gives_one_line_errors(tmp_path: Path) -> None:
         open_store(tmp_path)
     garbage = tmp_path / "garbage.sqlite"
     garbage.write_bytes(b"not a database" * 100)
-    with pytest.raises(StoreError, match="cannot open"):
+    with pytest.raises(StoreError, match="not a soakgate database"):
         open_store(garbage)
 
 

@@ -19,7 +19,8 @@ from soakgate.errors import UsageError
 from soakgate.prompts import builtin_prompts
 from soakgate.targets import OpenAIClient, RequestSpec, TargetSpec
 from soakgate.targets.client import classify, make_session
-from soakgate.targets.http1 import ConnectFailed, Disconnected, Pool, ProtocolError
+from soakgate.targets.http1 import ConnectFailed, Disconnected, Dropped, ProtocolError
+from soakgate.targets.pool import Pool
 
 T = TypeVar("T")
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
@@ -94,9 +95,19 @@ def serve(server: ScriptedServer, body: Callable[[str], Awaitable[T]], **tls: ob
     return asyncio.run(main())
 
 
-async def exchange(pool: Pool, request: bytes = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n") -> bytes:
+GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+CAP = 1 << 24  # the answer body cap these framing tests send with
+
+
+def new_pool(url: str) -> Pool:
+    """A pool that reuses a connection as soon as it is free: these tests are about framing
+    (the probation of a new origin's connections is tested on its own, below)."""
+    return Pool(url, probation_s=0)
+
+
+async def exchange(pool: Pool, request: bytes = GET) -> bytes:
     """One request; its whole body (the connection goes back to the pool)."""
-    connection = await pool.send(request)
+    connection = await pool.send(request, CAP)
     try:
         return await connection.read()
     finally:
@@ -107,7 +118,7 @@ def bodies(count: int) -> Callable[[str], Awaitable[list[bytes]]]:
     """A test body: `count` requests in turn through one pool; their answers' bodies."""
 
     async def body(url: str) -> list[bytes]:
-        pool = Pool(url)
+        pool = new_pool(url)
         try:
             return [await exchange(pool) for _ in range(count)]
         finally:
@@ -129,8 +140,8 @@ def test_chunked_answers_arrive_whole_however_they_are_split() -> None:
     server = ScriptedServer(answer(*pieces), answer(OK))
 
     async def body(url: str) -> tuple[list[bytes], bytes]:
-        pool = Pool(url)
-        connection = await pool.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        pool = new_pool(url)
+        connection = await pool.send(GET, CAP)
         got = []
         while piece := await connection.chunk():
             got.append(piece)
@@ -163,27 +174,31 @@ def test_connection_close_and_interim_answers() -> None:
     assert server.connections == 2  # `Connection: close` was honoured
 
 
-def test_a_stale_pooled_connection_is_retried_but_a_fresh_one_is_not() -> None:
-    # the server answers, then closes without a word; the client learns only on its next write
+def test_a_pooled_connection_the_server_closed_is_retired_unused_and_a_drop_is_not_resent() -> None:
+    # the server answers, then closes without a word; then a new connection's request is read
+    # and the connection closed unanswered
     server = ScriptedServer(answer(OK, close=True), answer(OK), answer(close=True))
 
-    async def body(url: str) -> tuple[bytes, bytes, str]:
-        pool = Pool(url)
+    async def body(url: str) -> tuple[bytes, bytes, int, Dropped]:
+        pool = new_pool(url)
         try:
             first = await exchange(pool)
-            await asyncio.sleep(0.05)  # the close has landed, but the idle connection stays
-            second = await exchange(pool)  # reuse fails unanswered, retried on a new connection
-            await asyncio.sleep(0.05)
-            pool._idle.clear()  # force a fresh connection, which the server closes unanswered
-            with pytest.raises(Disconnected) as info:
+            await asyncio.sleep(0.05)  # the close has landed; the idle connection is not used
+            connection = await pool.send(GET, CAP)
+            second, attempts = await connection.read(), connection.attempts
+            pool.release(connection)
+            pool._idle.clear()  # a new connection, which the server closes unanswered
+            with pytest.raises(Dropped) as info:
                 await exchange(pool)
-            return first, second, str(info.value)
+            return first, second, attempts, info.value
         finally:
             await pool.close()
 
-    first, second, why = serve(server, body)
-    assert (first, second) == (b"hello", b"hello")
-    assert "before answering" in why and classify(Disconnected(why)) == "connection_reset"
+    first, second, attempts, dropped = serve(server, body)
+    assert (first, second, attempts) == (b"hello", b"hello", 1)
+    assert [index for index, _, _ in server.requests] == [0, 1, 2]  # nothing was sent twice
+    assert "before answering" in str(dropped) and dropped.attempts == 1
+    assert classify(dropped) == "dropped"
 
 
 def test_an_answer_cut_short_raises_and_is_a_reset() -> None:
@@ -192,7 +207,7 @@ def test_an_answer_cut_short_raises_and_is_a_reset() -> None:
     )
 
     async def body(url: str) -> Disconnected:
-        pool = Pool(url)
+        pool = new_pool(url)
         try:
             with pytest.raises(Disconnected) as info:
                 await exchange(pool)
@@ -202,13 +217,14 @@ def test_an_answer_cut_short_raises_and_is_a_reset() -> None:
 
     error = serve(server, body)
     assert "before its answer was complete" in str(error)
+    assert not isinstance(error, Dropped) and classify(error) == "connection_reset"
 
 
 def test_garbage_is_a_protocol_error_and_nothing_listening_is_connect_failed() -> None:
     server = ScriptedServer(answer(b"SSH-2.0-OpenSSH_9.6\r\n\r\n"))
 
     async def body(url: str) -> None:
-        pool = Pool(url)
+        pool = new_pool(url)
         try:
             with pytest.raises(ProtocolError):
                 await exchange(pool)
@@ -222,7 +238,7 @@ def test_garbage_is_a_protocol_error_and_nothing_listening_is_connect_failed() -
         port = listener.sockets[0].getsockname()[1]
         listener.close()
         await listener.wait_closed()
-        pool = Pool(f"http://127.0.0.1:{port}")
+        pool = new_pool(f"http://127.0.0.1:{port}")
         with pytest.raises(ConnectFailed) as info:
             await exchange(pool)
         await pool.close()
@@ -240,8 +256,8 @@ def test_a_big_answer_is_read_whole_through_back_pressure() -> None:
     )
 
     async def body(url: str) -> tuple[int, bytes, bytes]:
-        pool = Pool(url)
-        connection = await pool.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        pool = new_pool(url)
+        connection = await pool.send(GET, CAP)
         await asyncio.sleep(0.3)  # the whole answer is offered while nobody reads
         got = await connection.read()
         pool.release(connection)
@@ -259,7 +275,7 @@ def test_a_cancelled_request_drops_its_connection() -> None:
     )
 
     async def body(url: str) -> bytes:
-        pool = Pool(url)
+        pool = new_pool(url)
         task = asyncio.create_task(exchange(pool))
         await asyncio.sleep(0.1)
         task.cancel()
@@ -300,7 +316,10 @@ def test_the_client_frames_its_requests_and_the_pool_closes_its_connections() ->
     assert "\r\nX-Request-Id: run-0\r\n" in heads[0] and "\r\nX-Request-Id: run-1\r\n" in heads[1]
     assert re.search(r"\r\nHost: 127\.0\.0\.1:\d+\r\n", heads[0])
     assert server.requests[0][2].startswith(b'{"model": "m"')
-    assert server.connections == 1 and server.closed_by_client == 1  # closed with the session
+    assert "\r\nAccept-Encoding: identity\r\n" in heads[0]
+    # a new origin's connection rests after its answer (probation), so the second request
+    # went on a second connection; both were closed with the session
+    assert server.connections == 2 and server.closed_by_client == 2
 
 
 def test_an_api_key_with_a_line_break_is_refused() -> None:
@@ -328,7 +347,7 @@ def test_https_targets_are_verified_against_the_trusted_certificates(
     context.load_cert_chain(cert, key)
 
     async def body(url: str) -> bytes:
-        pool = Pool(url)
+        pool = new_pool(url)
         try:
             return await exchange(pool)
         finally:
@@ -365,11 +384,11 @@ def test_an_answer_nobody_asked_for_retires_the_connection() -> None:
     )
 
     async def body(url: str) -> list[tuple[int, bytes]]:
-        pool = Pool(url)
+        pool = new_pool(url)
         answers = []
         try:
             for _ in range(2):
-                connection = await pool.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                connection = await pool.send(GET, CAP)
                 answers.append((connection.status, await connection.read()))
                 pool.release(connection)
                 await asyncio.sleep(0.05)
@@ -379,3 +398,39 @@ def test_an_answer_nobody_asked_for_retires_the_connection() -> None:
 
     assert serve(server, body) == [(200, b"hello"), (200, b"ok")]
     assert [index for index, _, _ in server.requests] == [0, 1]
+
+
+def test_a_whole_answer_without_a_finish_reason_is_truncated() -> None:
+    completion = b'{"choices":[{"text":"hi"}]}'
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(completion), completion)
+    server = ScriptedServer(answer(reply))
+
+    async def body(url: str) -> tuple[str | None, str | None, str]:
+        async with make_session(1) as session:
+            client = OpenAIClient(session, TargetSpec.parse(url), "m")
+            spec = RequestSpec(stream=False, max_tokens=1)
+            outcome = await client.generate(builtin_prompts()[0], spec, "run-1")
+        return outcome.error_class, outcome.error_detail, outcome.text
+
+    assert serve(server, body) == ("truncated_stream", "response without a finish_reason", "hi")
+
+
+def test_an_echoed_request_id_is_checked_and_its_spaces_do_not_count() -> None:
+    completion = b'{"choices":[{"text":"hi","finish_reason":"length"}]}'
+
+    def reply(echo: bytes) -> Answer:
+        head = b"HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n"
+        return answer(head % (echo, len(completion)) + completion)
+
+    server = ScriptedServer(reply(b"run-0 \t"), reply(b"run-0"), reply(b"run-2"))
+
+    async def body(url: str) -> list[tuple[str | None, str]]:
+        async with make_session(1) as session:
+            client = OpenAIClient(session, TargetSpec.parse(url), "m")
+            spec = RequestSpec(stream=False, max_tokens=1)
+            outcomes = [
+                await client.generate(builtin_prompts()[0], spec, f"run-{i}") for i in range(3)
+            ]
+        return [(o.error_class, o.text) for o in outcomes]
+
+    assert serve(server, body) == [(None, "hi"), ("response_mismatch", ""), (None, "hi")]

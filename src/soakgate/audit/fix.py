@@ -7,6 +7,7 @@ so a schema split over several adjacent literals keeps its split and its formatt
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import string
 from collections.abc import Iterable, Iterator
@@ -258,16 +259,30 @@ def _edited_files(fixes: list[OpFix]) -> dict[str, tuple[str, str]]:
     return edited
 
 
-def unified_diff(fixes: list[OpFix]) -> str:
-    """A unified diff (`git apply`/`patch -p1` ready) of every automatic fix."""
+def diff_root(paths: list[str]) -> Path:
+    """The folder a diff of files under `paths` is relative to (and applied in): the current
+    folder when everything is inside it, else the audited paths' common folder."""
+    here = Path.cwd().resolve()
+    folders = [p if p.is_dir() else p.parent for p in (Path(raw).resolve() for raw in paths)]
+    if all(f == here or here in f.parents for f in folders):
+        return here
+    return Path(os.path.commonpath(folders))
+
+
+def unified_diff(fixes: list[OpFix], root: Path | None = None) -> str:
+    """A unified diff of every automatic fix, its paths relative to `root` (default: the
+    current folder), so that `git apply` and `patch -p1` accept it when run in `root`: an
+    absolute path would make `a//abs/path`, which neither takes."""
+    base = (root or Path.cwd()).resolve()
     chunks: list[str] = []
     for path, (old, new) in sorted(_edited_files(fixes).items()):
+        shown = Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
         chunks.extend(
             difflib.unified_diff(
                 old.splitlines(keepends=True),
                 new.splitlines(keepends=True),
-                f"a/{path}",
-                f"b/{path}",
+                f"a/{shown}",
+                f"b/{shown}",
             )
         )
     return "".join(chunks)

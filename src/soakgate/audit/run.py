@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from soakgate.audit.compare import compare_libraries, render_changes
-from soakgate.audit.model import Severity
+from soakgate.audit.model import AuditResult, Severity
 from soakgate.errors import UsageError
 
 FORMATS = ("text", "json", "sarif")
@@ -37,7 +38,7 @@ def run_scan(
     write: bool = False,
 ) -> Outcome:
     """Audit paths; render findings, or with `fix` a diff (or in-place edits with `write`)."""
-    from soakgate.audit.fix import plan_fixes, unified_diff, write_fixes
+    from soakgate.audit.fix import diff_root, plan_fixes, unified_diff, write_fixes
     from soakgate.audit.report import exit_code, render_fix_notes, render_json, render_text
     from soakgate.audit.sarif import render_sarif
     from soakgate.audit.scan import audit_paths
@@ -48,17 +49,40 @@ def run_scan(
     if not paths:
         raise UsageError("give at least one PATH to audit")
     result = audit_paths(paths)
+    _require_something_audited(result, paths)
     if not fix:
         render = {"text": render_text, "json": render_json, "sarif": render_sarif}[fmt]
         return Outcome(render(result), "", exit_code(result, threshold))
     fixes = plan_fixes(result)
     notes = render_fix_notes(fixes)
     if not write:
-        return Outcome(unified_diff(fixes), notes, exit_code(result, threshold))
+        root = diff_root(paths)
+        if root != Path.cwd().resolve():
+            notes += (
+                f"the diff's paths are relative to {root}: apply it there "
+                f"(cd {root} && git apply FILE, or patch -p1 < FILE)\n"
+            )
+        return Outcome(unified_diff(fixes, root), notes, exit_code(result, threshold))
     changed = write_fixes(fixes)
     after = audit_paths(paths)
     summary = "".join(f"rewrote {path}\n" for path in changed)
     return Outcome(summary, notes, exit_code(after, threshold))
+
+
+def _require_something_audited(result: AuditResult, paths: list[str]) -> None:
+    """A UsageError when the paths held nothing to audit: a gate must not pass on nothing
+    (an empty or mistyped folder)."""
+    where = ", ".join(paths)
+    if result.files_scanned == 0:
+        raise UsageError(
+            f"nothing was scanned: no C++/CUDA, Python or library (.so, .pyd, .dylib) files "
+            f"under {where}"
+        )
+    if not result.ops:
+        raise UsageError(
+            f"nothing was audited: no custom op is defined in the {result.files_scanned} "
+            f"files scanned under {where}"
+        )
 
 
 def run_compare(old: str, new: str, fmt: str = "text") -> Outcome:

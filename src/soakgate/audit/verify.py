@@ -8,7 +8,9 @@ filled twice, with random values and with NaN/sentinels, and compared byte for b
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +221,10 @@ def resolve_op(target: str) -> Any:
     module, _, op_name = target.partition(":")
     before = set(torch._C._dispatch_get_all_op_names())
     if module:
+        # A module in the current folder imports as under `python -m`: the `soakgate` console
+        # script does not put the current folder on sys.path.
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
         try:
             importlib.import_module(module)
         except ImportError as exc:

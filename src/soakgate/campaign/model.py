@@ -78,6 +78,7 @@ class LoadSettings:
     store_text: str = "all"
     char_run_threshold: int = 80
     grace_s: float = 30.0
+    max_response_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +235,7 @@ def _load(table: Table, base: Path) -> LoadSettings:
             "store_text", ("all", "flagged"), "all"),
         char_run_threshold=table.integer("char_run_threshold", 80, minimum=1),
         grace_s=table.duration("grace", 30.0),
+        max_response_bytes=table.optional_int("max_response_bytes", minimum=1),
     )  # fmt: skip
     table.done()
     return load

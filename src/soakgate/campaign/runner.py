@@ -12,11 +12,13 @@ from pathlib import Path
 from soakgate.campaign.block import BlockContext, BlockResult, run_block
 from soakgate.campaign.blocks import Block, plan_blocks
 from soakgate.campaign.model import Campaign, load_campaign
+from soakgate.campaign.soakcfg import check_block_plans
 from soakgate.campaign.state import (
     BlockStatus,
     begin,
     block_statuses,
     campaign_run_id,
+    failure_reason,
     log_root,
     reap_orphans,
 )
@@ -38,6 +40,8 @@ class CampaignResult:
     """Blocks already done before this invocation (resume)."""
     interrupted: bool = False
     """True when a signal stopped the campaign; `--resume` continues it."""
+    failures: dict[str, str] = field(default_factory=dict)
+    """Block id -> why it failed, for every failed block of the campaign (earlier ones too)."""
 
 
 def run_campaign(
@@ -46,13 +50,16 @@ def run_campaign(
     resume: bool = False,
     on_block: Callable[[Block, str], None] | None = None,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
+    allow_foreign_tables: bool = False,
 ) -> CampaignResult:
     """Run (or resume) a campaign file against the database `db`; SIGINT/SIGTERM stop it
-    cleanly after the current block's in-flight requests, with everything stored."""
+    cleanly after the current block's in-flight requests, with everything stored.
+    `allow_foreign_tables` writes into an SQLite file that holds other programs' tables."""
     campaign = load_campaign(path)
+    check_block_plans(campaign)
     blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
                          campaign.repetitions)  # fmt: skip
-    store = open_store(db)
+    store = open_store(db, allow_foreign_tables)
     try:
         begin(store, campaign, blocks, resume)
         statuses = block_statuses(store, blocks)
@@ -60,7 +67,13 @@ def run_campaign(
         result = CampaignResult(campaign, blocks, skipped=[s for s in statuses if s.outcome])
         run_async(_walk(store, Path(db), campaign, statuses, result, on_block, on_tick))
         kind = "campaign_interrupted" if result.interrupted else "campaign_completed"
-        if result.interrupted or all(s.outcome for s in block_statuses(store, blocks)):
+        final = block_statuses(store, blocks)
+        result.failures = {
+            s.block.block_id: failure_reason(store, s.run.run_id)
+            for s in final
+            if s.outcome == "failed" and s.run is not None
+        }
+        if result.interrupted or all(s.outcome for s in final):
             ran = [r.block.block_id for r in result.ran]
             event = Event(campaign_run_id(campaign.name), time.time(), kind, None, {"ran": ran})
             store.add([], [event])

@@ -25,6 +25,7 @@ def request_spec(campaign: Campaign) -> RequestSpec:
         endpoint=load.endpoint, stream=load.stream, max_tokens=load.max_tokens,
         temperature=load.temperature, ignore_eos=load.ignore_eos,
         return_token_ids=load.token_ids, timeout_s=load.timeout_s,
+        max_response_bytes=load.max_response_bytes,
     )  # fmt: skip
 
 
@@ -39,10 +40,29 @@ def requests_per_block(campaign: Campaign, config: ConfigEntry) -> int | None:
     if config.requests is not None or config.plan is None:
         return config.requests
     plan = _read_plan(config.plan)
+    if plan.requests_per_block is not None:
+        return int(plan.requests_per_block)  # a replicate-block design fixes the block length
     per_arm: int | None = plan.sequential.n_max_per_arm if plan.sequential else plan.n_per_arm
     if not per_arm:
         raise ConfigError(f"plan {config.plan} gives no sample size per arm")
     return max(1, math.ceil(per_arm / (len(campaign.devices) * campaign.repetitions)))
+
+
+def check_block_plans(campaign: Campaign) -> None:
+    """Refuse a campaign that runs fewer blocks per config than its block-design plan asks."""
+    for config in campaign.configs:
+        if config.plan is None:
+            continue
+        plan = _read_plan(config.plan)
+        blocks = campaign.repetitions * len(campaign.devices)
+        if plan.blocks is not None and blocks < plan.blocks:
+            needed = math.ceil(plan.blocks / len(campaign.devices))
+            raise ConfigError(
+                f"plan {config.plan} asks for {plan.blocks} replicate blocks per arm of "
+                f"{plan.requests_per_block} requests, but config {config.label!r} gets "
+                f"{campaign.repetitions} repetition(s) x {len(campaign.devices)} device(s) = "
+                f"{blocks}; set repetitions = {needed}"
+            )
 
 
 def soak_config(

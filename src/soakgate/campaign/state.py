@@ -39,6 +39,13 @@ class BlockStatus:
     """`completed` or `failed` once done; None when not started or interrupted."""
 
 
+def failure_reason(store: Store, run_id: str) -> str:
+    """Why a block failed, from its stored `server_start_failed` events (one line)."""
+    events = store.events(run_id)
+    errors = [str(e.data.get("error", "?")) for e in events if e.kind == "server_start_failed"]
+    return "; ".join(dict.fromkeys(errors)) or "no server came up"
+
+
 def begin(store: Store, campaign: Campaign, blocks: Sequence[Block], resume: bool) -> str:
     """Record the campaign's start (or resumption); refuse to mix two campaigns of one name."""
     run_id = campaign_run_id(campaign.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -36,6 +37,55 @@ def fraction(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number > 0."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def top_p(text: str) -> float:
+    """A nucleus-sampling mass: in (0, 1]."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]: it is a probability mass")
+    return value
+
+
+CONNECTION_MARGIN = 64
+"""File descriptors kept free beside the soak's connections (store, logs, metrics scrapes)."""
+
+
+def check_concurrency(
+    concurrency: int, requests: int | None, connections: int, given: bool = True
+) -> None:
+    """UsageError for a concurrency that cannot mean what it says: more requests in flight than
+    will ever be sent (when the concurrency was `given`: a default above a small --requests is
+    harmless), or more connections than this process may open (`connections` of them; the soft
+    open-files limit is raised toward the hard one first, as load generators do)."""
+    import resource
+
+    from soakgate.errors import UsageError
+
+    if given and requests is not None and concurrency > requests:
+        raise UsageError(
+            f"--concurrency {concurrency} is more than the {requests} requests per target: at most "
+            f"{requests} are ever in flight; give --concurrency {requests} or less"
+        )
+    need = connections + CONNECTION_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if need <= soft:
+        return
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return
+    raise UsageError(
+        f"--concurrency {concurrency} needs about {need} open connections; this process may "
+        f"open {hard} (raise `ulimit -n`, or lower --concurrency)"
+    )
+
+
 def non_negative_float(text: str) -> float:
     """A finite number >= 0."""
     try:
@@ -45,3 +95,44 @@ def non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value
+
+
+_EXPLICIT = "_explicit_options"
+
+
+def track_explicit(parser: argparse.ArgumentParser) -> None:
+    """Make `parser` record which options were given on the command line (argparse only calls
+    an option's action when it is given; defaults are set without it), for `explicit_options`."""
+    for action in parser._actions:
+        if action.option_strings and not isinstance(
+            action, argparse._HelpAction | argparse._VersionAction
+        ):
+            action.__class__ = _tracking(type(action))
+
+
+_TRACKING: dict[type[argparse.Action], type[argparse.Action]] = {}
+
+
+def _tracking(cls: type[argparse.Action]) -> type[argparse.Action]:
+    """A subclass of `cls` (one per action class) whose call records its dest."""
+    if cls in _TRACKING:
+        return _TRACKING[cls]
+
+    def __call__(
+        self: argparse.Action,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, _EXPLICIT, getattr(namespace, _EXPLICIT, frozenset()) | {self.dest})
+        cls.__call__(self, parser, namespace, values, option_string)
+
+    _TRACKING[cls] = type(f"Explicit{cls.__name__}", (cls,), {"__call__": __call__})
+    return _TRACKING[cls]
+
+
+def explicit_options(args: argparse.Namespace) -> frozenset[str]:
+    """The dests of the options given on the command line (see `track_explicit`)."""
+    given: frozenset[str] = getattr(args, _EXPLICIT, frozenset())
+    return given

@@ -26,12 +26,14 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         help="source trees, files or .so libraries; or `verify TARGET`",
     )
-    parser.add_argument("--format", choices=("text", "json", "sarif"), default="text")
+    parser.add_argument(
+        "--format", choices=("text", "json", "sarif"), default="text", help="output format"
+    )
     parser.add_argument(
         "--fail-on",
         default="error",
         metavar="SEVERITY",
-        help="exit 1 at or above: note, warning, error, critical (default error)",
+        help="exit 1 at or above: note, warning, error, critical",
     )
     parser.add_argument(
         "--fix", action="store_true", help="print a unified diff that fixes schemas"

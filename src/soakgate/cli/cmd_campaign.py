@@ -17,16 +17,22 @@ def register(subparsers: Any) -> None:
         "--resume", action="store_true", help="continue this campaign; finished blocks are kept"
     )
     parser.add_argument("--quiet", action="store_true", help="no per-block lines")
+    parser.add_argument(
+        "--allow-foreign-tables", action="store_true",
+        help="write into an SQLite file that also holds other programs' tables",
+    )  # fmt: skip
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the campaign, print a table of its blocks; 130 when interrupted (resume later)."""
+    """Run the campaign, print a table of its blocks and why any failed; 1 when a block failed,
+    130 when interrupted (resume later)."""
     from rich.table import Table
 
     from soakgate.campaign import Block, run_campaign
     from soakgate.campaign.model import load_campaign
     from soakgate.campaign.soakcfg import detector_config
+    from soakgate.cli import exits
     from soakgate.cli.cmd_run import warn_detector_budget
     from soakgate.load.progress import wide_console
 
@@ -38,7 +44,10 @@ def main(args: argparse.Namespace) -> int:
 
     campaign = load_campaign(args.file)
     warn_detector_budget(detector_config(campaign), campaign.load.max_tokens)
-    result = run_campaign(args.file, args.db, resume=args.resume, on_block=on_block)
+    result = run_campaign(
+        args.file, args.db, resume=args.resume, on_block=on_block,
+        allow_foreign_tables=args.allow_foreign_tables,
+    )  # fmt: skip
     table = Table(title=f"campaign {result.campaign.name}")
     for column in ("block", "label", "run", "outcome", "requests", "errors", "collapses", "faults"):
         table.add_column(column)
@@ -55,8 +64,13 @@ def main(args: argparse.Namespace) -> int:
             str(sum(t.collapses for t in tallies)), str(ran.faults),
         )  # fmt: skip
     console.print(table)
+    for block_id, reason in result.failures.items():
+        console.print(f"block {block_id} failed: {reason}", markup=False, highlight=False,
+                      soft_wrap=True)  # fmt: skip
     console.print(
         f"stored in {args.db}"
         + ("; interrupted: rerun with --resume" if result.interrupted else "")
     )
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        return exits.INTERRUPTED
+    return exits.FINDING if result.failures else exits.OK

@@ -11,15 +11,22 @@ def register(subparsers: Any) -> None:
     """Add the `export` command."""
     parser = subparsers.add_parser("export", help="export generations: parquet, csv or jsonl")
     parser.add_argument("db", metavar="DB", help="soakgate SQLite database")
-    parser.add_argument("--format", choices=("parquet", "csv", "jsonl"), required=True)
-    parser.add_argument("--out", metavar="FILE", help="output file (csv/jsonl: default stdout)")
+    parser.add_argument(
+        "--format", choices=("parquet", "csv", "jsonl"), required=True, help="output format"
+    )
+    parser.add_argument(
+        "--out", metavar="FILE",
+        help="output file (default: csv/jsonl to stdout, parquet to DB-STEM.parquet here)",
+    )  # fmt: skip
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Export; the row count goes to stderr so stdout stays pure data."""
+    """Export; the row count (and the file written) go to stderr so stdout stays pure data."""
     from soakgate.report.api import export
+    from soakgate.report.export import default_output
 
-    count = export(args.db, args.format, args.out)
-    print(f"exported {count} generations", file=sys.stderr)
+    out = args.out or default_output(args.db, args.format)
+    count = export(args.db, args.format, out)
+    print(f"exported {count} generations" + (f" to {out}" if out else ""), file=sys.stderr)
     return 0

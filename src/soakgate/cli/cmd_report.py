@@ -12,8 +12,10 @@ def add_clustering_arguments(parser: argparse.ArgumentParser) -> None:
     """Cost knobs of the clustering tests, shared with `compare`."""
     parser.add_argument("--window", type=positive_int, default=500, help="requests per window")
     parser.add_argument(
-        "--hmm-replicates", type=int, default=59, help="HMM bootstrap replicates (0 skips)"
-    )
+        "--hmm-replicates", type=int, default=0,
+        help="also run the (slow) HMM clustering test with this many bootstrap replicates; "
+        "at least 60 so that it can count (default 0: skipped)",
+    )  # fmt: skip
     parser.add_argument(
         "--gap-permutations", type=int, default=199, help="gap-test permutations (0 skips)"
     )
@@ -24,9 +26,11 @@ def clustering_options(args: argparse.Namespace) -> Any:
     """ClusteringOptions from the shared arguments."""
     from soakgate.errors import UsageError
     from soakgate.report.model import ClusteringOptions
+    from soakgate.stats.clustering import check_hmm_replicates
 
     if args.hmm_replicates < 0 or args.gap_permutations < 0:
         raise UsageError("--hmm-replicates and --gap-permutations must be >= 0")
+    check_hmm_replicates(args.hmm_replicates, 0.05, 3 if args.gap_permutations else 2)
     return ClusteringOptions(
         window=args.window, gap_permutations=args.gap_permutations,
         hmm_replicates=args.hmm_replicates, seed=args.seed,
@@ -40,7 +44,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("db", metavar="DB", help="soakgate SQLite database")
     parser.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report")
-    parser.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    parser.add_argument(
+        "--format", choices=("table", "json", "csv", "markdown"), default="table",
+        help="table (fits the terminal), or json/csv/markdown for machines and documents",
+    )  # fmt: skip
     parser.add_argument(
         "--no-clustering", action="store_true", help="skip the clustering tests (fast)"
     )

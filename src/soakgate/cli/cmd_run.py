@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from soakgate.cli.args import duration, fraction, non_negative_float, positive_int
+from soakgate.cli.args import (
+    check_concurrency,
+    duration,
+    explicit_options,
+    fraction,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    top_p,
+    track_explicit,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -17,7 +27,10 @@ def register(subparsers: Any) -> None:
         "run", help="soak targets with sustained load, scoring and storing every response"
     )
     add_soak_arguments(parser)
-    parser.add_argument("--resume", metavar="RUN_ID", help="continue a stored run")
+    parser.add_argument(
+        "--resume", metavar="RUN_ID",
+        help="continue a stored run, with its stored settings (a differing flag is refused)",
+    )  # fmt: skip
     parser.add_argument("--plan", type=Path, help="pre-registered plan (soakgate plan --write)")
     parser.add_argument(
         "--until-verdict", action="store_true",
@@ -33,8 +46,9 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--reference-fraction", type=fraction, default=0.03,
-        help="share of requests sent greedy to target and reference (default 0.03)",
+        help="share of requests sent greedy to target and reference",
     )  # fmt: skip
+    track_explicit(parser)  # --resume refuses explicit settings that differ from the stored run
     parser.set_defaults(func=main)
 
 
@@ -46,36 +60,69 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         help="an OpenAI-compatible server (one per GPU); repeat for several",
     )  # fmt: skip
     parser.add_argument("--label", default="default", help="configuration label of this run")
-    if levels:
+    if levels:  # a sweep is bounded by --requests-per-level: no --requests/--duration here
         parser.add_argument("--concurrency", default="24,48,96,192", help="levels, e.g. 24,48,96")
     else:
-        parser.add_argument("--concurrency", type=positive_int, default=8, help="per target")
-    parser.add_argument("--requests", type=positive_int, help="requests per target")
-    parser.add_argument("--duration", type=duration, help="how long to soak, e.g. 30m or 2h")
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=8, help="requests in flight per target"
+        )
+        parser.add_argument("--requests", type=positive_int, help="requests per target")
+        parser.add_argument("--duration", type=duration, help="how long to soak, e.g. 30m or 2h")
     parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")
-    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    parser.add_argument("--no-stream", dest="stream", action="store_false", help="no SSE")
-    parser.add_argument("--max-tokens", type=positive_int, default=128)
-    parser.add_argument("--temperature", type=non_negative_float, default=0.8)
-    parser.add_argument("--top-p", type=non_negative_float)
+    parser.add_argument(
+        "--allow-foreign-tables", action="store_true",
+        help="write into an SQLite file that also holds other programs' tables",
+    )  # fmt: skip
+    parser.add_argument(
+        "--endpoint", choices=("completions", "chat"), default="completions", help="API endpoint"
+    )
+    parser.add_argument(
+        "--no-stream", dest="stream", action="store_false", help="ask for whole answers, not SSE"
+    )
+    parser.add_argument(
+        "--max-tokens", type=positive_int, default=128, help="tokens to generate per request"
+    )
+    parser.add_argument(
+        "--temperature", type=non_negative_float, default=0.8, help="sampling temperature"
+    )
+    parser.add_argument(
+        "--top-p", type=top_p, help="nucleus sampling, in (0, 1] (none: the server's default)"
+    )
     parser.add_argument("--seed", type=int, help="sampling seed sent with every request")
     parser.add_argument("--ignore-eos", action="store_true", help="fixed-length generations")
     parser.add_argument("--logprobs", action="store_true", help="ask for logprobs")
     parser.add_argument("--token-ids", action="store_true", help="ask for token ids (vLLM)")
-    parser.add_argument("--timeout", type=non_negative_float, default=120.0, help="per request, s")
+    parser.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request")
+    parser.add_argument(
+        "--max-response-bytes", type=positive_int, metavar="N",
+        help="cap on an answer's body; longer is `oversized` (default 256 KiB + 4 KiB per token)",
+    )  # fmt: skip
     parser.add_argument("--model", help="model name (default: the target's first model)")
     parser.add_argument("--api-key", help="bearer token (default: $SOAKGATE_API_KEY); not stored")
-    parser.add_argument("--prompts", type=Path, help="JSONL file of prompts (default: built-in)")
-    parser.add_argument("--prompt-order", choices=("round-robin", "random"), default="round-robin")
-    parser.add_argument("--prompt-seed", type=int, default=0)
-    parser.add_argument("--store-text", choices=("all", "flagged"), default="all")
-    parser.add_argument("--char-run-threshold", type=positive_int, default=80)
+    parser.add_argument(
+        "--prompts", type=Path, metavar="FILE", help="JSONL file of prompts (default: built-in)"
+    )
+    parser.add_argument(
+        "--prompt-order", choices=("round-robin", "random"), default="round-robin",
+        help="order in which prompts are sent",
+    )  # fmt: skip
+    parser.add_argument("--prompt-seed", type=int, default=0, help="seed of --prompt-order random")
+    parser.add_argument(
+        "--store-text", choices=("all", "flagged"), default="all",
+        help="keep every text, or only flagged/errored ones and 1 in 100 clean ones",
+    )  # fmt: skip
+    parser.add_argument(
+        "--char-run-threshold", type=positive_int, default=80,
+        help="flag a run of one ordinary character at least this long",
+    )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no live progress")
     parser.add_argument(
         "--no-watch-metrics", dest="watch_metrics", action="store_false",
         help="do not scrape the targets' Prometheus /metrics (speculative-decoding watch)",
     )  # fmt: skip
-    parser.add_argument("--metrics-interval", type=duration, default=5.0, help="scrape period")
+    parser.add_argument(
+        "--metrics-interval", type=duration, default=5.0, help="scrape period, s (or 10s, 1m)"
+    )
 
 
 def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
@@ -91,20 +138,25 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         endpoint=args.endpoint, stream=args.stream, max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         ignore_eos=args.ignore_eos, logprobs=args.logprobs, return_token_ids=args.token_ids,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, max_response_bytes=args.max_response_bytes,
     )  # fmt: skip
     prompts = load_prompts(args.prompts) if args.prompts else list(builtin_prompts())
+    references = getattr(args, "reference", [])
+    connections = args.concurrency * len(targets) * (2 if references else 1)
+    given = "concurrency" in explicit_options(args)
+    check_concurrency(args.concurrency, args.requests, connections, given)
     return SoakConfig(
         targets=[TargetSpec.parse(t, api_key, args.model) for t in targets],
         label=args.label, request=request,
-        load=LoadSpec(args.concurrency, args.requests, args.duration),
+        load=LoadSpec(args.concurrency, args.requests, getattr(args, "duration", None)),
         db=Path(args.db), prompts=prompts, prompt_order=args.prompt_order,
         seed=args.prompt_seed, detectors=DetectorConfig(char_run_threshold=args.char_run_threshold),
         store_text=args.store_text, resume=getattr(args, "resume", None),
-        references=[TargetSpec.parse(r, api_key) for r in getattr(args, "reference", [])],
+        references=[TargetSpec.parse(r, api_key) for r in references],
         reference_fraction=getattr(args, "reference_fraction", 0.03),
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
+        allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
     )  # fmt: skip
 
 
@@ -122,6 +174,8 @@ def execute(config: Any, quiet: bool) -> Any:
     console = wide_console()
     console.print(summary_table(config.label, result.tallies, result.elapsed_s))
     console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
+    if config.until_verdict:
+        console.print(_verdict_line(config.db, result.run.run_id, result.stopped_by), markup=False)
     return result
 
 
@@ -132,6 +186,22 @@ def warn_detector_budget(detectors: Any, max_tokens: int) -> None:
     warning = budget_warning(detectors, max_tokens)
     if warning:
         print(f"soakgate: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _verdict_line(db: Path, run_id: str, stopped_by: str) -> str:
+    """Which look and verdict stopped an --until-verdict run (or that none did)."""
+    from soakgate.load.preregistration import stopping_line
+    from soakgate.store import open_analysis
+
+    store = open_analysis(db)
+    try:
+        line = stopping_line(store, run_id)
+    finally:
+        store.close()
+    if line is None:
+        return "sequential plan: no look was reached"
+    prefix = "stopped by the plan's verdict at" if stopped_by == "verdict" else "last look:"
+    return f"{prefix} {line}"
 
 
 def arm_targets(arms: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -10,19 +10,46 @@ import argparse
 import importlib
 import os
 import pkgutil
+import sqlite3
 import sys
+import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from soakgate import __version__, secrets
+from soakgate.cli import exits
 from soakgate.errors import SoakgateError
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help that shows every meaningful default (not None, False, an empty list, or a switch's
+    implied value) and keeps hand-made line breaks in descriptions."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        if action.nargs == 0:  # a switch (store_true/false): its help says what it changes
+            return text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
-    """ArgumentParser whose errors are one line and exit 2, with no usage dump."""
+    """ArgumentParser whose errors are one line and exit 2, with no usage dump; its help shows
+    every default; options are spelled out in full."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("formatter_class") in (None, argparse.RawDescriptionHelpFormatter):
+            kwargs["formatter_class"] = HelpFormatter
+        # No abbreviations: in a script, `--requests` silently meant `--requests-per-level` in
+        # `sweep`, and an abbreviation changes meaning when a later version adds a flag.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(exits.FAILED, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,20 +69,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; return its exit code (0 ok, 1 findings/failure, 2 bad input)."""
+    """Run one command; return its exit code: 0 done, 1 a finding, 2 could not do its job,
+    130 interrupted (`soakgate.cli.exits`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.print_help()
-        return 2
+        return exits.FAILED
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except SoakgateError as exc:
         print(f"soakgate: error: {secrets.redact(str(exc))}", file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         print("soakgate: interrupted", file=sys.stderr)
-        code = 130
+        code = exits.INTERRUPTED
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): a quiet end, not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = exits.OK
+    except sqlite3.DatabaseError as exc:  # a safety net: stores translate their own errors
+        print(f"soakgate: error: database error: {secrets.redact(str(exc))}", file=sys.stderr)
+        code = exits.FAILED
+    except Exception:  # a bug: keep the traceback for the report, but never exit 1 (a finding)
+        traceback.print_exc()
+        print("soakgate: internal error (a bug in soakgate; please report it)", file=sys.stderr)
+        code = exits.FAILED
     _exit_now_if_a_database_was_abandoned(code)
     return code
 

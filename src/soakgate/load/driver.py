@@ -16,6 +16,7 @@ from typing import Any
 
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import StoreError
+from soakgate.load.backoff import TargetBackoff
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
 from soakgate.prompts import Prompt, PromptPicker
@@ -26,7 +27,7 @@ from soakgate.targets.client import Session, connect, make_session
 
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
-_CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset"})
+_CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset", "dropped"})
 STORE_FAILURE_GRACE_S = 5.0
 """Once the store has failed, how long in-flight requests may finish (their rows are spilled)."""
 
@@ -112,6 +113,8 @@ class _Shared:
     """Set to cancel the requests in flight at once instead of letting them finish."""
     store_failure: StoreError | None = None
     """Why the store stopped taking rows, once it has."""
+    backoffs: dict[str, TargetBackoff] = field(default_factory=dict)
+    """Target name -> the back-off all its workers honour while it answers 429/503."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +303,7 @@ async def _worker(shared: _Shared, client: OpenAIClient) -> None:
 async def _work(shared: _Shared, client: OpenAIClient) -> None:
     name = client.target.name
     tally = shared.tallies[name]
+    limiter = shared.backoffs.setdefault(name, TargetBackoff())
     backoff = 0.0
     while (shared.gate is None or await shared.gate(name)) and (
         seq := _take_seq(shared, name)
@@ -327,6 +331,10 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
         backoff = _next_backoff(backoff, generation.error_class)
         if backoff:
             await _pause(shared, backoff)
+        if limiter.storm or outcome.error_class == "rate_limited":
+            _rate_limit(shared, limiter, name, outcome)
+        if limiter.until:  # a window is (or was, until looked at) open
+            await limiter.wait(shared.stop, shared.deadline)
 
 
 def _store(
@@ -342,6 +350,10 @@ def _store(
         spec=shared.spec, incarnation=shared.incarnation(target),
     )  # fmt: skip
     generation.reference_divergence = divergence
+    if outcome.attempts > 1:  # sent again: it provably never reached the server before
+        event = note(shared.run, "retried", request_id=request_id, attempts=outcome.attempts)
+        event.target = target
+        shared.writer.add_event(event)
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
     if shared.on_generation is None:
@@ -381,6 +393,20 @@ def _unscorable(generation: Generation, exc: Exception) -> None:
     generation.flags.clear()
     if not generation.text_sha256:
         generation.text_sha256 = sha256_text(generation.text or "")
+
+
+def _rate_limit(shared: _Shared, limiter: TargetBackoff, target: str, outcome: Outcome) -> None:
+    """Open the target's back-off window on a rate-limited answer (an event says so); a clean
+    answer resets its doubling."""
+    if outcome.error_class == "rate_limited":
+        seconds = limiter.rate_limited(outcome.retry_after_s)
+        if seconds is not None:
+            asked = outcome.retry_after_s
+            event = note(shared.run, "backoff", seconds=seconds, retry_after_s=asked)
+            event.target = target
+            shared.writer.add_event(event)
+    elif outcome.error_class is None:
+        limiter.answered()
 
 
 def _next_backoff(backoff: float, error_class: str | None) -> float:

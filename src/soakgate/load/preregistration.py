@@ -4,16 +4,26 @@ and a sequential plan's looks are judged while the soak runs."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from soakgate.errors import PlanError, UsageError
 from soakgate.records import Event, Generation, Run
-from soakgate.stats.plan import Decision, Plan, plan_sha256, plan_to_dict, read_plan
+from soakgate.stats.compare import Comparison
+from soakgate.stats.plan import (
+    Decision,
+    Plan,
+    SequentialRule,
+    plan_sha256,
+    plan_to_dict,
+    read_plan,
+)
 from soakgate.store import LedgerEntry, Store
 
 
@@ -39,6 +49,25 @@ def planned_requests(plan: Plan) -> int:
     if plan.n_per_arm is None:
         raise UsageError("the plan fixes no n per arm; give --requests or --duration")
     return plan.n_per_arm
+
+
+def look_due(rule: SequentialRule, look: int) -> int:
+    """Generations per arm at which the 1-based `look` of the rule is judged."""
+    return math.ceil(look / rule.looks * rule.n_max_per_arm - 1e-9)
+
+
+def judge_look(
+    plan: Plan, seq_a: npt.NDArray[np.bool_], seq_b: npt.NDArray[np.bool_], earlier: list[float]
+) -> tuple[Decision, Comparison]:
+    """One look of a sequential plan on both arms' flags so far (the calibration bench calls
+    this too): the verdict's own statistic against the boundary, with the earlier looks'
+    information fractions. The descriptive clustering tests are for reports, not looks."""
+    from soakgate.stats.compare import Arm, compare_arms
+    from soakgate.stats.decision import apply_decision
+
+    arm_a, arm_b = (Arm.from_sequence(plan.arms[0], seq_a), Arm.from_sequence(plan.arms[1], seq_b))
+    comparison = compare_arms(arm_a, arm_b, alpha=plan.alpha, gap_permutations=0, seed=len(earlier))
+    return apply_decision(plan, comparison, earlier), comparison
 
 
 @dataclass(slots=True)
@@ -74,32 +103,40 @@ class SequentialMonitor:
         self.flags[generation.label].append(generation.collapsed)
         rule = self.plan.sequential
         assert rule is not None
-        due = (len(self.fractions) + 1) / rule.looks * rule.n_max_per_arm
-        if min(len(f) for f in self.flags.values()) >= due:
+        if min(len(f) for f in self.flags.values()) >= look_due(rule, len(self.fractions) + 1):
             self._look()
 
     def _look(self) -> None:
         """Compare the arms (equal n, time order kept) and apply the plan's boundary."""
-        from soakgate.stats.compare import Arm, compare_arms
-        from soakgate.stats.decision import apply_decision
-
         rule = self.plan.sequential
         assert rule is not None
         n = min(len(f) for f in self.flags.values())
-        arms = [Arm.from_sequence(a, np.array(self.flags[a][:n])) for a in self.plan.arms]
-        window = int(min(500, max(20, rule.n_max_per_arm // (rule.looks * 8))))
-        # Looks use the cheap dispersion check only; the full clustering verdict is for reports.
-        comparison = compare_arms(arms[0], arms[1], alpha=self.plan.alpha, window=window,
-                                  gap_permutations=0, hmm_replicates=0)  # fmt: skip
-        decision = apply_decision(self.plan, comparison, self.fractions)
+        sequences = [np.array(self.flags[a][:n], dtype=bool) for a in self.plan.arms]
+        decision, comparison = judge_look(self.plan, sequences[0], sequences[1], self.fractions)
         self.fractions.append(min(n / rule.n_max_per_arm, 1.0))
+        arms = [int(seq.sum()) for seq in sequences]
         data = {
             "look": len(self.fractions), "fraction": self.fractions[-1], "n_per_arm": n,
-            "events": [arm.events for arm in arms], "verdict": decision.verdict,
+            "events": arms, "verdict": decision.verdict,
             "test": decision.test, "p_value": decision.p_value, "reason": decision.reason,
+            "design": comparison.verdict.design, "looks_planned": rule.looks,
             "deviations": list(decision.deviations), "plan_sha256": decision.plan_sha256,
         }  # fmt: skip
         self.record(Event(self.run_id, time.time(), "look", None, data))
         if decision.verdict != "continue":
             self.decision = decision
             self.stop.set()
+
+
+def stopping_line(store: Store, run_id: str) -> str | None:
+    """What `run --until-verdict` prints at the end: the last look and its verdict."""
+    looks = [e.data for e in store.events(run_id) if e.kind == "look"]
+    if not looks:
+        return None
+    last = looks[-1]
+    planned = last.get("looks_planned", "?")
+    verdict = str(last.get("verdict", "?")).replace("_", " ").upper()
+    return (
+        f"look {last.get('look')} of {planned} at n={last.get('n_per_arm'):,} per arm: "
+        f"{verdict} ({last.get('test')}: {last.get('reason')})"
+    )

@@ -20,8 +20,10 @@ import aiohttp
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig, budget_warning
 from soakgate.errors import SoakgateError, StoreFailedError, StoreLost, UsageError
+from soakgate.load import resume
 from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
+from soakgate.load.resume import prompts_digest
 from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.probes.specwatch import watch
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
@@ -63,6 +65,11 @@ class SoakConfig:
     references: list[TargetSpec] = field(default_factory=list)
     reference_fraction: float = 0.03
     baseline_prompts: int = 8
+    allow_foreign_tables: bool = False
+    """Write into an SQLite file that holds other programs' tables (refused by default)."""
+    explicit: frozenset[str] = frozenset()
+    """Settings given on the command line (argparse dests): `resume` refuses one that differs
+    from the stored run, and takes the stored value of every other."""
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -72,7 +79,8 @@ class SoakConfig:
             raise UsageError(f"target names must be unique: {', '.join(names)}")
         if self.load.concurrency < 1:
             raise UsageError(f"concurrency must be at least 1, not {self.load.concurrency}")
-        if self.load.requests is None and self.load.duration_s is None and self.plan is None:
+        bounded = self.load.requests is not None or self.load.duration_s is not None
+        if not bounded and self.plan is None and self.resume is None:  # resume: the stored bound
             raise UsageError("give --requests or --duration (a soak must be bounded)")
         if self.until_verdict and self.plan is None:
             raise UsageError("--until-verdict needs --plan")
@@ -101,7 +109,9 @@ def new_run(config: SoakConfig) -> Run:
         **config.request.to_dict(), "concurrency": config.load.concurrency,
         "requests_per_target": config.load.requests, "duration_s": config.load.duration_s,
         "prompt_order": config.prompt_order, "seed": config.seed,
-        "prompts": len(config.prompts), "store_text": config.store_text, **config.context,
+        "sampling_seed": config.request.seed, "prompts": len(config.prompts),
+        "prompts_sha256": prompts_digest(config.prompts), "store_text": config.store_text,
+        **config.context,
     }  # fmt: skip
     software = {"soakgate": __version__, "python": platform.python_version()}
     return Run(
@@ -112,12 +122,27 @@ def new_run(config: SoakConfig) -> Run:
 
 
 def resumed_run(store: Store, config: SoakConfig) -> Run:
-    """The stored run to continue; its label and targets must match the command line."""
+    """The stored run to continue; its label and targets must match the command line, and it
+    continues with its stored request and load settings (`load.resume`), refusing explicit
+    flags that differ and a run that already completed."""
     run = next((r for r in store.runs() if r.run_id == config.resume), None)
     if run is None:
         raise UsageError(f"no run {config.resume!r} in {config.db}")
     if run.label != config.label or run.targets != [t.name for t in config.targets]:
         raise UsageError(f"run {run.run_id} is {run.label} on {', '.join(run.targets)}")
+    counts = store.counts(run.run_id)
+    resume.check_resumable(run, sum(c.requests for c in counts.values()))
+    conflicts = resume.settings_conflicts(run, config, config.explicit)
+    if conflicts:
+        raise UsageError(
+            f"run {run.run_id} resumes with its stored settings; these flags differ: "
+            f"{'; '.join(conflicts)} (drop them, or start a new run)"
+        )
+    resume.check_prompts(run, config.prompts)
+    rows = (g.ended_at for g in store.generations(run.run_id)) if run.load.get("duration_s") else ()
+    resume.apply_stored_settings(
+        run, config, resume.soaked_seconds(run, store.events(run.run_id), rows)
+    )
     run.status = "running"
     return run
 
@@ -131,7 +156,7 @@ def run_soak(
     (a second one cancels what is in flight). A database that fails mid-soak stops it: the rows
     it did not take go to a sidecar file, and StoreFailedError says where."""
     own_store = store is None
-    store = store or open_store(config.db)
+    store = store or open_store(config.db, config.allow_foreign_tables)
     try:
         run = resumed_run(store, config) if config.resume else new_run(config)
         with RunLock(config.db, run.run_id):

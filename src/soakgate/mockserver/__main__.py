@@ -20,7 +20,10 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, run the server; one-line error and exit 2 on bad input."""
-    parser = _Parser(prog="python -m soakgate.mockserver", description=__doc__)
+    parser = _Parser(
+        prog="python -m soakgate.mockserver", description=__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )  # fmt: skip
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -16,7 +16,13 @@ from aiohttp import web
 from soakgate.mockserver.config import MockConfig
 from soakgate.mockserver.inject import GroundTruthLog, Injector
 from soakgate.mockserver.metrics import Metrics
-from soakgate.mockserver.plan import BadRequest, Plan, make_plan, parse_sampling
+from soakgate.mockserver.plan import (
+    BadRequest,
+    Plan,
+    check_model_length,
+    make_plan,
+    parse_sampling,
+)
 from soakgate.mockserver.render import DONE, EventWriter, error_body, response_body
 from soakgate.mockserver.text import detokenize
 
@@ -58,7 +64,7 @@ class MockServer:
                         "owned_by": "soakgate",
                         "root": config.model_name,
                         "parent": None,
-                        "max_model_len": 32768,
+                        "max_model_len": config.max_model_len,
                     }
                 ],
             }
@@ -113,6 +119,7 @@ class MockServer:
         self._arrive()
         try:
             sampling = parse_sampling(endpoint, json.loads(await request.read()))
+            check_model_length(self.config, sampling)
         except (ValueError, BadRequest) as exc:
             message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"
             return _json_response(error_body(message, "BadRequestError", 400), 400)
@@ -147,6 +154,8 @@ class MockServer:
                 "at": time.time(),
                 "endpoint": endpoint,
                 "stream": plan.sampling.stream,
+                "max_tokens": plan.sampling.max_tokens,
+                "temperature": plan.sampling.temperature,
                 "injected": decision.injected,
                 "fault": decision.fault,
                 "perturbed": plan.perturbed,

@@ -26,6 +26,9 @@ class MockConfig:
     """Server seed: drives injection decisions and sampled (temperature > 0) output."""
     model_name: str = "soakgate-mock"
     """Model id reported by /v1/models and in responses."""
+    max_model_len: int = 32768
+    """Context length (prompt + max_tokens) advertised at /v1/models and enforced like vLLM:
+    a longer request is answered HTTP 400."""
     tokens_per_s: float = 0.0
     """Per-request generation pace; 0 = as fast as possible."""
     latency_ms: float = 0.0
@@ -98,6 +101,8 @@ class MockConfig:
         )
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be 0..65535, got {self.port}")
+        if self.max_model_len < 1:
+            raise UsageError(f"--max-model-len must be >= 1, got {self.max_model_len}")
         if self.output_tokens is not None and self.output_tokens < 1:
             raise UsageError(f"--output-tokens must be >= 1, got {self.output_tokens}")
         if self.die_after is not None and self.die_after < 0:
@@ -146,13 +151,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the mock server's flags (for `soakgate mock-server` and `-m soakgate.mockserver`)."""
     d = MockConfig()
     add = parser.add_argument
-    add("--host", default=d.host, help="interface to listen on (default 127.0.0.1)")
-    add("--port", type=int, default=d.port, help="port; 0 picks a free one (default)")
+    add("--host", default=d.host, help="interface to listen on")
+    add("--port", type=int, default=d.port, help="port; 0 picks a free one")
     add("--seed", type=int, default=d.seed, help="server seed (injection decisions, sampling)")
     add("--model-name", default=d.model_name, help="model id to report")
+    add(
+        "--max-model-len", type=int, default=d.max_model_len,
+        help="context length; a longer prompt + max_tokens is answered HTTP 400, like vLLM",
+    )  # fmt: skip
     add("--tokens-per-s", type=float, default=d.tokens_per_s, help="per-request pace; 0 = max")
     add("--latency-ms", type=float, default=d.latency_ms, help="delay before the first token")
-    add("--output-tokens", type=int, default=None, help="fixed output length (default max_tokens)")
+    add("--output-tokens", type=int, default=None, help="fixed output length (none: max_tokens)")
     add("--stop-rate", type=float, default=d.stop_rate, help="probability of an early `stop`")
     add(
         "--saturation",
@@ -179,7 +188,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--collapse-kinds", default=",".join(COLLAPSE_KINDS), help="kinds[=weight], comma separated"
     )
     add("--fault-rate", default="", help="NAME=RATE[,NAME=RATE...] over " + ",".join(FAULT_KINDS))
-    add("--stall-s", type=float, default=d.stall_s, help="sleep of a `stall` fault (default 30)")
+    add("--stall-s", type=float, default=d.stall_s, help="sleep of a `stall` fault, s")
     add("--perturb-rate", type=float, default=d.perturb_rate, help="fraction of perturbed outputs")
     add(
         "--perturb-max-tokens", type=int, default=d.perturb_max_tokens, help="most tokens perturbed"
@@ -195,7 +204,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="real-server quirk (repeatable)",
     )
     add("--spec-decode", action="store_true", help="expose speculative-decoding counters")
-    add("--spec-accept", type=float, default=d.spec_accept, help="acceptance rate (default 0.39)")
+    add("--spec-accept", type=float, default=d.spec_accept, help="acceptance rate")
     add(
         "--spec-accept-saturated",
         type=float,
@@ -215,6 +224,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         port=args.port,
         seed=args.seed,
         model_name=args.model_name,
+        max_model_len=args.max_model_len,
         tokens_per_s=args.tokens_per_s,
         latency_ms=args.latency_ms,
         output_tokens=args.output_tokens,

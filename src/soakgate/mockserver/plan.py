@@ -123,6 +123,19 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
     )
 
 
+def check_model_length(config: MockConfig, sampling: Sampling) -> None:
+    """BadRequest (HTTP 400), worded as vLLM words it, when prompt + max_tokens exceeds the
+    model length: the mock never builds an answer longer than the model it pretends to be."""
+    prompt_tokens = prompt_token_count(sampling.prompt)
+    if prompt_tokens + sampling.max_tokens > config.max_model_len:
+        raise BadRequest(
+            f"'max_tokens' or 'max_completion_tokens' is too large: {sampling.max_tokens}. "
+            f"This model's maximum context length is {config.max_model_len} tokens and your "
+            f"request has {prompt_tokens} input tokens "
+            f"({sampling.max_tokens} > {config.max_model_len} - {prompt_tokens})."
+        )
+
+
 def _length(config: MockConfig, sampling: Sampling, key: int) -> tuple[int, str]:
     """Output length and finish reason: --output-tokens, else max_tokens, maybe an early stop."""
     count, finish = sampling.max_tokens, "length"

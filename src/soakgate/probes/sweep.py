@@ -16,7 +16,7 @@ from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.records import Event, Generation
 from soakgate.stats.rates import RateSummary, summarize_rate
-from soakgate.store import open_store
+from soakgate.store import open_analysis
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +36,14 @@ class SweepLevel:
     collapse_rate: RateSummary
     spec_acceptance: float | None = None
     """Mean speculative-decoding acceptance over the level's windows (None: no counters)."""
+    interrupted: bool = False
+    """Ctrl-C/SIGTERM stopped this level's soak; no later level ran."""
 
 
 def saturation_point(levels: Sequence[SweepLevel], min_gain: float = 0.10) -> int | None:
-    """The first level past which throughput rises by less than `min_gain` (None: not reached)."""
-    for current, following in itertools.pairwise(levels):
+    """The first level past which throughput rises by less than `min_gain` (None: not reached);
+    an interrupted level is not a measurement of its throughput and is left out."""
+    for current, following in itertools.pairwise([lv for lv in levels if not lv.interrupted]):
         if following.tokens_per_s < current.tokens_per_s * (1 + min_gain):
             return current.concurrency
     return None
@@ -62,7 +65,8 @@ def parse_levels(text: str) -> list[int]:
 def run_sweep(
     base: SoakConfig, levels: Sequence[int], requests_per_level: int, min_gain: float = 0.10
 ) -> list[SweepLevel]:
-    """Soak each level in turn (one stored run per level) and summarise it."""
+    """Soak each level in turn (one stored run per level) and summarise it; a level stopped by
+    Ctrl-C/SIGTERM is the last (marked `interrupted`)."""
     results = []
     sweep_id = uuid.uuid4().hex[:8]
     for level in levels:
@@ -71,13 +75,17 @@ def run_sweep(
         context = {**base.context, "sweep": sweep}
         config = dataclasses.replace(base, load=load, run_id=None, context=context)
         result = run_soak(config)
-        results.append(_summarise(config, level, result.run.run_id))
+        summary = _summarise(config, level, result.run.run_id)
+        if result.stopped_by == "stop":
+            results.append(dataclasses.replace(summary, interrupted=True))
+            break
+        results.append(summary)
     return results
 
 
 def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
     """Read one level's rows and events back and summarise them."""
-    store = open_store(config.db)
+    store = open_analysis(config.db)
     try:
         rows = list(store.generations(run_id))
         events = list(store.events(run_id))

@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from soakgate.errors import UsageError
+from soakgate.errors import StoreError, UsageError
 from soakgate.report.model import Analysis, ClusteringOptions, analyze
 from soakgate.store import SqliteStore
 
 if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport
+    from soakgate.stats.planning import PilotEstimate
 
 
 @contextmanager
 def existing_store(db: str | Path) -> Iterator[SqliteStore]:
-    """Open a database that must already exist (reading must never create an empty one)."""
-    from soakgate.store import open_store
+    """Open an existing soakgate database read-only (analysis never creates, migrates or writes
+    its input); a database found damaged while it is read is one StoreError line."""
+    from soakgate.store import open_analysis
 
-    path = Path(db)
-    if not path.is_file():
-        raise UsageError(f"no database at {path}")
-    store = open_store(path)
+    store = open_analysis(db)
     try:
         yield store
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read database {db}: {exc}") from None
     finally:
         store.close()
 
@@ -114,9 +116,10 @@ def compare(
 
     analysis = load_analysis(db, options, clustering=False)
     if plan is not None:
-        if a or b or baseline:
-            raise UsageError("--plan names its own arms; give no A B or --baseline with it")
-        reports = [compare_with_plan(analysis, plan, options, allow_unit_mismatch)]
+        if baseline:
+            raise UsageError("--plan names its own arms; give no --baseline with it")
+        given = (a, b) if a or b else None
+        reports = [compare_with_plan(analysis, plan, options, allow_unit_mismatch, given)]
     elif baseline is not None:
         if a or b:
             raise UsageError("give either A B or --baseline LABEL, not both")
@@ -136,9 +139,35 @@ def compare(
     return CompareResult("\n".join([text, *warnings]), any(differs(r) for r in reports))
 
 
+def load_pilot(db: str | Path, label: str | None = None) -> PilotEstimate:
+    """A pilot estimate for `soakgate plan --pilot`: every run of every target of `label` (or
+    of every label) as its own time-ordered sequence of clean generations."""
+    import numpy as np
+
+    from soakgate.stats.planning import pilot_estimate
+
+    analysis = load_analysis(db, clustering=False)
+    if label is not None and label not in analysis.labels:
+        known = ", ".join(analysis.labels)
+        raise UsageError(f"no label {label!r} in {db} (have: {known})")
+    sequences = []
+    for (row_label, _), rows in sorted(analysis.generations.items()):
+        if label is not None and row_label != label:
+            continue
+        by_run: dict[str, list[bool]] = {}
+        for g in rows:
+            if g.ok:
+                by_run.setdefault(g.run_id, []).append(g.collapsed)
+        sequences += [np.array(flags, dtype=bool) for flags in by_run.values()]
+    source = f"{Path(db).name}" + (f" label {label}" if label else " (all labels)")
+    return pilot_estimate(source, sequences)
+
+
 def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
     """Export every generation; returns the count written."""
     from soakgate.report.export import export as export_rows
 
+    if out is not None and Path(out).resolve() == Path(db).resolve():
+        raise UsageError(f"refusing to export over the database itself ({db}); give --out FILE")
     with existing_store(db) as store:
         return export_rows(store, fmt, out)

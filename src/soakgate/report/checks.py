@@ -42,7 +42,12 @@ def _plan_payloads(ledger: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def _planned_n(plan: dict[str, Any]) -> int | None:
+def _planned_n(plan: dict[str, Any], run: Run) -> int | None:
+    """Clean generations the plan asks of this run on one target."""
+    if plan.get("requests_per_block") is not None:
+        return int(plan["requests_per_block"])  # a block design: each run is one block
+    if run.campaign:
+        return None  # a campaign spreads the plan's n over its blocks (each checked as asked)
     sequential = plan.get("sequential")
     if isinstance(sequential, dict) and "n_max_per_arm" in sequential:
         return int(sequential["n_max_per_arm"])
@@ -68,7 +73,7 @@ def _run_warnings(
                 f"run {run.run_id} ({run.label}@{target}): {len(rows)} of the {planned} requests "
                 f"asked for (run {run.status}); {BURST_SCOPED}"
             )
-        planned_n = _planned_n(plan) if plan else None
+        planned_n = _planned_n(plan, run) if plan else None
         clean = sum(g.ok for g in rows)
         if planned_n is not None and clean < planned_n:
             found.append(

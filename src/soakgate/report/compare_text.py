@@ -41,11 +41,14 @@ def test_line(test: TestResult) -> str:
 
 
 def clustering_line(name: str, result: ClusteringResult | None) -> str:
-    """Clustering verdict of one arm, with design effect and effective n."""
+    """Clustering verdict of one arm, with the long-range design effect and effective n."""
     if result is None:
         return f"{name}: no time-ordered sequence"
+    rising = ""
+    if result.long_range is not None and result.long_range.still_rising:
+        rising = " (still rising at an eighth of the run: a lower bound)"
     return (
-        f"{name}: {result.reason}; design effect {result.design_effect:.2f}, "
+        f"{name}: {result.reason}; long-range design effect {result.design_effect:.2f}{rising}, "
         f"effective n {result.effective_n:,.0f}"
     )
 
@@ -54,10 +57,22 @@ def _ratio(value: float) -> str:
     return "undefined (no events)" if math.isnan(value) else f"{value:.3g}"
 
 
+VERDICT_WORDS = {"differ": "DIFFER", "no difference": "no significant difference",
+                 "indeterminate": "INDETERMINATE"}  # fmt: skip
+
+
+def verdict_word(report: ComparisonReport) -> str:
+    """DIFFER, no significant difference or INDETERMINATE (Holm-adjusted in a family)."""
+    c = report.comparison
+    if c.verdict.verdict == "indeterminate":
+        return VERDICT_WORDS["indeterminate"]
+    return "DIFFER" if rates_differ(report) else "no significant difference"
+
+
 def verdict_line(report: ComparisonReport) -> str:
     """The verdict in words, Holm-adjusted in a family."""
     c = report.comparison
-    word = "DIFFER" if rates_differ(report) else "no significant difference"
+    word = verdict_word(report)
     if report.adjusted_p is not None:
         return f"verdict: {word} (Holm-adjusted p = {report.adjusted_p:.4g}, alpha {c.alpha})"
     return f"verdict: {word} ({c.verdict_test} p = {c.p_value:.4g}, alpha {c.alpha})"
@@ -79,7 +94,7 @@ def differential_lines(differential: DifferentialComparison) -> list[str]:
         lines.append("    differential verdict: UNINFORMATIVE, no finding ("
                      + "; ".join(differential.uninformative) + ")")  # fmt: skip
     else:
-        word = "DIFFER" if c.significant else "no significant difference"
+        word = VERDICT_WORDS[c.verdict.verdict]
         lines.append(f"    differential verdict: {word} ({c.verdict_test} p = {c.p_value:.4g})")
     return lines
 
@@ -98,7 +113,7 @@ def render_comparison(report: ComparisonReport) -> str:
         f"[{_ratio(c.ratio_ci[0])}, {_ratio(c.ratio_ci[1])}] (95%)",
         "  tests:",
         *[f"    {test_line(t)}" for t in c.tests.values()],
-        "  clustering:",
+        "  clustering (descriptive; the verdict does not depend on it):",
         "    " + clustering_line(f"A {c.labels[0]}", c.clustering[0]),
         "    " + clustering_line(f"B {c.labels[1]}", c.clustering[1]),
         f"  verdict test: {c.verdict_test}, because {c.reason}",

@@ -99,6 +99,27 @@ def unit_mismatch(a: Unit, b: Unit, matched: bool = False) -> str | None:
     return None
 
 
+def design_notes(analysis: Analysis, units: Sequence[Unit], comparison: Comparison) -> list[str]:
+    """Which design the verdict used, and for blocks whether the servers were restarted."""
+    from soakgate.stats.verdict import BLOCKS
+
+    verdict = comparison.verdict
+    if verdict.design != BLOCKS:
+        runs = [len(u.slices) for u in units]
+        return [f"design: {verdict.design} ({runs[0]} + {runs[1]} run(s) of a target)"]
+    campaign_runs = {r.run_id for r in analysis.runs if r.campaign}
+    slices = [s for u in units for s in u.slices if s.n > 0]
+    restarted = sum(s.run_id.partition("/")[0] in campaign_runs for s in slices)  # run/target
+    blocks = f"{verdict.blocks[0]} + {verdict.blocks[1]} blocks (one per run and target)"
+    if restarted == len(slices):
+        return [f"design: replicate blocks, {blocks}: campaign blocks, servers restarted between"]
+    return [
+        f"design: replicate blocks, {blocks}; {len(slices) - restarted} of them are not campaign "
+        "blocks: the test assumes the blocks share no state (separate servers, or servers "
+        "restarted between runs)"
+    ]
+
+
 def to_arm(unit: Unit) -> Arm:
     """A stats arm: counts, the time-ordered sequence and per-run replicates."""
     replicates = tuple((s.collapses, s.n) for s in unit.slices if s.n > 0)
@@ -133,7 +154,8 @@ def compare_units(
         gap_permutations=options.gap_permutations, hmm_replicates=options.hmm_replicates,
         seed=options.seed,
     )  # fmt: skip
-    return ComparisonReport(comparison, (a, b), why)
+    notes = design_notes(analysis, (a, b), comparison)
+    return ComparisonReport(comparison, (a, b), why, notes=notes)
 
 
 def compare_baseline(
@@ -154,12 +176,15 @@ def compare_baseline(
     whys = [_checked(base, other, allow_unit_mismatch) for other in others]
     adjusted: Sequence[AdjustedComparison] = compare_with_baseline(
         to_arm(base), [to_arm(o) for o in others], alpha, options.window,
-        options.gap_permutations, options.hmm_replicates,
+        options.gap_permutations, options.hmm_replicates, options.seed,
     )  # fmt: skip
-    return [
-        ComparisonReport(item.comparison, (base, other), why, item.adjusted_p, item.significant)
-        for item, other, why in zip(adjusted, others, whys, strict=True)
-    ]
+    reports = []
+    for item, other, why in zip(adjusted, others, whys, strict=True):
+        notes = design_notes(analysis, (base, other), item.comparison)
+        reports.append(ComparisonReport(
+            item.comparison, (base, other), why, item.adjusted_p, item.significant, notes=notes
+        ))  # fmt: skip
+    return reports
 
 
 def _first_generations(analysis: Analysis, units: Sequence[Unit]) -> dict[str, float]:
@@ -188,8 +213,10 @@ def compare_with_plan(
     plan_path: str | Path,
     options: ClusteringOptions | None = None,
     allow_unit_mismatch: bool = False,
+    arms: tuple[str | None, str | None] | None = None,
 ) -> ComparisonReport:
-    """Apply exactly a registered plan's rule to its two arms; refuse an unregistered plan."""
+    """Apply exactly a registered plan's rule to its two arms (`arms`, when given, must be
+    them, in order); refuse an unregistered plan."""
     from soakgate.report.checks import check_registration
     from soakgate.stats.compare import compare_arms
     from soakgate.stats.decision import apply_decision
@@ -197,6 +224,12 @@ def compare_with_plan(
 
     options = options or ClusteringOptions()
     plan: Plan = read_plan(plan_path)
+    if arms is not None and tuple(arms) != plan.arms:
+        given = " ".join(str(arm) for arm in arms if arm)
+        raise UsageError(
+            f"the plan compares {plan.arms[1]} (B) against {plan.arms[0]} (A): give "
+            f"`{plan.arms[0]} {plan.arms[1]}` or no arms with --plan, not `{given}`"
+        )
     digest = plan_sha256(plan)
     a, b = resolve(analysis, plan.arms[0]), resolve(analysis, plan.arms[1])
     used = check_registration(digest, analysis.ledger, _first_generations(analysis, (a, b)))
@@ -207,7 +240,8 @@ def compare_with_plan(
         seed=options.seed,
     )  # fmt: skip
     decision = apply_decision(plan, comparison, _earlier_looks(analysis, plan, (a, b)))
-    notes = [f"plan {digest[:12]}... registered in ledger entries {[e.index for e in used]}"]
+    notes = design_notes(analysis, (a, b), comparison)
+    notes.append(f"plan {digest[:12]}... registered in ledger entries {[e.index for e in used]}")
     return ComparisonReport(comparison, (a, b), why, decision=decision, notes=notes)
 
 

@@ -89,9 +89,15 @@ def _write_jsonl(rows: Iterable[Generation], handle: IO[str]) -> int:
     return count
 
 
+def default_output(db: str | Path, fmt: str) -> Path | None:
+    """Where an export goes without --out: Parquet (binary) to `DB-STEM.parquet` in the current
+    folder (not next to the database, which may be read-only); CSV/JSONL to stdout (None)."""
+    return Path(f"{Path(db).stem}.parquet") if fmt == "parquet" else None
+
+
 def export(store: Store, fmt: str, out: str | Path | None = None) -> int:
     """Write every generation in (run, seq) order; returns how many. CSV/JSONL go to stdout
-    without `out`; Parquet needs a file."""
+    without `out`; Parquet needs a file (`default_output`)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose from {', '.join(FORMATS)}")
     rows = store.generations()
@@ -105,5 +111,7 @@ def export(store: Store, fmt: str, out: str | Path | None = None) -> int:
             return writer(rows, sys.stdout)
         with open(out, "w", encoding="utf-8", newline="") as handle:
             return writer(rows, handle)
+    except BrokenPipeError:
+        raise  # the reader closed stdout (`| head`): the CLI ends quietly
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None

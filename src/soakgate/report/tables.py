@@ -89,18 +89,44 @@ HEADERS = (
 )  # fmt: skip
 
 
-def render_table(analysis: Analysis, width: int = 200) -> str:
-    """The rich table plus methodology warnings, as text."""
+NARROW = 150
+"""Below this many columns the table drops two columns and breaks long cells onto two lines."""
+_NARROW_DROPPED = ("clean tok/s", "duration s")
+
+
+def render_table(analysis: Analysis, width: int | None = None) -> str:
+    """The rich table plus methodology warnings, as text `width` columns wide: by default the
+    terminal's width ($COLUMNS, then the terminal itself), 200 when output is not a terminal.
+    Rich wraps cells within their columns; below NARROW columns the rate, target and
+    clustering cells take two lines and `clean tok/s` and `duration s` are left to
+    --format json/csv (said under the table)."""
+    import shutil
+
     from rich.console import Console
     from rich.table import Table
 
+    width = width or shutil.get_terminal_size((200, 24)).columns
+    narrow = width < NARROW
+    headers = [h for h in HEADERS if not (narrow and h in _NARROW_DROPPED)]
     table = Table(title="soakgate report (n = clean generations; aggregates are not units)")
-    for header in HEADERS:
-        table.add_column(header, overflow="fold")
+    for header in headers:
+        figure = header in ("n", "collapses", "tok/s", "clean tok/s", "duration s")
+        table.add_column(header, overflow="fold", justify="right" if figure else "left")
     for cells in display_rows(analysis):
-        table.add_row(*cells, style="dim" if cells[1].startswith("ALL") else None)
+        row = dict(zip(HEADERS, cells, strict=True))
+        if narrow:  # break at the natural places, so rich need not break words
+            row["target"] = row["target"].replace(" (", "\n(")
+            row["rate [95% CI]"] = row["rate [95% CI]"].replace(" [", "\n[").replace(" (≤", "\n(≤")
+            row["clustering"] = row["clustering"].replace(" (", "\n(")
+        style = "dim" if cells[1].startswith("ALL") else None
+        table.add_row(*(row[h] for h in headers), style=style)
     console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
     console.print(table)
+    if narrow:
+        console.print(
+            f"({' and '.join(_NARROW_DROPPED)}: --format json or csv, or a terminal of "
+            f"{NARROW}+ columns)", markup=False, highlight=False,
+        )  # fmt: skip
     for line in analysis.warnings:
         console.print(f"warning: {line}", markup=False, highlight=False)
     if analysis.probes is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -54,16 +55,34 @@ def make_params(args: argparse.Namespace) -> Any:
     return params
 
 
+def check_port(host: str, port: int) -> None:
+    """UsageError when `host:port` cannot be listened on (in use, not an address of this
+    machine), found before llama.cpp loads the model and fails with a bare RuntimeError."""
+    if port == 0:
+        return
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as llama.cpp does
+            probe.bind((host, port))
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def serve(args: argparse.Namespace) -> int:
     """Start llama.cpp's server in this process and block until SIGTERM or SIGINT."""
     if not Path(args.model).is_file():
         raise UsageError(f"no GGUF model at {args.model}")
+    check_port(args.host, args.port)
     import xllamacpp
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    server = xllamacpp.Server(make_params(args))
+    try:
+        server = xllamacpp.Server(make_params(args))
+    except RuntimeError as exc:  # llama.cpp has logged why above; say it in one line
+        raise ServerError(f"llama.cpp's server did not start ({exc}); its log is above") from None
     print(f"{READY_PREFIX}{server.listening_address}", flush=True)
     while not stop.wait(0.2):
         pass
@@ -74,10 +93,11 @@ def serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """Arguments of `python -m soakgate.servers.llamacpp`."""
     parser = argparse.ArgumentParser(
-        prog="python -m soakgate.servers.llamacpp", description=__doc__.splitlines()[0]
-    )
+        prog="python -m soakgate.servers.llamacpp", description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )  # fmt: skip
     parser.add_argument("--model", required=True, help="GGUF model file")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed)")
     parser.add_argument("--parallel", type=int, default=8, help="slots (concurrent sequences)")
     parser.add_argument("--ctx", type=int, default=1024, help="context positions per slot")
@@ -90,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors with exit code 2, never a traceback."""
     try:
         return serve(build_parser().parse_args(argv))
-    except (UsageError, ImportError) as exc:
-        print(f"soakgate-llamacpp: {exc}", file=sys.stderr)
+    except (UsageError, ServerError, ImportError) as exc:
+        print(f"soakgate-llamacpp: error: {exc}", file=sys.stderr)
         return 2
 
 

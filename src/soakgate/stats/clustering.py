@@ -1,15 +1,20 @@
-"""Do failures cluster in time? Tests on one target's time-ordered 0/1 sequence.
+"""Do failures cluster in time? Descriptive tests on one target's time-ordered 0/1 sequence.
 
-Bursty failures break every test that treats requests as independent, so a comparison must
-know whether its arms cluster. Three tests, combined by Bonferroni so the verdict's false
-alarm rate stays at or below alpha: the index of dispersion over windows (chi-square), a
-gap test against the geometric distribution (permutation null), and a two-state HMM
-likelihood-ratio test (parametric bootstrap). Runs tests and first-order Markov tests are
-poorly calibrated at these rates and deliberately absent.
+The verdict of a comparison never depends on these tests (`soakgate.stats.verdict` decides by
+design); they describe a unit in the report. Up to three tests, combined by Bonferroni so that
+"clustered" is called on independent data at most alpha of the time: the index of dispersion
+over windows (chi-square), a gap test against the geometric distribution (permutation null),
+and, when asked for, a two-state HMM likelihood-ratio test (parametric bootstrap; slow, and
+only run with enough replicates that its p-value can fall below its Bonferroni share).
+Runs tests and first-order Markov tests are poorly calibrated at these rates and absent.
+
+The design effect shown is the long-range one (`dependence.long_range_design_effect`):
+correlation longer than the dispersion test's window is invisible to that window.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +23,7 @@ import numpy.typing as npt
 
 from soakgate.errors import UsageError
 from soakgate.stats._sampling import IntArray, random_subsets
+from soakgate.stats.dependence import LongRangeEstimate, long_range_design_effect
 from soakgate.stats.hmm import HmmTest, hmm_test
 
 BoolArray = npt.NDArray[np.bool_]
@@ -54,11 +60,12 @@ class ClusteringResult:
     alpha: float
     """Family-wise level of the combined verdict."""
     window: int
-    """Window length (requests) used for the dispersion test and the design effect."""
+    """Window length (requests) used for the dispersion test."""
     windows: int
     """Number of complete windows."""
     design_effect: float
-    """Variance of window counts / binomial variance (>= 1 means inflation; floored at 1)."""
+    """Long-range design effect: the largest variance of window counts over their binomial
+    variance for windows of 500 requests up to an eighth of the run (floored at 1)."""
     effective_n: float
     """n / design_effect: the number of independent requests the data are worth."""
     tests: tuple[TestOutcome, ...]
@@ -67,6 +74,8 @@ class ClusteringResult:
     """The HMM fit (burst rate, mean burst length) when that test ran."""
     reason: str
     """One line explaining the verdict."""
+    long_range: LongRangeEstimate | None = None
+    """The variance-time curve the design effect comes from."""
 
 
 def as_sequence(values: Sequence[int] | Sequence[bool] | npt.ArrayLike) -> BoolArray:
@@ -134,18 +143,35 @@ def gap_test(seq: BoolArray, permutations: int = 199, seed: int = 0) -> TestOutc
     return TestOutcome("gap", observed, p_value)
 
 
+def smallest_hmm_replicates(alpha: float, tests: int = 3) -> int:
+    """Fewest bootstrap replicates whose smallest p-value, 1/(R+1), is below alpha/tests."""
+    return math.floor(tests / alpha + 1e-9)
+
+
+def check_hmm_replicates(replicates: int, alpha: float = 0.05, tests: int = 3) -> None:
+    """Refuse an HMM bootstrap too small ever to count (e.g. 59 at alpha 0.05: 1/60 = 0.05/3)."""
+    needed = smallest_hmm_replicates(alpha, tests)
+    if 0 < replicates < needed:
+        raise UsageError(
+            f"with {replicates} HMM replicates the smallest p-value, 1/{replicates + 1}, cannot "
+            f"fall below alpha/{tests} = {alpha / tests:.4g}; use 0 (skip) or at least {needed}"
+        )
+
+
 def clustering_verdict(
     values: Sequence[int] | Sequence[bool] | npt.ArrayLike,
     alpha: float = 0.05,
     window: int = DEFAULT_WINDOW,
     gap_permutations: int = 199,
-    hmm_replicates: int = 59,
+    hmm_replicates: int = 0,
     seed: int = 0,
 ) -> ClusteringResult:
-    """Combine the dispersion, gap and HMM tests (0 permutations/replicates skips one)."""
+    """Combine the dispersion, gap and (when asked for) HMM tests; 0 skips the gap or HMM."""
     seq = as_sequence(values)
     width = window_length(len(seq), window)
-    dispersion, design_effect = dispersion_test(seq, width)
+    tests_run = 1 + (gap_permutations > 0) + (hmm_replicates > 0)
+    check_hmm_replicates(hmm_replicates, alpha, tests_run)
+    dispersion, _ = dispersion_test(seq, width)
     tests = [dispersion]
     if gap_permutations > 0:
         tests.append(gap_test(seq, gap_permutations, seed))
@@ -160,7 +186,8 @@ def clustering_verdict(
     else:
         best = min(tests, key=lambda t: t.p_value)
         reason = f"no clustering detected (smallest p: {best.name} p={best.p_value:.3g})"
-    inflation = max(design_effect, 1.0)
+    long_range = long_range_design_effect([seq])
+    inflation = long_range.design_effect
     return ClusteringResult(
         n=len(seq),
         events=int(seq.sum()),
@@ -173,4 +200,5 @@ def clustering_verdict(
         tests=tuple(tests),
         hmm=hmm,
         reason=reason,
+        long_range=long_range,
     )

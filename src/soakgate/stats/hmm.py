@@ -131,7 +131,7 @@ def fit_hmm(n: int, positions: IntArray) -> HmmFit:
     return HmmFit(clean, burst, enter, leave, log_like, 2.0 * (log_like - null_ll))
 
 
-def hmm_test(seq: npt.NDArray[np.bool_], replicates: int = 59, seed: int = 0) -> HmmTest:
+def hmm_test(seq: npt.NDArray[np.bool_], replicates: int = 99, seed: int = 0) -> HmmTest:
     """LR test of the two-state model vs independence, critical value by parametric bootstrap."""
     n = len(seq)
     positions = np.flatnonzero(seq).astype(np.int64)

@@ -55,8 +55,9 @@ class Plan:
     """Power at `ratio`."""
     unit: str = "target"
     """Unit of analysis: one target (one GPU's server) in one run."""
-    matched_targets: bool = True
-    """Both arms run on the same targets."""
+    matched_targets: bool = False
+    """True: both arms must have run on the same targets (`plan --matched-targets`); False
+    suits arms soaked side by side on different servers (`run --arm`)."""
     test: str = "auto"
     """Test the verdict uses; `auto` = the tool's documented choice (robust when clustered)."""
     design_effect: float = 1.0
@@ -67,6 +68,10 @@ class Plan:
     """Sequential design: the stopping rule (then `n_per_arm` is the fixed-design figure)."""
     decision_rule: str = ""
     """The rule in words."""
+    blocks: int | None = None
+    """Replicate-block design: blocks per arm (each a run of a freshly started server)."""
+    requests_per_block: int | None = None
+    """Replicate-block design: requests per target in each block."""
 
     @property
     def rule(self) -> str:
@@ -102,15 +107,27 @@ def make_plan(
     design_effect: float = 1.0,
     looks: int | None = None,
     test: str = "auto",
+    blocks: int | None = None,
+    requests_per_block: int | None = None,
+    matched_targets: bool = False,
 ) -> Plan:
-    """A plan with n per arm (and, with `looks`, an O'Brien–Fleming stopping rule) filled in."""
+    """A plan with n per arm filled in: with `looks`, an O'Brien–Fleming stopping rule; with
+    `blocks` or `requests_per_block`, a replicate-block design (the other number solved for)."""
+    from soakgate.stats.power import block_design
     from soakgate.stats.sequential import design_sequential
 
     n_fixed = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
     sequential = None
     if looks is not None:
+        if blocks is not None or requests_per_block is not None:
+            raise UsageError("a sequential plan looks at one run per arm; drop --blocks")
         design = design_sequential(looks, alpha, power)
         sequential = SequentialRule(looks, math.ceil(n_fixed * design.inflation))
+    if blocks is not None or requests_per_block is not None:
+        blocks, requests_per_block, _ = block_design(
+            baseline_rate, ratio, alpha, power, design_effect, blocks, requests_per_block
+        )
+        n_fixed = blocks * requests_per_block
     plan = Plan(
         hypothesis=hypothesis,
         arms=_two_arms(arms),
@@ -122,6 +139,9 @@ def make_plan(
         design_effect=design_effect,
         n_per_arm=n_fixed,
         sequential=sequential,
+        blocks=blocks,
+        requests_per_block=requests_per_block,
+        matched_targets=matched_targets,
     )
     _validate(plan)
     return Plan(**{**_fields(plan), "decision_rule": describe_rule(plan)})
@@ -130,16 +150,26 @@ def make_plan(
 def describe_rule(plan: Plan) -> str:
     """The decision rule in words."""
     arms = f"{plan.arms[1]} vs {plan.arms[0]}"
+    unresolved = (
+        "'indeterminate' (never 'differ') when one run per arm cannot resolve its dependence"
+    )
     if plan.sequential:
         s = plan.sequential
         return (
             f"{arms}: {s.looks} equally spaced looks up to {s.n_max_per_arm} per arm; at each look "
-            f"'differ' if |window-robust z| crosses the O'Brien-Fleming (Lan-DeMets) boundary at "
-            f"two-sided alpha {plan.alpha}; 'no difference' if n max is reached without crossing"
+            f"'differ' if the verdict's robust t crosses the O'Brien-Fleming (Lan-DeMets) "
+            f"boundary at two-sided alpha {plan.alpha}, taken to the t scale at its degrees of "
+            f"freedom; 'no difference' if n max is reached without crossing; {unresolved}"
+        )
+    if plan.blocks is not None:
+        return (
+            f"{arms}: {plan.blocks} replicate blocks per arm of {plan.requests_per_block} "
+            f"requests, each on a freshly started server; 'differ' if the two-sided p-value of "
+            f"the {plan.test} test over blocks is below {plan.alpha}, else 'no difference'"
         )
     return (
         f"{arms}: after {plan.n_per_arm} generations per arm, 'differ' if the two-sided p-value "
-        f"of the {plan.test} test is below {plan.alpha}, else 'no difference'"
+        f"of the {plan.test} test is below {plan.alpha}, else 'no difference'; {unresolved}"
     )
 
 
@@ -159,6 +189,10 @@ def _validate(plan: Plan) -> None:
         raise UsageError("a plan needs n per arm or a sequential stopping rule")
     if plan.sequential and (plan.sequential.looks < 1 or plan.sequential.n_max_per_arm < 1):
         raise UsageError("a sequential rule needs at least one look and a positive n max")
+    if (plan.blocks is None) != (plan.requests_per_block is None):
+        raise UsageError("a block design needs both blocks and requests per block")
+    if plan.blocks is not None and (plan.blocks < 2 or (plan.requests_per_block or 0) < 1):
+        raise UsageError("a block design needs at least 2 blocks of at least 1 request")
 
 
 def _fields(plan: Plan) -> dict[str, Any]:
@@ -198,6 +232,7 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
                 None if futility is None else float(futility),
             )
         n_fixed = data.get("n_per_arm")
+        blocks, per_block = data.get("blocks"), data.get("requests_per_block")
         plan = Plan(
             hypothesis=str(data["hypothesis"]),
             arms=_two_arms(data["arms"]),
@@ -206,12 +241,14 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
             alpha=float(data.get("alpha", 0.05)),
             power=float(data.get("power", 0.8)),
             unit=str(data.get("unit", "target")),
-            matched_targets=bool(data.get("matched_targets", True)),
+            matched_targets=bool(data.get("matched_targets", False)),
             test=str(data.get("test", "auto")),
             design_effect=float(data.get("design_effect", 1.0)),
             n_per_arm=None if n_fixed is None else int(n_fixed),
             sequential=sequential,
             decision_rule=str(data.get("decision_rule", "")),
+            blocks=None if blocks is None else int(blocks),
+            requests_per_block=None if per_block is None else int(per_block),
         )
         _validate(plan)
     except KeyError as exc:
@@ -255,68 +292,3 @@ def read_plan(path: str | Path) -> Plan:
         return plan_from_dict(data)
     except ConfigError as exc:
         raise ConfigError(f"plan {path}: {exc}") from None
-
-
-def plan_summary(
-    baseline_rate: float,
-    ratio: float,
-    alpha: float = 0.05,
-    power: float = 0.8,
-    design_effect: float = 1.0,
-    n: int | None = None,
-    write: str | Path | None = None,
-    arms: Sequence[str] | None = None,
-    hypothesis: str | None = None,
-    test: str = "auto",
-    looks: int | None = None,
-) -> str:
-    """The text `soakgate plan` prints; writes the plan file when `write` is given."""
-    check_design(baseline_rate, ratio, alpha, power)
-    lines = _figures(baseline_rate, ratio, alpha, power, design_effect, n)
-    if write is not None and (not arms or not hypothesis):
-        raise UsageError("--write needs --arms A B and --hypothesis TEXT")
-    if looks is not None or write is not None:
-        plan = make_plan(
-            hypothesis=hypothesis or "",
-            arms=arms or ("A", "B"),
-            baseline_rate=baseline_rate,
-            ratio=ratio,
-            alpha=alpha,
-            power=power,
-            design_effect=design_effect,
-            looks=looks,
-            test=test,
-        )
-        if plan.sequential:
-            n_max = plan.sequential.n_max_per_arm
-            lines.append(f"sequential, {looks} looks: n max per arm {n_max}")
-        if write is not None:
-            lines.append(f"wrote {write} (sha256 {write_plan(plan, write)})")
-    return "\n".join(lines)
-
-
-def _figures(
-    baseline_rate: float,
-    ratio: float,
-    alpha: float,
-    power: float,
-    design_effect: float,
-    n: int | None,
-) -> list[str]:
-    """n per arm, or for a given n the achieved power and the smallest detectable ratio."""
-    from soakgate.stats.power import achieved_power, detectable_ratio
-
-    rates = f"{baseline_rate:g} vs {baseline_rate * ratio:g} (ratio {ratio:g})"
-    setting = f"two-sided alpha {alpha:g}, design effect {design_effect:g}"
-    if n is None:
-        needed = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
-        return [f"{rates}, {setting}, power {power:.0%}", f"n per arm: {needed}"]
-    if n <= 0:
-        raise UsageError(f"--n must be positive, got {n}")
-    got = achieved_power(baseline_rate, ratio, n, alpha, design_effect)
-    smallest = detectable_ratio(baseline_rate, n, alpha, power, design_effect)
-    return [
-        f"{rates}, {setting}",
-        f"power with n={n} per arm: {got:.1%}",
-        f"smallest ratio detectable with {power:.0%} power: {smallest:.3g}",
-    ]

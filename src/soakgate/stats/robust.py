@@ -1,22 +1,24 @@
-"""Cluster-robust two-arm tests: batch-means (window) standard errors and quasi-Poisson GLM.
+"""Cluster-robust two-arm tests: few-batch means within one run, quasi-Poisson over blocks.
 
-With bursty failures requests are not independent; the honest unit of replication is a
-window of requests or a whole run. These tests estimate the variance from those units.
+With bursty failures requests are not independent; the honest unit of replication is a long
+stretch of a run or, better, a whole block (a run of a freshly started server). These tests
+take their variance from those units and their critical values from a t distribution with
+the degrees of freedom the units give, not from the normal.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.stats.clustering import DEFAULT_WINDOW, window_length
+from soakgate.stats.dependence import bin_counts, bin_edges
 
 BoolArray = npt.NDArray[np.bool_]
+BATCHES = 12  # few long batches per arm: each a twelfth of the run (Welch df about 22)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,77 +36,93 @@ class TestResult:
     df: float | None = None
     """Degrees of freedom of a t reference distribution, None for z and exact tests."""
     note: str = ""
-    """Detail worth showing (e.g. windows used, dispersion estimate)."""
+    """Detail worth showing (e.g. batches used, dispersion estimate)."""
     overdispersion_p: float | None = None
     """Quasi-Poisson only: p-value of Pearson's X2 against the Poisson variance (between runs)."""
+    standard_error: float | None = None
+    """Standard error of the rate difference B - A the test used (t tests only)."""
 
 
-def _batch_variance(seq: BoolArray, window: int) -> tuple[float, float, int]:
-    """Rate, its batch-means variance (ratio estimator over windows) and the window count."""
+def _batch_variance(seq: BoolArray, batches: int) -> tuple[float, float, int]:
+    """Rate, its batch-means variance (ratio estimator over batches) and the batch count."""
     n = len(seq)
-    starts = np.arange(0, n, window)
-    events = np.add.reduceat(seq.astype(np.int64), starts).astype(np.float64)
-    sizes = np.diff(np.append(starts, n)).astype(np.float64)
-    rate = float(events.sum()) / n
-    windows = len(starts)
-    if windows < 2:
-        return rate, math.nan, windows
-    residual = events - rate * sizes
-    variance = windows / (windows - 1) * float((residual**2).sum()) / n**2
-    return rate, variance, windows
+    counts = bin_counts(seq, batches).astype(np.float64)
+    sizes = np.diff(bin_edges(n, batches)).astype(np.float64)
+    rate = float(counts.sum()) / n
+    used = len(counts)
+    if used < 2:
+        return rate, math.nan, used
+    residual = counts - rate * sizes
+    return rate, used / (used - 1) * float((residual**2).sum()) / n**2, used
 
 
 def batch_means_test(
-    seq_a: BoolArray, seq_b: BoolArray, window: int = DEFAULT_WINDOW
+    seq_a: BoolArray, seq_b: BoolArray, batches: int = BATCHES
 ) -> TestResult | None:
-    """Welch t on the rate difference with variances from each arm's windows (B minus A)."""
+    """Welch t on the rate difference B - A, each arm's variance from `batches` consecutive
+    stretches of its run; Satterthwaite degrees of freedom. None for runs under 4 requests."""
     from scipy.stats import t as student_t
 
-    parts = [_batch_variance(s, window_length(len(s), window)) for s in (seq_a, seq_b)]
-    (rate_a, var_a, win_a), (rate_b, var_b, win_b) = parts
+    (rate_a, var_a, used_a), (rate_b, var_b, used_b) = (
+        _batch_variance(s, batches) for s in (seq_a, seq_b)
+    )
     if math.isnan(var_a) or math.isnan(var_b):
         return None
-    note = f"{win_a} + {win_b} windows"
-    if var_a + var_b == 0.0:
-        return TestResult("batch_means", 0.0, 1.0, float(win_a + win_b - 2), note + ", no variance")
-    statistic = (rate_b - rate_a) / math.sqrt(var_a + var_b)
-    denominator = var_a**2 / (win_a - 1) + var_b**2 / (win_b - 1)
-    dof = (var_a + var_b) ** 2 / denominator
+    dof_floor = float(used_a + used_b - 2)
+    note = f"{used_a} + {used_b} batches of ~{len(seq_a) // used_a:,} and ~{len(seq_b) // used_b:,}"
+    variance = var_a + var_b
+    difference = rate_b - rate_a
+    if variance == 0.0:
+        if difference == 0.0:
+            return TestResult("batch_means", 0.0, 1.0, dof_floor, note + ", no variance", None, 0.0)
+        # Every batch alike (e.g. no failure in A, one per batch in B): fall back on the
+        # binomial variance at the pooled rate rather than claim infinite precision.
+        pooled = (rate_a * len(seq_a) + rate_b * len(seq_b)) / (len(seq_a) + len(seq_b))
+        variance = pooled * (1.0 - pooled) * (1.0 / len(seq_a) + 1.0 / len(seq_b))
+        var_a = var_b = variance / 2.0
+    statistic = difference / math.sqrt(variance)
+    denominator = var_a**2 / (used_a - 1) + var_b**2 / (used_b - 1)
+    dof = variance**2 / denominator if denominator > 0 else dof_floor
     p_value = float(2.0 * student_t.sf(abs(statistic), dof))
-    return TestResult("batch_means", statistic, p_value, dof, note)
+    return TestResult("batch_means", statistic, p_value, dof, note, None, math.sqrt(variance))
 
 
 def quasi_poisson_test(
     replicates_a: Sequence[tuple[int, int]], replicates_b: Sequence[tuple[int, int]]
 ) -> TestResult | None:
-    """Quasi-Poisson GLM over replicate runs (events, n): log rate ratio B/A, t on residual df."""
-    import statsmodels.api as sm
+    """Quasi-Poisson log-linear model over replicate blocks (events, n): the log rate ratio B/A
+    with Pearson's dispersion, and t on the blocks' residual degrees of freedom.
+
+    Closed form of the two-group GLM (statsmodels' `GLM(..., Poisson).fit(scale="X2")` gives
+    the same numbers); an arm without any failure counts as half a failure, so that a wholly
+    clean arm against a failing one is still a finite, testable ratio. None for fewer than 2
+    blocks in an arm or no residual degrees of freedom.
+    """
     from scipy.stats import chi2
     from scipy.stats import t as student_t
-    from statsmodels.tools.sm_exceptions import ConvergenceWarning, PerfectSeparationWarning
 
-    rows = [(k, n, 0.0) for k, n in replicates_a] + [(k, n, 1.0) for k, n in replicates_b]
-    totals_a = sum(k for k, _ in replicates_a)
-    totals_b = sum(k for k, _ in replicates_b)
-    if min(len(replicates_a), len(replicates_b)) < 2 or len(rows) < 5 or 0 in (totals_a, totals_b):
-        return None  # too few runs for a residual df, or a zero arm makes the MLE diverge
-    data = np.array(rows, dtype=np.float64)
-    design = sm.add_constant(data[:, 2])
-    model = sm.GLM(data[:, 0], design, family=sm.families.Poisson(), offset=np.log(data[:, 1]))
-    with warnings.catch_warnings():
-        # A degenerate fit is reported as "not applicable", not raised as an error.
-        warnings.simplefilter("error", ConvergenceWarning)
-        warnings.simplefilter("error", PerfectSeparationWarning)
-        try:
-            fit = model.fit(scale="X2")
-        except (ConvergenceWarning, PerfectSeparationWarning):
-            return None
-    dof = float(fit.df_resid)
-    scale = float(fit.scale)
-    if not scale > 0.0:
+    if min(len(replicates_a), len(replicates_b)) < 2:
         return None
-    statistic = float(fit.params[1] / fit.bse[1])
+    dof = len(replicates_a) + len(replicates_b) - 2
+    events = [sum(k for k, _ in arm) for arm in (replicates_a, replicates_b)]
+    sizes = [sum(n for _, n in arm) for arm in (replicates_a, replicates_b)]
+    if 0 in sizes:
+        return None
+    note = f"{len(replicates_a)} + {len(replicates_b)} blocks"
+    if events == [0, 0]:
+        return TestResult("quasi_poisson", 0.0, 1.0, float(dof), note + ", no failures")
+    pearson = 0.0
+    for arm, total, size in zip((replicates_a, replicates_b), events, sizes, strict=True):
+        rate = total / size
+        pearson += sum((k - n * rate) ** 2 / (n * rate) for k, n in arm if rate > 0)
+    scale = pearson / dof
+    adjusted = [max(float(total), 0.5) for total in events]
+    log_ratio = math.log(adjusted[1] / sizes[1]) - math.log(adjusted[0] / sizes[0])
+    spread = math.sqrt(max(scale, 1e-12) * (1.0 / adjusted[0] + 1.0 / adjusted[1]))
+    statistic = log_ratio / spread
     p_value = float(2.0 * student_t.sf(abs(statistic), dof))
-    overdispersion = float(chi2.sf(float(fit.pearson_chi2), dof))
-    note = f"{len(rows)} runs, dispersion {scale:.3g}, log ratio {float(fit.params[1]):.3g}"
-    return TestResult("quasi_poisson", statistic, p_value, dof, note, overdispersion)
+    overdispersion = float(chi2.sf(pearson, dof))
+    rates = [total / size for total, size in zip(events, sizes, strict=True)]
+    error = math.sqrt(max(scale, 0.0) * (rates[0] / sizes[0] + rates[1] / sizes[1]))
+    note += f", dispersion {scale:.3g}, log ratio {log_ratio:.3g}"
+    return TestResult("quasi_poisson", statistic, p_value, float(dof), note, overdispersion, error)

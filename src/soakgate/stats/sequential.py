@@ -2,7 +2,9 @@
 
 Written by hand: neither scipy nor statsmodels computes group-sequential boundaries. The
 boundaries come from the classic recursive numerical integration (Armitage, McPherson and
-Rowe) of the score statistic, a Brownian motion observed at the looks.
+Rowe) of the score statistic, a Brownian motion observed at the looks. They are on the z
+scale; a look judged with a t statistic (few degrees of freedom) uses the t quantile with the
+same nominal tail probability (Jennison and Turnbull, Group Sequential Methods, sec. 3.8).
 """
 
 from __future__ import annotations
@@ -51,11 +53,11 @@ class SequentialDecision:
     look: int
     """1-based index of the latest look."""
     z: float
-    """Robust z at the latest look."""
+    """The look's statistic (robust t or z) at the latest look."""
     boundary: float
-    """|z| critical value at the latest look."""
+    """Critical value of |statistic| at the latest look (on the t scale when df is given)."""
     boundaries: tuple[float, ...]
-    """Critical values at every look so far, for the actual information fractions."""
+    """z-scale critical values at every look so far, for the actual information fractions."""
     reason: str
     """One line explaining the action."""
 
@@ -147,8 +149,13 @@ def _walk(
 def efficacy_boundaries(information: Sequence[float], alpha: float = 0.05) -> list[float]:
     """|z| critical values at the given information fractions (last one 1 = all alpha spent)."""
     _check_fractions(information)
+    return list(_cached_boundaries(tuple(float(t) for t in information), alpha))
+
+
+@functools.lru_cache(maxsize=256)  # pure and ~0.1 s; every look of every soak asks again
+def _cached_boundaries(information: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     bounds, _ = _walk(information, alpha, 0.0, None)
-    return bounds
+    return tuple(bounds)
 
 
 def _power_at(information: Sequence[float], bounds: Sequence[float], drift: float) -> list[float]:
@@ -181,25 +188,43 @@ def design_sequential(looks: int = 5, alpha: float = 0.05, power: float = 0.8) -
     )
 
 
+def t_boundary(z_boundary: float, df: float | None) -> float:
+    """The |t| critical value with the same nominal two-sided tail as |z| >= z_boundary."""
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    if df is None or not math.isfinite(df):
+        return z_boundary
+    return float(student_t.isf(norm.sf(z_boundary), df))
+
+
 def sequential_decision(
     information: Sequence[float],
     z_values: Sequence[float],
     alpha: float = 0.05,
     futility_z: float | None = None,
+    df: float | None = None,
 ) -> SequentialDecision:
-    """Judge the latest look; boundaries follow the actual fractions (capped at 1 = final)."""
+    """Judge the latest look; boundaries follow the actual fractions (capped at 1 = final).
+
+    With `df`, the latest statistic is a t with those degrees of freedom and is judged against
+    the t quantile of the look's nominal level, not against the z boundary."""
     if len(information) != len(z_values) or not z_values:
         raise UsageError("need one z value per look, and at least one look")
     capped = [min(t, 1.0) for t in information]
     _check_fractions(capped)
     bounds = efficacy_boundaries(capped, alpha)
-    look, z, bound = len(capped), float(z_values[-1]), bounds[-1]
+    look, z = len(capped), float(z_values[-1])
+    bound = t_boundary(bounds[-1], df)
+    name = "|z|" if df is None else f"|t({df:.1f})|"
     if abs(z) >= bound:
-        action, reason = "reject", f"|z|={abs(z):.3f} >= {bound:.3f} at look {look}: arms differ"
+        action, reason = "reject", f"{name}={abs(z):.3f} >= {bound:.3f} at look {look}: arms differ"
     elif capped[-1] >= 1.0:
-        action, reason = "accept", f"n max reached, |z|={abs(z):.3f} < {bound:.3f}: no difference"
+        action = "accept"
+        reason = f"n max reached, {name}={abs(z):.3f} < {bound:.3f}: no difference"
     elif futility_z is not None and abs(z) < futility_z:
-        action, reason = "accept", f"futility: |z|={abs(z):.3f} < {futility_z:.3f} at look {look}"
+        action = "accept"
+        reason = f"futility: {name}={abs(z):.3f} < {futility_z:.3f} at look {look}"
     else:
-        action, reason = "continue", f"|z|={abs(z):.3f} < {bound:.3f} at look {look}: continue"
+        action, reason = "continue", f"{name}={abs(z):.3f} < {bound:.3f} at look {look}: continue"
     return SequentialDecision(action, look, z, bound, tuple(bounds), reason)

@@ -3,7 +3,7 @@
 from soakgate.store.base import LedgerEntry, Store, TargetCounts
 from soakgate.store.batch import BatchWriter
 from soakgate.store.memory import MemoryStore
-from soakgate.store.sqlite import SqliteStore, open_store
+from soakgate.store.sqlite import SqliteStore, open_analysis, open_store
 
 __all__ = [
     "BatchWriter",
@@ -12,5 +12,6 @@ __all__ = [
     "SqliteStore",
     "Store",
     "TargetCounts",
+    "open_analysis",
     "open_store",
 ]

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from soakgate.errors import StoreError, StoreLost
 from soakgate.records import Event, Generation, Run
@@ -28,15 +29,26 @@ ABANDONED: list[sqlite3.Connection] = []
 through its memory map, and the kernel kills the process with SIGBUS. A process holding one
 ends with `os._exit` (see cli.main)."""
 
+SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger"})
+"""The tables soakgate creates; any other table makes a database another program's."""
+
 
 class SqliteStore:
-    """A soakgate database file; safe to share across runs and to reopen after a crash."""
+    """A soakgate database file; safe to share across runs and to reopen after a crash.
 
-    def __init__(self, path: str | Path) -> None:
+    `read_only` opens it for analysis (`open_analysis`): nothing is created, migrated or written,
+    and a file that is not a soakgate database is refused."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.poisoned = False
         """True once writing (or closing) the database could kill the process; never touched
         again after that."""
+        if read_only:
+            self._conn = connect_read_only(self.path)
+            stat = os.stat(self.path)
+            self._identity = (stat.st_dev, stat.st_ino)
+            return
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             # WAL + synchronous=NORMAL: a committed transaction survives a killed process.
@@ -257,11 +269,111 @@ def _locked_by_chattr(path: str) -> bool:
     return bool(attributes & (_STATX_ATTR_IMMUTABLE | _STATX_ATTR_APPEND))
 
 
-def open_store(path: str | Path) -> SqliteStore:
-    """Open (creating if needed) a soakgate database; a missing parent folder is a StoreError."""
+def open_store(path: str | Path, allow_foreign_tables: bool = False) -> SqliteStore:
+    """Open (creating if needed) a soakgate database to write into; a missing parent folder, a
+    folder, a file that is not SQLite, or (unless `allow_foreign_tables`) another program's
+    database is a StoreError, and such a file is left untouched."""
     target = Path(path)
     if not target.parent.exists():
-        raise StoreError(f"folder {target.parent} does not exist")
+        raise StoreError(f"cannot create database {target}: folder {target.parent} does not exist")
     if target.exists() and target.is_dir():
         raise StoreError(f"{target} is a folder, not a database file")
+    if target.is_file() and target.stat().st_size > 0:
+        foreign = _foreign_tables(target)
+        if foreign and not allow_foreign_tables:
+            raise StoreError(
+                f"{target} is not a soakgate database (it holds {', '.join(foreign[:5])}); "
+                "refusing to add soakgate's tables to it (choose another --db, or give "
+                "--allow-foreign-tables to write into it anyway)"
+            )
     return SqliteStore(target)
+
+
+def open_analysis(path: str | Path) -> SqliteStore:
+    """Open an existing soakgate database read-only, for report, compare and export: never
+    creates, migrates or writes it (it may be an archive or on read-only media). A missing
+    file, a folder, or a file that is not a soakgate database is a StoreError."""
+    target = Path(path)
+    if target.is_dir():
+        raise StoreError(f"{target} is a folder, not a database file")
+    if not target.is_file():
+        raise StoreError(f"no database at {target}")
+    return SqliteStore(target, read_only=True)
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to a soakgate database, checked by its metadata.
+
+    `mode=ro` always; `immutable=1` as well where the file cannot change (a read-only
+    filesystem without a write-ahead log), which is also what lets SQLite read a WAL-mode
+    database there at all. Nothing here writes the file."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    if _cannot_change(path):
+        uri += "&immutable=1"
+    try:
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA query_only=ON")
+        db.execute("PRAGMA busy_timeout=10000")
+        _check_soakgate(db, path)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read database {path}: {exc}") from None
+    return db
+
+
+def _cannot_change(path: Path) -> bool:
+    """True on a read-only filesystem when no write-ahead log is pending."""
+    try:
+        read_only_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        wal = Path(f"{path}-wal")
+        return read_only_fs and (not wal.exists() or wal.stat().st_size == 0)
+    except OSError:
+        return False
+
+
+def _check_soakgate(db: sqlite3.Connection, path: Path) -> None:
+    """StoreError unless the database carries soakgate's metadata at a schema it can read."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        _raise_if_not_sqlite(exc, path)
+        if "no such table" not in str(exc):
+            raise
+        row = None
+    if row is None:
+        raise StoreError(f"{path} is not a soakgate database (no soakgate metadata)")
+    if not str(row[0]).isdigit() or int(row[0]) > codec.SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has schema version {row[0]}; this soakgate reads up to {codec.SCHEMA_VERSION}"
+        )
+
+
+def _raise_if_not_sqlite(exc: sqlite3.DatabaseError, path: Path) -> None:
+    """The one-line refusal of a file that is not SQLite at all (a text file, an image)."""
+    if "not a database" in str(exc):
+        raise StoreError(f"{path} is not a soakgate database (not an SQLite file)") from None
+
+
+def _foreign_tables(path: Path) -> list[str]:
+    """Tables of an existing SQLite file that make it another program's database (every table,
+    when soakgate's metadata is absent and the tables are not exactly soakgate's own)."""
+    try:
+        db = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            names = {
+                row[0]
+                for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+                if not row[0].startswith("sqlite_")
+            }
+            versioned = (
+                "meta" in names
+                and db.execute("SELECT 1 FROM meta WHERE key='schema_version'").fetchone()
+                is not None
+            )
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        _raise_if_not_sqlite(exc, path)
+        raise StoreError(f"cannot open database {path}: {exc}") from None
+    if versioned or names == SOAKGATE_TABLES:  # the latter: created, then killed before versioning
+        return sorted(names - SOAKGATE_TABLES)
+    return sorted(names)

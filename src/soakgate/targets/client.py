@@ -1,8 +1,12 @@
-"""aiohttp client for one OpenAI-compatible target; every failure becomes an error class."""
+"""The client of one OpenAI-compatible target (generation requests on its own HTTP/1.1 pool,
+model discovery on aiohttp); every failure becomes an error class."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import email.utils
 import errno
 import json
 import time
@@ -16,16 +20,31 @@ from soakgate.prompts import Prompt
 from soakgate.secrets import mask_url
 from soakgate.targets import http1, parse
 from soakgate.targets.deadlines import Deadlines
+from soakgate.targets.encoding import Decoder
+from soakgate.targets.pool import Pool
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
+from soakgate.targets.sse import SseSplitter
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
+_RATE_LIMITED = (429, 503)  # "too many requests" and "overloaded": the target backs off
+_SLICE = 64 * 1024  # bytes of a stream parsed per turn of the event loop (~0.5 ms of work)
+OVERSIZED_TEXT_KEPT = 16 * 1024
+"""Characters of text kept from an `oversized` answer (the rest would only fill the store)."""
+
+
+class ResponseMismatch(Exception):
+    """The answer's echoed `X-Request-Id` is another request's."""
 
 
 def headers_for(target: TargetSpec) -> dict[str, str]:
-    """Request headers; the API key (or the URL's credentials) goes here and nowhere else."""
+    """Request headers; the API key (or the URL's credentials) goes here and nowhere else (a key
+    with a line break is a UsageError on every path, model discovery included: it could inject
+    headers)."""
     headers = {"Content-Type": "application/json"}
     if target.api_key:
+        if any(c in target.api_key for c in "\r\n\0"):
+            raise UsageError("the API key contains a line break or a NUL character")
         headers["Authorization"] = f"Bearer {target.api_key}"
     elif (basic := target.basic_auth()) is not None:
         headers["Authorization"] = basic
@@ -64,6 +83,14 @@ def classify(exc: BaseException) -> str:
         return "timeout"
     if isinstance(exc, http1.ConnectFailed | ConnectionRefusedError):
         return "connection_refused"
+    if isinstance(exc, http1.Dropped):
+        return "dropped"
+    if isinstance(exc, http1.Oversized):
+        return "oversized"
+    if isinstance(exc, ResponseMismatch):
+        return "response_mismatch"
+    if isinstance(exc, parse.UnexpectedChoices):
+        return "unexpected_choices"
     if isinstance(exc, http1.Disconnected | ConnectionResetError | BrokenPipeError):
         return "connection_reset"
     if isinstance(exc, OSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE):
@@ -84,13 +111,13 @@ class Session:
         self.http = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None)
         )
-        self._pools: dict[str, http1.Pool] = {}
+        self._pools: dict[str, Pool] = {}
 
-    def pool(self, url: str) -> http1.Pool:
+    def pool(self, url: str) -> Pool:
         """The generation connections to the target at `url` (one pool per URL)."""
         pool = self._pools.get(url)
         if pool is None:
-            pool = self._pools[url] = http1.Pool(url)
+            pool = self._pools[url] = Pool(url)
         return pool
 
     async def close(self) -> None:
@@ -157,7 +184,7 @@ class OpenAIClient:
             if b"\r" in rid or b"\n" in rid:
                 raise ValueError(f"request id {request_id!r} has a line break")
             request = b"".join((head, rid, b"\r\n\r\n", body))
-            await self._exchange(outcome, spec, request, began)
+            await self._exchange(outcome, spec, request, rid, began)
         except asyncio.CancelledError:
             if not self._timed_out(task):
                 outcome.error_class, outcome.error_detail = "cancelled", "soak stopped"
@@ -166,6 +193,8 @@ class OpenAIClient:
             outcome.error_class = "timeout"
             outcome.error_detail = f"no complete answer within {spec.timeout_s:g} s"
         except Exception as exc:  # every failure is a record, never a crash of the soak
+            if isinstance(exc, http1.HttpError):
+                outcome.attempts = exc.attempts
             outcome.error_class = outcome.error_class or classify(exc)
             outcome.error_detail = outcome.error_detail or describe(exc)
         finally:
@@ -180,60 +209,157 @@ class OpenAIClient:
         return self._deadlines.disarm(task) and task.uncancel() == 0
 
     async def _exchange(
-        self, outcome: Outcome, spec: RequestSpec, request: bytes, began: float
+        self, outcome: Outcome, spec: RequestSpec, request: bytes, rid: bytes, began: float
     ) -> None:
         """Send the request and read the whole answer into `outcome`."""
-        connection = await self._pool.send(request)
+        cap = spec.response_cap
+        connection = await self._pool.send(request, cap)
+        outcome.attempts = connection.attempts
         try:
             outcome.http_status = status = connection.status
+            echoed = connection.request_id
+            if echoed is not None and echoed != rid and echoed.strip(b" \t") != rid:
+                # an answer left over from another request (RFC 9110 drops the value's spaces)
+                connection.abort()
+                raise ResponseMismatch(f"the answer carries X-Request-Id {echoed[:100]!r}")
+            decoder = None
+            if connection.encoding is not None and connection.encoding.lower() != b"identity":
+                decoder = Decoder(connection.encoding, cap)
             if status >= 400:
-                body = (await connection.read())[:300].decode("utf-8", "replace")
-                outcome.error_class = "http_4xx" if status < 500 else "http_5xx"
-                outcome.error_detail = f"HTTP {status}: {body}"
+                await _refused(outcome, connection, decoder)
                 return
-            chat = spec.endpoint == "chat"
-            if spec.stream:
-                await self._read_stream(outcome, connection, chat, began)
-            else:
-                parse.fold_body(outcome, parse.decode_event(await connection.read()), chat)
-                if outcome.finish_reason is None:
-                    outcome.error_class = "truncated_stream"
-                    outcome.error_detail = "response without a finish_reason"
+            answer = parse.Answer(outcome, spec.endpoint == "chat")
+            done = False
+            try:
+                if spec.stream:
+                    done = await self._read_stream(answer, connection, decoder, began)
+                else:
+                    body = await connection.read()
+                    if decoder is not None:
+                        body = decoder.feed(body)
+                        decoder.close()
+                    parse.fold_body(answer, parse.decode_event(body))
+            except http1.Oversized as exc:  # every such row would be as long as the cap
+                came = answer.close(keep=OVERSIZED_TEXT_KEPT)
+                kept = min(came, OVERSIZED_TEXT_KEPT)
+                outcome.error_detail = f"{describe(exc)}; text kept: {kept} of {came} characters"
+                raise
+            finally:
+                answer.close()  # the text that came is kept, whatever failed
+            answer.check()
+            if outcome.finish_reason is None:
+                outcome.error_class = "truncated_stream"
+                how = "with [DONE]" if done else "without [DONE]"
+                outcome.error_detail = (
+                    f"stream ended {how} and without a finish_reason"
+                    if spec.stream
+                    else "response without a finish_reason"
+                )
         finally:
             self._pool.release(connection)  # kept alive only when its answer was read whole
 
     async def _read_stream(
-        self, outcome: Outcome, connection: http1.Connection, chat: bool, began: float
-    ) -> None:
-        """Fold server-sent events; a stream with no finish reason is truncated."""
+        self,
+        answer: parse.Answer,
+        connection: http1.Connection,
+        decoder: Decoder | None,
+        began: float,
+    ) -> bool:
+        """Fold server-sent events into the answer; True when the stream said [DONE].
+
+        Each piece taken is at most what the connection buffers before it pauses reading, and
+        taking the next one waits for the event loop: no stream holds the loop for long."""
         done = False
-        splitter = parse.SseSplitter()
+        splitter = SseSplitter()
         while chunk := await connection.chunk():
-            for data in splitter.feed(chunk):
-                done = self._fold_data(outcome, data, chat, began) or done
+            if decoder is not None:
+                chunk = decoder.feed(chunk)
+            for start in range(0, len(chunk), _SLICE):
+                if start:  # a big piece is parsed a slice per turn of the event loop
+                    await asyncio.sleep(0)
+                piece = chunk if len(chunk) <= _SLICE else chunk[start : start + _SLICE]
+                for data in splitter.feed(piece):
+                    done = self._fold_data(answer, data, began) or done
+                if splitter.error is not None:
+                    raise parse.ServerDeclaredError(_error_message(splitter.error))
+        if decoder is not None:
+            decoder.close()
         for data in splitter.close():
-            done = self._fold_data(outcome, data, chat, began) or done
-        if outcome.finish_reason is None:
-            outcome.error_class = "truncated_stream"
-            how = "with [DONE]" if done else "without [DONE]"
-            outcome.error_detail = f"stream ended {how} and without a finish_reason"
+            done = self._fold_data(answer, data, began) or done
+        if splitter.error is not None:
+            raise parse.ServerDeclaredError(_error_message(splitter.error))
+        return done
 
     @staticmethod
-    def _fold_data(outcome: Outcome, data: bytes, chat: bool, began: float) -> bool:
+    def _fold_data(answer: parse.Answer, data: bytes, began: float) -> bool:
         """Fold one SSE data payload; True for the [DONE] sentinel."""
         if data == b"[DONE]":
             return True
-        if parse.fold_event(outcome, parse.decode_event(data), chat) and outcome.ttft_s is None:
-            outcome.ttft_s = time.perf_counter() - began
+        try:
+            event = parse.decode_event(data)
+        except ValueError:
+            if data.strip() == b"[DONE]":  # with stray spaces
+                return True
+            raise
+        if parse.fold_event(answer, event) and answer.outcome.ttft_s is None:
+            answer.outcome.ttft_s = time.perf_counter() - began
         return False
 
 
-def _request_head(pool: http1.Pool, path: str, target: TargetSpec) -> bytes:
+async def _refused(outcome: Outcome, connection: http1.Connection, decoder: Decoder | None) -> None:
+    """Record an answer with an error status: 429 and 503 are `rate_limited`, with the wait the
+    server asked for; the body is read (keeping the connection) and its start is the detail."""
+    status = connection.status
+    if status in _RATE_LIMITED:
+        outcome.error_class = "rate_limited"
+        outcome.retry_after_s = retry_after_seconds(connection.retry_after)
+    else:
+        outcome.error_class = "http_4xx" if status < 500 else "http_5xx"
+    outcome.error_detail = f"HTTP {status}"
+    body = await connection.read()
+    if decoder is not None:
+        with contextlib.suppress(parse.ResponseFormatError, http1.Oversized):
+            body = decoder.feed(body)
+    outcome.error_detail = f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}"
+
+
+def retry_after_seconds(value: bytes | None) -> float | None:
+    """Seconds a `Retry-After` header asks for (delay-seconds or an HTTP date); None when absent
+    or unreadable."""
+    if value is None:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isascii() and text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # HTTP dates are GMT
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(data: bytes) -> str:
+    """The message of an `event: error`'s data: JSON `{"message"}` or `{"error"}`, else the text."""
+    try:
+        body = parse.decode_event(data)
+    except ValueError:
+        return data[:300].decode("utf-8", "replace")
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        message = error.get("message", error) if isinstance(error, dict) else error
+        return str(message)[:300]
+    return str(body)[:300]
+
+
+def _request_head(pool: Pool, path: str, target: TargetSpec) -> bytes:
     """A request's head up to its per-request fields: request line and the fixed headers."""
     fields = {
         "Host": pool.authority,
         "User-Agent": f"soakgate/{__version__}",
         "Accept": "application/json, text/event-stream",
+        "Accept-Encoding": "identity",
         **headers_for(target),
     }
     if any(c in value for value in fields.values() for c in "\r\n\0"):

@@ -1,28 +1,42 @@
-"""A lean HTTP/1.1 keep-alive client for generation requests.
+"""A lean HTTP/1.1 client connection for generation requests (pooled by `targets/pool.py`).
 
 llhttp (the parser of Node.js, through `httptools`) parses the answers and asyncio transports
-carry the bytes; this module only frames requests and pools connections, which no library
-does without its own per-request machinery. aiohttp's `ClientSession` costs ~0.14 ms of CPU
-per request on top of this (BENCHMARKS.md, client cost), more than all of soakgate's own work
-per request, and a load generator's CPU is its reach. aiohttp still does everything else
-(model discovery, /metrics, health checks).
+carry the bytes; this module only frames requests and bounds answers, which no library does
+without its own per-request machinery. aiohttp's `ClientSession` costs ~0.14 ms of CPU per
+request on top of this (BENCHMARKS.md, client cost), more than all of soakgate's own work per
+request, and a load generator's CPU is its reach. aiohttp still does everything else (model
+discovery, /metrics, health checks).
+
+Every answer is bounded: its head by `MAX_HEAD_BYTES`, its body by the cap the request was sent
+with, its bytes on the wire by both (llhttp and httptools set no limit of their own: an endless
+header grew to 386 MB in 30 s before these caps).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
+import time
 from typing import cast
-from urllib.parse import urlsplit
 
 import httptools
 
-_HIGH_WATER = 1 << 20  # bytes of unread answer before the socket stops being read
-_STALE_RETRIES = 4  # reused connections tried before a fresh one (several can be stale at once)
+_HIGH_WATER = 256 * 1024  # unread answer bytes before the socket stops being read: also what one
+# answer can hand the event loop at once
+MAX_HEAD_BYTES = 64 * 1024
+"""Cap on an answer's status line and headers (interim 1xx answers included)."""
+
+# headers the client acts on: 0 frames the body; the others are kept for the client to check
+_WATCHED = {
+    b"content-length": 0, b"transfer-encoding": 0,
+    b"x-request-id": 1, b"content-encoding": 2, b"retry-after": 3,
+}  # fmt: skip
 
 
 class HttpError(Exception):
     """The exchange failed below HTTP semantics (no status, or a broken answer)."""
+
+    attempts = 1
+    """Times the request was written before this failure (set by the pool)."""
 
 
 class ConnectFailed(HttpError):
@@ -33,8 +47,18 @@ class Disconnected(HttpError):
     """The server closed or reset the connection before its answer was complete."""
 
 
+class Dropped(Disconnected):
+    """The server closed or reset the connection after the request was written, before sending
+    any byte of an answer: it may have received and worked on the request, so it is not sent
+    again."""
+
+
 class ProtocolError(HttpError):
     """The server's bytes are not an HTTP/1.x answer."""
+
+
+class Oversized(HttpError):
+    """The answer's head, body or bytes on the wire exceeded their cap."""
 
 
 class Connection(asyncio.Protocol):
@@ -50,6 +74,14 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._framed = False  # Content-Length or Transfer-Encoding seen: the end is not the close
         self._expecting = False  # a request was sent and its answer is not complete yet
+        self._wire = 0  # bytes of the current answer received, framing included
+        self._wire_cap = 0
+        self._body = 0  # bytes of the current answer's body
+        self._body_cap = 0
+        self._head = 0  # bytes of the current answer's header names and values
+        self._over = ""  # what passed its cap, once something has
+        self.fd = -1
+        """The socket's file descriptor (the pool polls idle connections for a close)."""
         self.status = 0
         """HTTP status of the current answer (0 until its headers are in)."""
         self.complete = False
@@ -59,42 +91,86 @@ class Connection(asyncio.Protocol):
         self.error: HttpError | None = None
         self.reusable = True
         """The server allows another request on this connection."""
+        self.request_id: bytes | None = None
+        """The answer's `X-Request-Id` header, when the server echoes one."""
+        self.encoding: bytes | None = None
+        """The answer's `Content-Encoding` header, if any."""
+        self.retry_after: bytes | None = None
+        """The answer's `Retry-After` header, if any."""
+        self.answers = 0
+        """Answers completed on this connection."""
+        self.attempts = 1
+        """Times the current request was written (on this or earlier connections)."""
+        self.idle_since = 0.0
+        """Monotonic time the connection was last given back to its pool."""
+        self.lost_at: float | None = None
+        """Monotonic time the connection was closed, from either side."""
 
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
 
     def data_received(self, data: bytes) -> None:
         if not self._expecting:  # unasked-for bytes (e.g. a proxy's 408 on an idle connection)
             self.reusable = False
             return
         self.answered = True
+        self._wire += len(data)
+        if self._wire > self._wire_cap:
+            return self._oversized(f"more than {self._wire_cap} bytes on the wire")
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(ProtocolError(f"invalid HTTP answer: {exc}"))
             self.abort()
+            return
+        if self._over:
+            self._oversized(self._over)
+        elif not self.status and self._wire > MAX_HEAD_BYTES and self._expecting:
+            self._oversized(f"a head over {MAX_HEAD_BYTES} bytes")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
-        if self.status >= 200 and not self.complete and not self._framed:
-            self.complete = True  # the body was delimited by the close (RFC 9112 §6.3)
-        elif not self.complete:
-            why = f": {exc}" if exc else ""
-            when = "before its answer was complete" if self.answered else "before answering"
-            self._fail(Disconnected(f"the server closed the connection {when}{why}"))
+        self.lost_at = time.monotonic()
+        if self._expecting and self.error is None:
+            if self.status >= 200 and not self._framed:
+                self._done()  # the body was delimited by the close (RFC 9112 §6.3)
+            else:
+                why = f": {exc}" if exc else ""
+                if self.answered:
+                    when = "before its answer was complete"
+                    self._fail(Disconnected(f"the server closed the connection {when}{why}"))
+                else:
+                    self._fail(Dropped(f"the server closed the connection before answering{why}"))
         self._wake()
 
     # --- httptools callbacks ------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+        self._head += len(name) + len(value)
+        field = _WATCHED.get(name.lower())
+        if field is None:
+            return
+        if field == 0:
             self._framed = True
+        elif self.status or not self._expecting:  # a trailer, or a stray answer's header
+            return
+        elif field == 1:
+            self.request_id = value
+        elif field == 2:
+            self.encoding = value
+        else:
+            self.retry_after = value
 
     def on_headers_complete(self) -> None:
         if not self._expecting:  # a second answer after ours, in the same bytes
             self.reusable = False
+            return
+        if self._head > MAX_HEAD_BYTES:  # it came whole in one read
+            self._over = f"a head over {MAX_HEAD_BYTES} bytes"
             return
         status = self._parser.get_status_code()
         if status >= 200:  # a 1xx answer is interim: the real one follows on this connection
@@ -104,6 +180,10 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if not self._expecting:
             return
+        self._body += len(body)
+        if self._body > self._body_cap:
+            self._over = f"a body over {self._body_cap} bytes"
+            return
         self._chunks.append(body)
         self._buffered += len(body)
         if self._buffered > _HIGH_WATER and not self._paused and self._transport is not None:
@@ -112,20 +192,27 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
-        if self.status and self._expecting:
-            self.complete, self._expecting = True, False
+        if self.status and self._expecting and not self._over:
             self.reusable = self.reusable and self._parser.should_keep_alive()
-            self._wake()
+            self._done()
         self._framed = False
 
     # --- the request side ---------------------------------------------------------------------
 
-    def send(self, data: bytes) -> None:
-        """Write a whole request; the previous answer must be complete and taken."""
+    def send(self, data: bytes, max_body: int) -> bool:
+        """Write a whole request whose answer's body may be up to `max_body` bytes; the previous
+        answer must be complete and taken. False when the write failed at once: not one byte of
+        the request left this machine (the socket was already reset)."""
         self.status, self.complete, self.answered = 0, False, False
+        self.request_id = self.encoding = self.retry_after = None
+        self._wire = self._body = self._head = 0
+        self._over = ""
+        self._body_cap = max_body
+        self._wire_cap = MAX_HEAD_BYTES + 2 * max_body  # chunk framing included
         self._expecting = True
         assert self._transport is not None
         self._transport.write(data)
+        return not self._transport.is_closing()
 
     async def headers(self) -> int:
         """Wait for the answer's status line and headers; its status."""
@@ -190,6 +277,15 @@ class Connection(asyncio.Protocol):
         if self.error is not None:
             raise self.error
 
+    def _done(self) -> None:
+        self.complete, self._expecting = True, False
+        self.answers += 1
+        self._wake()
+
+    def _oversized(self, what: str) -> None:
+        self._fail(Oversized(f"the answer has {what}"))
+        self.abort()
+
     def _fail(self, error: HttpError) -> None:
         if self.error is None:
             self.error = error
@@ -199,100 +295,3 @@ class Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-
-
-class Pool:
-    """Keep-alive connections to one origin, each carrying one request at a time.
-
-    There is no limit on connections: one is opened per request in flight, and the caller
-    bounds how many requests are in flight (the soak's concurrency).
-    """
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        self.host = parts.hostname or ""
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.prefix = parts.path.rstrip("/")
-        """Path of the base URL that every request path is appended to."""
-        self.authority = parts.netloc.rpartition("@")[2]
-        """The `Host` header: host[:port] as written in the URL."""
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
-        self._idle: list[Connection] = []
-        self._open: set[Connection] = set()
-        self._closed = False
-
-    async def send(self, request: bytes) -> Connection:
-        """Send a whole request; its connection once the answer's headers are in.
-
-        A reused connection the server closed before answering is retried on another (RFC
-        9112 §9.3.1: a request the server never answered may be sent again); llama.cpp closes
-        the connection after every stream without saying so. Give the connection back with
-        `release` (after taking the whole answer) or `discard`.
-        """
-        for attempt in range(_STALE_RETRIES + 1):
-            connection = self._reuse() if attempt < _STALE_RETRIES else None
-            fresh = connection is None
-            if connection is None:
-                connection = await self._connect()
-            try:
-                connection.send(request)
-                await connection.headers()
-                return connection
-            except Disconnected:
-                self.discard(connection)
-                if fresh or connection.answered:
-                    raise
-            except BaseException:  # a failure, a timeout or a stop: the answer is abandoned
-                self.discard(connection)
-                raise
-        raise AssertionError("unreachable: the last attempt always uses a fresh connection")
-
-    def release(self, connection: Connection) -> None:
-        """Take back a connection whose answer was read whole, keeping it alive if allowed."""
-        if (
-            connection.complete
-            and connection.reusable
-            and not connection.closed
-            and not self._closed
-        ):
-            self._idle.append(connection)
-        else:
-            self.discard(connection)
-
-    def discard(self, connection: Connection) -> None:
-        """Drop a connection (its answer unfinished, failed, or not to be reused)."""
-        self._open.discard(connection)
-        if connection.complete:
-            connection.close()
-        else:
-            connection.abort()
-
-    async def close(self) -> None:
-        """Close every connection; later requests fail."""
-        self._closed = True
-        for connection in list(self._open):
-            self.discard(connection)
-        self._idle.clear()
-        await asyncio.sleep(0)  # let the transports report their close
-
-    def _reuse(self) -> Connection | None:
-        """The most recently used idle connection still open, if any."""
-        while self._idle:
-            connection = self._idle.pop()
-            if not connection.closed and connection.reusable:
-                return connection
-            self.discard(connection)
-        return None
-
-    async def _connect(self) -> Connection:
-        if self._closed:
-            raise ConnectFailed("the connection pool is closed")
-        loop = asyncio.get_running_loop()
-        try:
-            _, connection = await loop.create_connection(
-                lambda: Connection(loop), self.host, self.port, ssl=self._ssl
-            )
-        except OSError as exc:  # refused, unresolvable, unreachable, TLS handshake (SSLError)
-            raise ConnectFailed(f"cannot connect to {self.authority}: {exc}") from exc
-        self._open.add(connection)
-        return connection

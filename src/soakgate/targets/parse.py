@@ -19,6 +19,10 @@ class ServerDeclaredError(ValueError):
     """The server answered 200 but declared an error in the body or stream."""
 
 
+class UnexpectedChoices(ValueError):
+    """The answer had choices that were not asked for, or choices with a bad index."""
+
+
 def build_payload(spec: RequestSpec, prompt: Prompt, model: str) -> dict[str, Any]:
     """The JSON body for one request."""
     body: dict[str, Any] = {"model": model, "max_tokens": spec.max_tokens}
@@ -59,44 +63,6 @@ def decode_event(data: bytes) -> Any:
         return json.loads(data.decode("utf-8"))
 
 
-class SseSplitter:
-    """Incremental server-sent-events framing: feed raw chunks, get each complete event's data.
-
-    Reading whole chunks and splitting here costs far less than one awaited readline per line.
-    """
-
-    def __init__(self) -> None:
-        self._partial = b""
-        self._data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """The data payloads of the events completed by this chunk (multi-line data joined)."""
-        lines = (self._partial + chunk).split(b"\n") if self._partial else chunk.split(b"\n")
-        self._partial = lines.pop()
-        return self._events(lines)
-
-    def close(self) -> list[bytes]:
-        """At the end of the stream: the last event, even without its closing blank line."""
-        lines, self._partial = [self._partial], b""
-        events = self._events(lines)
-        if self._data:
-            events.append(b"\n".join(self._data))
-            self._data = []
-        return events
-
-    def _events(self, lines: list[bytes]) -> list[bytes]:
-        events: list[bytes] = []
-        data = self._data
-        for raw in lines:
-            line = raw.rstrip(b"\r")
-            if line[:5] == b"data:":
-                data.append(line[5:].lstrip(b" "))
-            elif not line and data:  # a blank line ends an event; comments and ids are skipped
-                events.append(data[0] if len(data) == 1 else b"\n".join(data))
-                data = self._data = []
-        return events
-
-
 def check_error(body: Any) -> None:
     """Raise ServerDeclaredError when a 200 body carries an error object."""
     if isinstance(body, dict) and body.get("error"):
@@ -105,11 +71,74 @@ def check_error(body: Any) -> None:
         raise ServerDeclaredError(str(message)[:300])
 
 
-def fold_choice(outcome: Outcome, choice: Any, chat: bool, streaming: bool) -> bool:
-    """Add one choice (whole or a stream delta) to the outcome; True when it carried content."""
-    if not isinstance(choice, dict):
-        raise ResponseFormatError("choice is not an object")
-    if chat:
+class Answer:
+    """One response being folded into its outcome, choices assembled by `index`.
+
+    Only choice 0 was asked for: its text is kept as pieces and joined once by `close`
+    (appending to a str would copy the whole text on every event); any other choice is
+    counted, never mixed in, and makes the answer an `UnexpectedChoices` error.
+    """
+
+    __slots__ = ("chat", "others", "outcome", "pieces")
+
+    def __init__(self, outcome: Outcome, chat: bool) -> None:
+        self.outcome = outcome
+        self.chat = chat
+        self.pieces: list[str] = []
+        self.others: dict[str, int] = {}
+        """Index of each choice not asked for (or not valid) -> characters of text it had."""
+
+    def close(self, keep: int | None = None) -> int:
+        """Put choice 0's text into the outcome (also after a failure: what came is kept), its
+        first `keep` characters when given; returns the characters that had come."""
+        if not self.pieces:
+            return len(self.outcome.text)
+        text = self.outcome.text + "".join(self.pieces)
+        self.pieces = []
+        self.outcome.text = text if keep is None else text[:keep]
+        return len(text)
+
+    def check(self) -> None:
+        """Raise UnexpectedChoices when choices not asked for came."""
+        if self.others:
+            listed = ", ".join(f"{i} ({n} chars)" for i, n in self.others.items())
+            raise UnexpectedChoices(f"choices besides index 0, the one asked for: {listed}")
+
+
+def fold_choices(answer: Answer, choices: list[Any], streaming: bool) -> bool:
+    """Fold one body's or event's choices by their `index` (a missing index is the choice's
+    position); True when choice 0 carried content."""
+    if len(choices) == 1:  # the common case: one choice, index 0
+        choice = choices[0]
+        if choice.__class__ is dict:
+            index = choice.get("index", 0)
+            if index == 0 and index.__class__ is int:
+                return fold_choice(answer, choice, streaming)
+    content, seen = False, set()
+    for position, choice in enumerate(choices):
+        if not isinstance(choice, dict):
+            raise ResponseFormatError("choice is not an object")
+        index = choice.get("index", position)
+        key = str(index) if type(index) is int and index >= 0 else repr(index)
+        if key in seen:
+            key = f"{key} again"
+        seen.add(key)
+        if key == "0":
+            content = fold_choice(answer, choice, streaming) or content
+        else:
+            other = Answer(Outcome(started_at=0), answer.chat)
+            fold_choice(other, choice, streaming)
+            answer.others[key] = answer.others.get(key, 0) + sum(map(len, other.pieces))
+    return content
+
+
+def fold_choice(answer: Answer, choice: dict[str, Any], streaming: bool) -> bool:
+    """Add choice 0 (whole or a stream delta) to the answer; True when it carried content.
+
+    Runs for every streamed event, so it calls nothing it does not need (most events carry
+    no logprobs and no ids)."""
+    outcome = answer.outcome
+    if answer.chat:
         message = choice.get("delta" if streaming else "message") or {}
         piece = message.get("content") if isinstance(message, dict) else None
     else:
@@ -117,18 +146,20 @@ def fold_choice(outcome: Outcome, choice: Any, chat: bool, streaming: bool) -> b
     if piece is not None and not isinstance(piece, str):
         raise ResponseFormatError("content is not a string")
     ids = choice.get("token_ids")
-    if not isinstance(ids, list):
-        ids = _fold_logprobs(outcome, choice.get("logprobs"))
-    else:
-        _fold_logprobs(outcome, choice.get("logprobs"))
+    logprobs = choice.get("logprobs")
+    if ids.__class__ is not list:
+        ids = _fold_logprobs(outcome, logprobs) if logprobs else None
+    elif logprobs:
+        _fold_logprobs(outcome, logprobs)
     if ids:
         if outcome.token_ids is None:
             outcome.token_ids = []
         outcome.token_ids.extend(int(i) for i in ids)
-    if choice.get("finish_reason"):
-        outcome.finish_reason = str(choice["finish_reason"])
+    finish_reason = choice.get("finish_reason")
+    if finish_reason:
+        outcome.finish_reason = str(finish_reason)
     if piece:
-        outcome.text += piece
+        answer.pieces.append(piece)
         return True
     return bool(ids)
 
@@ -168,29 +199,34 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def fold_body(outcome: Outcome, body: Any, chat: bool) -> None:
-    """Fold a whole non-streaming response body into the outcome."""
+def fold_body(answer: Answer, body: Any) -> None:
+    """Fold a whole non-streaming response body into the answer."""
     check_error(body)
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
         raise ResponseFormatError("response has no choices list")
     if not body["choices"]:
         raise ResponseFormatError("response has an empty choices list")
-    fold_choice(outcome, body["choices"][0], chat, streaming=False)
-    fold_usage(outcome, body.get("usage"))
+    fold_choices(answer, body["choices"], streaming=False)
+    fold_usage(answer.outcome, body.get("usage"))
 
 
-def fold_event(outcome: Outcome, event: Any, chat: bool) -> bool:
+def fold_event(answer: Answer, event: Any) -> bool:
     """Fold one streamed chunk; True when it carried content (for time to first token)."""
-    check_error(event)
-    if not isinstance(event, dict):
-        raise ResponseFormatError("stream event is not an object")
-    fold_usage(outcome, event.get("usage"))
+    if event.__class__ is not dict:
+        check_error(event)
+        if not isinstance(event, dict):
+            raise ResponseFormatError("stream event is not an object")
+    if event.get("error"):
+        check_error(event)
+    usage = event.get("usage")
+    if usage is not None:
+        fold_usage(answer.outcome, usage)
     choices = event.get("choices")
     if not choices:
         return False
     if not isinstance(choices, list):
         raise ResponseFormatError("stream choices is not a list")
-    return fold_choice(outcome, choices[0], chat, streaming=True)
+    return fold_choices(answer, choices, streaming=True)
 
 
 def finish(outcome: Outcome) -> None:

@@ -68,6 +68,10 @@ class TargetSpec:
         return cls(base, name or f"{parts.hostname}:{port or default_port}", api_key, model)
 
 
+RESPONSE_BASE_BYTES = 256 * 1024
+RESPONSE_BYTES_PER_TOKEN = 4 * 1024
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     """How each request is made: endpoint, streaming and sampling parameters."""
@@ -94,6 +98,9 @@ class RequestSpec:
     """Whole-request timeout in seconds."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Extra body fields passed through verbatim."""
+    max_response_bytes: int | None = None
+    """Cap on an answer's body (after any Content-Encoding is undone); a longer answer is an
+    `oversized` error. None: `response_cap` derives it from `max_tokens`."""
 
     def __post_init__(self) -> None:
         if self.endpoint not in ("completions", "chat"):
@@ -104,6 +111,17 @@ class RequestSpec:
             raise UsageError(f"temperature must be in [0, 10], not {self.temperature}")
         if self.timeout_s <= 0:
             raise UsageError(f"timeout must be positive, not {self.timeout_s}")
+        if self.max_response_bytes is not None and self.max_response_bytes < 1:
+            raise UsageError(f"max response bytes must be >= 1, not {self.max_response_bytes}")
+
+    @property
+    def response_cap(self) -> int:
+        """Bytes an answer's body may have: `max_response_bytes`, else 256 KiB plus 4 KiB per
+        token (a streamed token's event is ~0.2-0.5 KB on vLLM and llama.cpp, logprobs
+        included)."""
+        if self.max_response_bytes is not None:
+            return self.max_response_bytes
+        return RESPONSE_BASE_BYTES + RESPONSE_BYTES_PER_TOKEN * self.max_tokens
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form for the run record."""
@@ -140,3 +158,5 @@ class Outcome:
     """How many per-token logprob entries came back."""
     attempts: int = 1
     """Times the request was sent (a retry only when it provably never reached the server)."""
+    retry_after_s: float | None = None
+    """Seconds the server asked the client to wait (`Retry-After` on a 429 or 503)."""

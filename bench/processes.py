@@ -1,0 +1,204 @@
+"""Failure processes for calibrating soakgate's verdicts: time-ordered 0/1 collapse sequences.
+
+Each generator returns `reps` sequences of length `n` (a boolean array, one row per run) whose
+long-run failure rate is `rate` (the processes are stationary unless `fresh=True`: then every
+row starts as a freshly restarted server would, which is what a campaign block is). A rate
+ratio of 1.5 is made by scaling every hazard of the process by 1.5, so "the same failure
+mechanism, 1.5 times as often". Shared by `bench_calibration.py` and the statistics tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+Bools = npt.NDArray[np.bool_]
+Floats = npt.NDArray[np.float64]
+Generator = Callable[[np.random.Generator, int, int, float, bool], Bools]
+CHUNK_CELLS = 4_000_000  # rows x requests simulated at once (bounds memory at ~32 MB of floats)
+
+
+def _bernoulli(rng: np.random.Generator, hazard: Floats) -> Bools:
+    result: Bools = rng.random(hazard.shape) < np.clip(hazard, 0.0, 1.0)
+    return result
+
+
+def independent(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+    """Every request fails independently with probability `rate`."""
+    return rng.random((reps, n)) < rate
+
+
+def reset_hazard(scale: int) -> Generator:
+    """Hazard growing linearly with the requests since the last reset; resets arrive at random
+    (geometric intervals, mean `scale` requests): state that accumulates and is cleared."""
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        positions = np.arange(n)
+        resets = rng.random((reps, n)) < 1.0 / scale
+        last = np.maximum.accumulate(np.where(resets, positions, -1), axis=1)
+        # A stationary start has been up a while: its age at the first request is geometric.
+        start_age = np.zeros(reps) if fresh else rng.geometric(1.0 / scale, reps) - 1.0
+        age = np.where(last >= 0, positions - last, positions + start_age[:, None])
+        # The stationary age is geometric with mean ~`scale`, so this slope gives rate `rate`.
+        return _bernoulli(rng, age * (rate / (scale - 1.0)))
+
+    generate.__name__ = f"reset_{scale}"
+    return generate
+
+
+def self_exciting(branching: float = 0.5, reach: int = 200) -> Generator:
+    """Discrete Hawkes process: background failures at rate (1 - branching) * rate; each failure
+    triggers Poisson(branching) more, each uniformly within the next `reach` requests."""
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        burn = 0 if fresh else 20 * reach  # clusters that began before the run spill into it
+        length = n + burn
+        background = rng.random((reps, length)) < rate * (1.0 - branching)
+        rows, cols = np.nonzero(background)
+        out = background
+        while rows.size:
+            children = rng.poisson(branching, rows.size)
+            rows = np.repeat(rows, children)
+            cols = np.repeat(cols, children) + rng.integers(1, reach + 1, rows.size)
+            keep = cols < length
+            rows, cols = rows[keep], cols[keep]
+            out[rows, cols] = True
+        result: Bools = out[:, burn:]
+        return np.ascontiguousarray(result)
+
+    generate.__name__ = "self_exciting"
+    return generate
+
+
+def regimes(clean_mean: int = 5_000, bursty_mean: int = 1_000, factor: float = 19.0) -> Generator:
+    """Long regimes: clean stretches (mean `clean_mean` requests) and bursty ones (mean
+    `bursty_mean`) at `factor` times the clean rate; sojourns are geometric."""
+    share = bursty_mean / (clean_mean + bursty_mean)
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        clean_rate = rate / (1.0 - share + share * factor)
+        hazard = np.empty((reps, n))
+        for row in range(reps):
+            bursty = (not fresh) and rng.random() < share
+            at = 0
+            while at < n:
+                mean = bursty_mean if bursty else clean_mean
+                stay = int(rng.geometric(1.0 / mean))
+                hazard[row, at : at + stay] = clean_rate * (factor if bursty else 1.0)
+                at += stay
+                bursty = not bursty
+        return _bernoulli(rng, hazard)
+
+    generate.__name__ = "regimes"
+    return generate
+
+
+def batch_coincident(width: int = 5) -> Generator:
+    """A corrupted batch step: `width` adjacent rows collapse together."""
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        starts = rng.random((reps, n + width - 1)) < rate / width
+        counts = np.cumsum(starts, axis=1)
+        window = counts[:, width - 1 :] - np.pad(counts, ((0, 0), (1, 0)))[:, :n]
+        result: Bools = window > 0
+        return result
+
+    generate.__name__ = "batch_coincident"
+    return generate
+
+
+def prompt_heterogeneity(prompts: int = 300, shape: float = 0.3) -> Generator:
+    """Each prompt of a fixed set has its own failure rate (gamma, coefficient of variation
+    1/sqrt(shape)), the same in every run as the same prompts are; sent round-robin from a
+    random first prompt."""
+    weights = np.random.default_rng(300).gamma(shape, 1.0 / shape, prompts)
+    weights /= weights.mean()
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        offset = rng.integers(0, prompts, reps)
+        index = (np.arange(n)[None, :] + offset[:, None]) % prompts
+        return _bernoulli(rng, rate * weights[index])
+
+    generate.__name__ = "prompt_heterogeneity"
+    return generate
+
+
+def slow_drift(correlation: int = 20_000, spread: float = 0.4) -> Generator:
+    """The log rate wanders from the run's start as an Ornstein-Uhlenbeck process (correlation
+    time `correlation` requests, stationary standard deviation `spread`), independently in each
+    run: both arms start at the same rate and drift apart, as servers do over hours."""
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        step = 100  # the drift is smooth: evaluate it every 100 requests
+        points = -(-n // step)
+        keep = np.exp(-step / correlation)
+        noise = rng.standard_normal((reps, points)) * spread * np.sqrt(1.0 - keep * keep)
+        level = np.empty((reps, points))
+        level[:, 0] = noise[:, 0]
+        for i in range(1, points):
+            level[:, i] = keep * level[:, i - 1] + noise[:, i]
+        variance = spread * spread * (1.0 - keep ** (2.0 * np.arange(1, points + 1)))
+        log_rate = np.repeat(level - variance / 2.0, step, axis=1)[:, :n]
+        return _bernoulli(rng, rate * np.exp(log_rate))
+
+    generate.__name__ = "slow_drift"
+    return generate
+
+
+@dataclass(frozen=True, slots=True)
+class Process:
+    """A named failure process of the battery."""
+
+    name: str
+    """Short name printed in the tables."""
+    description: str
+    """One line for the bench output."""
+    generate: Generator
+    """(rng, reps, n, rate, fresh) -> reps x n boolean sequences."""
+
+
+BATTERY = (
+    Process("independent", "independent requests", independent),
+    Process("reset-250", "hazard grows since a reset, resets every ~250", reset_hazard(250)),
+    Process("reset-1000", "hazard grows since a reset, resets every ~1,000", reset_hazard(1_000)),
+    Process("reset-2000", "hazard grows since a reset, resets every ~2,000", reset_hazard(2_000)),
+    Process("reset-5000", "hazard grows since a reset, resets every ~5,000", reset_hazard(5_000)),
+    Process("self-exciting", "each collapse raises the next ~200's hazard, branching 0.5",
+            self_exciting()),
+    Process("regimes", "clean ~5,000 / bursty ~1,000 at 19x the rate", regimes()),
+    Process("batch-5", "5 adjacent rows collapse together", batch_coincident()),
+    Process("prompts", "per-prompt rates (gamma, CV 1.8), 300 prompts round-robin",
+            prompt_heterogeneity()),
+    Process("drift", "log rate drifts apart from the start (OU, 20,000 requests, sd 0.2)",
+            slow_drift(spread=0.2)),
+    Process("drift-strong", "log rate drifts apart from the start (OU, 20,000, sd 0.4)",
+            slow_drift(spread=0.4)),
+)  # fmt: skip
+
+
+def by_name(name: str) -> Process:
+    """The battery's process called `name`."""
+    for process in BATTERY:
+        if process.name == name:
+            return process
+    raise KeyError(name)
+
+
+def simulate(
+    process: Process,
+    rng: np.random.Generator,
+    reps: int,
+    n: int,
+    rate: float,
+    fresh: bool = False,
+) -> list[Bools]:
+    """`reps` sequences of the process, generated in memory-bounded chunks."""
+    chunk = max(1, CHUNK_CELLS // max(n, 1))
+    out: list[Bools] = []
+    while len(out) < reps:
+        size = min(chunk, reps - len(out))
+        out.extend(process.generate(rng, size, n, rate, fresh))
+    return out

@@ -1,0 +1,226 @@
+"""The verdict of a two-arm comparison: DIFFER, NO DIFFERENCE or INDETERMINATE, and why.
+
+The design, not a clustering pre-test, decides which test the verdict rests on:
+
+- **replicate blocks** (at least 3 per arm, e.g. a campaign's A B B A blocks with servers
+  restarted in between): a quasi-Poisson t over the blocks' counts. It is valid whatever
+  happens inside a block, as long as each block starts from a fresh state.
+- **one run per arm**: a Welch t over 12 long batches per arm. It is valid when failures
+  forget their past within a batch; when counts in neighbouring stretches of the run are
+  correlated (an exact permutation check), the run cannot resolve its own dependence and the
+  verdict is INDETERMINATE, never DIFFER.
+- **counts only** (no time order): the exact conditional test, assuming independence.
+
+`compare_outcomes` is the library entry point; `soakgate compare` makes exactly this decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from soakgate.errors import UsageError
+from soakgate.stats.dependence import (
+    LongRangeCheck,
+    LongRangeEstimate,
+    long_range_check,
+    long_range_design_effect,
+)
+from soakgate.stats.robust import TestResult, batch_means_test, quasi_poisson_test
+
+BoolArray = npt.NDArray[np.bool_]
+MIN_BLOCKS = 3  # per arm: fewer leave a t over blocks with under 4 degrees of freedom
+DIFFER, NO_DIFFERENCE, INDETERMINATE = "differ", "no difference", "indeterminate"
+BLOCKS, ONE_RUN, COUNTS = "replicate blocks", "one run per arm", "counts only"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcomes:
+    """One arm's data as the verdict sees it."""
+
+    events: int
+    """Failures in the arm."""
+    n: int
+    """Requests (clean generations) in the arm."""
+    sequence: BoolArray | None = None
+    """Time-ordered 0/1 failures (blocks concatenated in order), when known."""
+    blocks: tuple[tuple[int, int], ...] = ()
+    """(failures, requests) of each replicate block (run), when there are several."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a comparison concludes, by which test, on which design, and why."""
+
+    verdict: str
+    """`differ`, `no difference` or `indeterminate`."""
+    p_value: float
+    """Two-sided p-value of the deciding test (shown even when the verdict is indeterminate)."""
+    test: str
+    """Name of the deciding test: `quasi_poisson`, `batch_means` or `poisson_exact`."""
+    design: str
+    """`replicate blocks`, `one run per arm` or `counts only`."""
+    effective_n: float
+    """Independent requests per arm the evidence is worth (n / design effect)."""
+    alpha: float
+    """Two-sided level."""
+    reason: str
+    """One line: the design, the test and what decided."""
+    result: TestResult
+    """The deciding test's full result."""
+    blocks: tuple[int, int] = (0, 0)
+    """Replicate blocks per arm used by the test (0 when it is not a test over blocks)."""
+    dependence: LongRangeCheck | None = None
+    """One run per arm: the correlation check that can make the verdict indeterminate."""
+    long_range: LongRangeEstimate | None = None
+    """One run per arm: the long-range design effect of both arms (variance-time curve)."""
+    differ: bool = field(init=False)
+    """True exactly when the verdict is `differ`."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "differ", self.verdict == DIFFER)
+
+
+def _per_arm(a: Outcomes, b: Outcomes) -> float:
+    return (a.n + b.n) / 2.0
+
+
+def _design_effect(result: TestResult, a: Outcomes, b: Outcomes) -> float:
+    """Variance the test used over the binomial variance at the pooled rate (>= 1)."""
+    pooled = (a.events + b.events) / (a.n + b.n)
+    binomial = pooled * (1.0 - pooled) * (1.0 / a.n + 1.0 / b.n)
+    error = result.standard_error
+    if error is None or not binomial > 0.0:
+        return 1.0
+    return max(1.0, error * error / binomial)
+
+
+def _word(p_value: float, alpha: float) -> str:
+    return DIFFER if p_value < alpha else NO_DIFFERENCE
+
+
+def _blocks_verdict(a: Outcomes, b: Outcomes, alpha: float) -> Verdict | None:
+    result = quasi_poisson_test(a.blocks, b.blocks)
+    if result is None:
+        return None
+    effect = _design_effect(result, a, b)
+    reason = (
+        f"{len(a.blocks)} + {len(b.blocks)} replicate blocks: quasi-Poisson t({result.df:g}) "
+        f"over block counts, p={result.p_value:.4g} vs alpha {alpha:g} (valid whatever happens "
+        "inside a block, when each block starts from a fresh state)"
+    )
+    return Verdict(
+        _word(result.p_value, alpha), result.p_value, result.name, BLOCKS,
+        _per_arm(a, b) / effect, alpha, reason, result, (len(a.blocks), len(b.blocks)),
+    )  # fmt: skip
+
+
+def _one_run_verdict(
+    a: Outcomes, b: Outcomes, alpha: float, seed: int, runs_note: str
+) -> Verdict | None:
+    assert a.sequence is not None and b.sequence is not None
+    result = batch_means_test(a.sequence, b.sequence)
+    if result is None:
+        return None
+    check = long_range_check([a.sequence, b.sequence], seed)
+    spread = long_range_design_effect([a.sequence, b.sequence])
+    effect = _design_effect(result, a, b)
+    stretch = f"~{min(a.n, b.n) // check.bins:,}"
+    if check.correlated:
+        effect = max(effect, spread.design_effect)
+        verdict = INDETERMINATE
+        reason = (
+            f"counts in neighbouring stretches of {stretch} requests are correlated "
+            f"(permutation p={check.p_value:.3g}): one run per arm cannot resolve this "
+            f"dependence, so it cannot separate the arms; the evidence is worth about "
+            f"{_per_arm(a, b) / effect:,.0f} independent requests per arm. Run longer, or "
+            "replicate with restarts (blocks: soakgate plan --blocks, then a campaign)"
+        )
+    else:
+        verdict = _word(result.p_value, alpha)
+        reason = (
+            f"one run per arm{runs_note}: batch-means t({result.df:.1f}) over {result.note}, "
+            f"p={result.p_value:.4g} vs alpha {alpha:g}; no correlation between stretches of "
+            f"{stretch} requests (permutation p={check.p_value:.3g})"
+        )
+    return Verdict(
+        verdict, result.p_value, result.name, ONE_RUN, _per_arm(a, b) / effect, alpha,
+        reason, result, (0, 0), check, spread,
+    )  # fmt: skip
+
+
+def _counts_verdict(a: Outcomes, b: Outcomes, alpha: float) -> Verdict:
+    from soakgate.stats.naive import poisson_exact_test
+
+    result = poisson_exact_test(a.events, a.n, b.events, b.n)
+    reason = (
+        f"no time order: exact conditional (Poisson) test, p={result.p_value:.4g} vs alpha "
+        f"{alpha:g}, assuming independent requests (it cannot see clustering)"
+    )
+    return Verdict(
+        _word(result.p_value, alpha), result.p_value, result.name, COUNTS,
+        _per_arm(a, b), alpha, reason, result,
+    )  # fmt: skip
+
+
+def decide(a: Outcomes, b: Outcomes, alpha: float = 0.05, seed: int = 0) -> Verdict:
+    """The verdict for arms A (reference) and B, on the strongest design their data allow."""
+    if not 0.0 < alpha < 1.0:
+        raise UsageError(f"alpha must be in (0, 1), got {alpha}")
+    if min(len(a.blocks), len(b.blocks)) >= MIN_BLOCKS:
+        by_blocks = _blocks_verdict(a, b, alpha)
+        if by_blocks is not None:
+            return by_blocks
+    if a.sequence is not None and b.sequence is not None:
+        runs = max(len(a.blocks), len(b.blocks))
+        note = (
+            f" ({len(a.blocks)} + {len(b.blocks)} runs joined: a test over blocks needs "
+            f"{MIN_BLOCKS} per arm)"
+            if runs > 1
+            else ""
+        )
+        by_run = _one_run_verdict(a, b, alpha, seed, note)
+        if by_run is not None:
+            return by_run
+    return _counts_verdict(a, b, alpha)
+
+
+def _as_outcomes(values: object, name: str) -> Outcomes:
+    """One 0/1 sequence, or a list of them (replicate blocks, in time order)."""
+    from soakgate.stats.clustering import as_sequence
+
+    parts: list[Any]
+    if isinstance(values, np.ndarray):
+        parts = list(values) if values.ndim == 2 else [values]
+    elif isinstance(values, Sequence) and values and not _is_number(values[0]):
+        parts = list(values)
+    else:
+        parts = [values]
+    try:
+        sequences = [as_sequence(part) for part in parts]
+    except UsageError as exc:
+        raise UsageError(f"arm {name}: {exc}") from None
+    joined = np.concatenate(sequences)
+    blocks = tuple((int(s.sum()), len(s)) for s in sequences) if len(sequences) > 1 else ()
+    return Outcomes(int(joined.sum()), len(joined), joined, blocks)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float | bool | np.integer | np.floating | np.bool_)
+
+
+def compare_outcomes(
+    a: Sequence[int] | Sequence[Sequence[int]] | npt.ArrayLike,
+    b: Sequence[int] | Sequence[Sequence[int]] | npt.ArrayLike,
+    *,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> Verdict:
+    """Compare B with reference A, each one time-ordered 0/1 sequence (one run) or a list of
+    them (replicate runs or blocks): exactly the decision `soakgate compare` makes for two
+    units with its defaults. `.verdict` is `differ`, `no difference` or `indeterminate`."""
+    return decide(_as_outcomes(a, "A"), _as_outcomes(b, "B"), alpha, seed)

