@@ -90,6 +90,14 @@ def _load_toml(path: Path) -> dict[str, object]:
 
 def load_manifest(corpus: Path) -> tuple[dict[str, Sdist], list[Library]]:
     """The pinned sdists and the corpus libraries, checked for form (no I/O beyond reading)."""
+    unsourced = sorted(
+        d.parent.name for d in corpus.glob("*/truth") if not (d.parent / "SOURCE.toml").is_file()
+    )
+    if unsourced:
+        raise CorpusError(
+            f"no SOURCE.toml naming where the code of {', '.join(unsourced)} comes from "
+            f"(see {corpus / 'README.md'})"
+        )
     raw = _load_toml(corpus / "sdists.toml").get("sdist")
     if not isinstance(raw, dict) or not raw:
         raise CorpusError(f'{corpus / "sdists.toml"}: no [sdist."name-version"] tables')

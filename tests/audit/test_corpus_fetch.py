@@ -82,6 +82,9 @@ def test_a_malformed_manifest_is_refused(tmp_path: Path) -> None:
     (tmp_path / "lib" / "SOURCE.toml").write_text('sdist = "pkg-1.0"\ninclude = ["../x"]\n')
     with pytest.raises(fetch.CorpusError, match="not a relative path"):
         fetch.load_manifest(tmp_path)
+    (tmp_path / "orphan" / "truth").mkdir(parents=True)  # truth without a source: named
+    with pytest.raises(fetch.CorpusError, match="the code of orphan comes from"):
+        fetch.load_manifest(tmp_path)
 
 
 def _sdist_entry(key: str, sha: str, size: int) -> str:
