@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from soakgate.errors import StoreError, StoreLost
+from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
@@ -29,8 +30,10 @@ ABANDONED: list[sqlite3.Connection] = []
 through its memory map, and the kernel kills the process with SIGBUS. A process holding one
 ends with `os._exit` (see cli.main)."""
 
-SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger"})
+SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger", "prompts"})
 """The tables soakgate creates; any other table makes a database another program's."""
+_FIRST_TABLES = SOAKGATE_TABLES - {"prompts"}
+"""The tables of schema versions 1 and 2."""
 
 
 class SqliteStore:
@@ -168,6 +171,30 @@ class SqliteStore:
         cursor = self._db.cursor()
         for row in cursor.execute(sql + " ORDER BY run_id, seq", params):
             yield codec.generation_from_row(row)
+
+    def save_prompts(self, run_id: str, prompts: Sequence[Prompt]) -> None:
+        """Store each distinct prompt of a run once (a prompt already stored is kept)."""
+        rows = {p.prompt_id: (run_id, p.prompt_id, p.text, p.system) for p in prompts}
+        with self._transaction():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO prompts (run_id, prompt_id, text, system) VALUES (?,?,?,?)",
+                list(rows.values()),
+            )
+
+    def prompts(self, run_id: str) -> dict[str, Prompt]:
+        """Prompt id -> the prompt a run sent (empty for a run stored before schema 3)."""
+        if not self._has_table("prompts"):  # an older database, read without migrating it
+            return {}
+        rows = self._db.execute(
+            "SELECT prompt_id, text, system FROM prompts WHERE run_id=?", (run_id,)
+        )
+        return {prompt_id: Prompt(prompt_id, text, system) for prompt_id, text, system in rows}
+
+    def _has_table(self, name: str) -> bool:
+        found = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)
+        ).fetchone()
+        return found is not None
 
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""
@@ -374,6 +401,6 @@ def _foreign_tables(path: Path) -> list[str]:
     except sqlite3.DatabaseError as exc:
         _raise_if_not_sqlite(exc, path)
         raise StoreError(f"cannot open database {path}: {exc}") from None
-    if versioned or names == SOAKGATE_TABLES:  # the latter: created, then killed before versioning
+    if versioned or names in (SOAKGATE_TABLES, _FIRST_TABLES):  # created, killed before versioning
         return sorted(names - SOAKGATE_TABLES)
     return sorted(names)
