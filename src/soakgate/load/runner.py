@@ -25,6 +25,7 @@ from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
 from soakgate.probes.differential import Baseline, measure_baseline
+from soakgate.probes.serverload import ServerLoadWatch
 from soakgate.probes.specwatch import watch
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Event, Run
@@ -309,8 +310,9 @@ def _start_watchers(
 
     tasks = [
         asyncio.create_task(
-            watch(session, f"{t.url}/metrics", done, recorder(t.name), config.metrics_interval_s)
-        )
+            watch(session, f"{t.url}/metrics", done, recorder(t.name), config.metrics_interval_s,
+                  also=[ServerLoadWatch(recorder(t.name))])
+        )  # fmt: skip
         for t in config.targets
     ]
 
