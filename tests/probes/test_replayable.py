@@ -46,7 +46,9 @@ def _check_every_row_replays_exactly(db: Path, server: HostileProcess) -> int:
             request = stored_request(run, row, prompts)
             sent = seen[row.request_id]
             assert build_payload(request.spec, request.prompt, request.model or "") == sent["body"]
-            assert sent["path"].endswith("/chat/completions" if row.endpoint == "chat" else "/completions")
+            assert sent["path"].endswith(
+                "/chat/completions" if row.endpoint == "chat" else "/completions"
+            )
     finally:
         store.close()
     return len(rows)

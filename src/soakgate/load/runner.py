@@ -308,13 +308,12 @@ def _start_watchers(
 
         return record
 
-    tasks = [
-        asyncio.create_task(
-            watch(session, f"{t.url}/metrics", done, recorder(t.name), config.metrics_interval_s,
-                  also=[ServerLoadWatch(recorder(t.name))])
-        )  # fmt: skip
-        for t in config.targets
-    ]
+    def watcher(target: TargetSpec) -> Coroutine[Any, Any, None]:
+        record, url = recorder(target.name), f"{target.url}/metrics"
+        load = ServerLoadWatch(record)  # the server's own load, beside the spec-decode watch
+        return watch(session, url, done, record, config.metrics_interval_s, also=[load])
+
+    tasks = [asyncio.create_task(watcher(t)) for t in config.targets]
 
     async def stop() -> None:
         done.set()

@@ -105,7 +105,7 @@ class Metrics:
                 "Number of accepted tokens.",
                 [("", self.spec_accepted_tokens)],
             )
-        lines.append("# HELP process_start_time_seconds Start time of the process since unix epoch.")
+        lines.append("# HELP process_start_time_seconds Start time of the process since epoch.")
         lines.append("# TYPE process_start_time_seconds gauge")
         lines.append(f"process_start_time_seconds {self.started_at!r}")
         return "\n".join(lines) + "\n"

@@ -75,7 +75,9 @@ def request_spec(load: Mapping[str, Any]) -> RequestSpec:
     return RequestSpec(**values)
 
 
-def stored_request(run: Run, generation: Generation, prompts: Mapping[str, Prompt]) -> StoredRequest:
+def stored_request(
+    run: Run, generation: Generation, prompts: Mapping[str, Prompt]
+) -> StoredRequest:
     """The exact request of one stored row; UsageError when its prompt is not known."""
     prompt = prompts.get(generation.prompt_id)
     if prompt is None:

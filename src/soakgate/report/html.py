@@ -24,10 +24,10 @@ EXEMPLAR_CHARS = 1200  # enough to see the collapse, short enough to keep the fi
 # Bookkeeping events stay in the events table but would only clutter the timelines.
 QUIET_EVENTS = frozenset(
     {"ended", "started", "telemetry", "note", "spec_decode_absent", "spec_decode",
-     "reference_baseline"}
+     "reference_baseline", "server_load"}
 )  # fmt: skip
 # Spec-decode windows arrive every few seconds for hours: they are plotted, not listed.
-PLOTTED_EVENTS = frozenset({"spec_decode"})
+PLOTTED_EVENTS = frozenset({"spec_decode", "server_load"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,8 @@ class Exemplar:
     """The generated text, cut to EXEMPLAR_CHARS; untrusted."""
     truncated: bool
     """Whether the text was cut."""
+    context: tuple[str, ...] = ()
+    """What surrounded it (`soakgate report DB --collapse ID`, report/collapse.py)."""
 
 
 def _when(at: float) -> str:
@@ -55,7 +57,10 @@ def _when(at: float) -> str:
 
 
 def exemplars(analysis: Analysis, per_unit: int = EXEMPLARS_PER_UNIT) -> list[Exemplar]:
-    """The first few collapsed generations of every unit, text cut to EXEMPLAR_CHARS."""
+    """The first few collapsed generations of every unit, text cut to EXEMPLAR_CHARS, each
+    with its context."""
+    from soakgate.report.collapse import exemplar_context
+
     found = []
     for unit in analysis.units:
         if unit.aggregate:
@@ -72,6 +77,7 @@ def exemplars(analysis: Analysis, per_unit: int = EXEMPLARS_PER_UNIT) -> list[Ex
                     json.dumps(g.details, default=str)[:300],
                     text[:EXEMPLAR_CHARS],
                     len(text) > EXEMPLAR_CHARS,
+                    tuple(exemplar_context(analysis, g)),
                 )
             )
     return found

@@ -196,6 +196,20 @@ class SqliteStore:
         ).fetchone()
         return found is not None
 
+    def generation(self, request_id: str) -> Generation | None:
+        """The generation of one request id, if stored."""
+        sql = f"SELECT {self._generation_select()} FROM generations WHERE request_id=?"
+        row = self._db.execute(sql, (request_id,)).fetchone()
+        return codec.generation_from_row(row) if row is not None else None
+
+    def generations_overlapping(self, target: str, start: float, end: float) -> list[Generation]:
+        """Generations of a target (any run) in flight at some moment of [start, end]."""
+        sql = (
+            f"SELECT {self._generation_select()} FROM generations "
+            "WHERE target=? AND started_at<=? AND ended_at>? ORDER BY started_at"
+        )
+        return [codec.generation_from_row(r) for r in self._db.execute(sql, (target, end, start))]
+
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""
         rows = self._db.execute("SELECT request_id FROM generations WHERE run_id=?", (run_id,))
