@@ -130,6 +130,7 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
     from soakgate.report import figures
     from soakgate.report import probe_tables as pt
     from soakgate.report.probes import Probes, SpecSeries
+    from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
 
     probes = analysis.probes or Probes()
     by_target: dict[str, list[SpecSeries]] = {}
@@ -158,6 +159,11 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
             ],
         },
         "looks": {"headers": pt.LOOK_HEADERS, "rows": [pt.look_cells(x) for x in probes.looks]},
+        "replays": {
+            "headers": REPLAY_HEADERS,
+            "note": REPLAY_NOTE,
+            "rows": [r.cells() for r in probes.replays],
+        },
     }
 
 

@@ -244,10 +244,13 @@ def analyze(
     """Read a store into units, aggregates, clustering verdicts and methodology warnings."""
     from soakgate.report.checks import methodology_warnings
     from soakgate.report.probes import find_probes
+    from soakgate.report.replays import probe_run_ids
 
     options = options or ClusteringOptions()
     runs = store.runs()
-    grouped = group_generations(runs, store.generations())
+    probe_runs = probe_run_ids(runs)  # `soakgate replay`'s runs are a probe, not units
+    rows = store.generations()
+    grouped = group_generations(runs, (g for g in rows if g.run_id not in probe_runs))
     units: list[Unit] = []
     for label in dict.fromkeys(label for label, _ in grouped):
         mine = sorted((key, rows) for key, rows in grouped.items() if key[0] == label)
