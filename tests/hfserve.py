@@ -1,7 +1,7 @@
 """A small OpenAI-compatible server that runs a real transformers model in-process, built on the
 mock's aiohttp app (its /v1/models, /health and /metrics; completions answered by the model).
 
-    python -m tests.hfserve MODEL_DIR [--dropped-op] [--layers 2] [--window 48]
+    python -m tests.hfserve MODEL_DIR [--dropped-op] [--layers 2] [--window 48] [--port 0]
 
 With `--dropped-op` the final norm goes through the dropped-op plugin's `soakgate_ctl::copy_into`
 (examples/bisect/dropped_op_transformers.py) and the model is run under
@@ -125,6 +125,7 @@ def main() -> None:
     parser.add_argument("--dropped-op", action="store_true")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--window", type=int, default=48, help="tokens the model sees")
+    parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     config = MockConfig(model_name="tiny-llama", max_model_len=2048)
     server = ModelServer(config, args.model_dir, args.dropped_op, args.layers, args.window)
@@ -132,7 +133,7 @@ def main() -> None:
     async def serve() -> None:
         runner = web.AppRunner(server.make_app())
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", args.port)
         await site.start()
         port = runner.addresses[0][1]
         print(f"soakgate-mock listening on http://127.0.0.1:{port}", flush=True)

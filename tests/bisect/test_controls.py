@@ -16,12 +16,14 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.cli.helpers import one_error_line, soakgate
 from tests.realservers.helpers import model_dir
+
+from soakgate.mockserver.process import MockProcess
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL = "examples/bisect/dropped_op_transformers.py"
@@ -47,9 +49,17 @@ def _model() -> Path:
 
 @pytest.mark.slow
 @needs_transformers
-def test_bisect_names_the_module_the_stage_and_the_dropped_op(tmp_path: Path) -> None:
+def test_bisect_names_the_module_the_stage_and_the_dropped_op(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.sqlite"  # the input: the prompt of a stored generation
+    soaked = soakgate("run", "--target", f"gpu0={start_mock().url}", "--requests", "3",
+                      "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    assert soaked.returncode == 0, soaked.stderr
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        (request_id,) = check.execute("SELECT request_id FROM generations WHERE seq=2").fetchone()
     done = soakgate("bisect", str(_model()), "--import", str(REPO / CONTROL), "--layers", "2",
-                    cwd=tmp_path, timeout=600)  # fmt: skip
+                    "--from-db", str(db), "--request", request_id, cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.strip() == (
         "first divergent module: model.norm; first failing stage: aot_eager (AOTAutograd: "
