@@ -71,8 +71,13 @@ def test_bisect_names_the_module_the_stage_and_the_dropped_op(
 @pytest.mark.slow
 @needs_torch
 def test_bisect_blames_inductors_post_grad_passes_for_a_wrong_custom_pass(tmp_path: Path) -> None:
-    done = soakgate("bisect", str(REPO / WRONG_PASS), cwd=tmp_path, timeout=600)
+    done = soakgate("bisect", str(REPO / WRONG_PASS), "--verbose", cwd=tmp_path, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
+    for backend in ("eager", "aot_eager", "aot_eager_decomp_partition"):  # each checked, each clean
+        assert f"bisect: {backend} : matches eager" in done.stderr, done.stderr
+    # PyTorch's own bisector says it: the custom pass is an application of post_grad_passes
+    assert "Disabling post_grad_passes fixed the issue." in done.stderr
+    assert "Debug info: post_grad_custom_post_pass" in done.stderr
     line = done.stdout.strip()
     assert "first failing stage: inductor (post_grad_passes: post_grad_custom_post_pass" in line
     assert line.startswith("first divergent module: <root> (Residual);"), line
@@ -115,6 +120,23 @@ def test_what_cannot_be_bisected_is_one_line_and_exit_2(
     assert done.returncode == 2 and message in one_error_line(done)
 
 
+@needs_torch
+def test_a_stored_prompt_that_is_not_there_is_one_line_and_exit_2(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    (tmp_path / "correct.py").write_text(CORRECT)
+    db = tmp_path / "runs.sqlite"
+    soaked = soakgate("run", "--target", f"gpu0={start_mock().url}", "--requests", "2",
+                      "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    assert soaked.returncode == 0, soaked.stderr
+    for flags, message in (
+        (("--from-db", str(db), "--request", "nope-1"), "no generation with request id 'nope-1'"),
+        (("--from-db", str(db)), "--from-db and --request go together"),
+    ):
+        done = soakgate("bisect", "correct.py:model", *flags, cwd=tmp_path, timeout=120)
+        assert done.returncode == 2 and message in one_error_line(done), done.stderr
+
+
 @pytest.fixture
 def compiled_server() -> Iterator[str]:
     """The dropped-op tiny Llama, compiled, behind an OpenAI-compatible server (tests/hfserve)."""
@@ -138,11 +160,11 @@ def compiled_server() -> Iterator[str]:
 def test_the_dropped_op_collapses_replay_as_input_triggered(
     compiled_server: str, tmp_path: Path
 ) -> None:
-    db = tmp_path / "control.sqlite"
+    db = tmp_path / "control.sqlite"  # the soak as docs/trace.md shows it (/metrics watched)
     soaked = soakgate(
         "run", "--target", f"cpu0={compiled_server}", "--label", "compiled", "--requests", "6",
-        "--concurrency", "3", "--max-tokens", "16", "--no-stream", "--db", str(db), "--quiet",
-        "--no-watch-metrics", cwd=tmp_path, timeout=300,
+        "--concurrency", "3", "--max-tokens", "16", "--no-stream", "--db", str(db), cwd=tmp_path,
+        timeout=300,
     )  # fmt: skip
     assert soaked.returncode == 0, soaked.stderr
     done = soakgate("replay", str(db), "--collapsed", "--target", f"cpu0={compiled_server}",

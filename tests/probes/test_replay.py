@@ -119,3 +119,41 @@ def test_an_unreachable_target_is_exit_2(
     mock.stop()
     done = soakgate("replay", str(db), "--collapsed", "--target", mock.url, cwd=tmp_path)
     assert done.returncode == 2 and "127.0.0.1" in one_error_line(done)
+
+
+def test_a_database_from_before_stored_prompts_replays_with_its_prompts_file(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock("--collapse-rate", "1", "--collapse-kinds", "bang_run", "--seed", "11")
+    prompts, other = tmp_path / "prompts.jsonl", tmp_path / "other.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Count to {i}."}) + "\n"
+                               for i in range(3)))  # fmt: skip
+    other.write_text(json.dumps({"id": "p0", "prompt": "Something else."}) + "\n")
+    db = tmp_path / "runs.sqlite"
+    done = soakgate("run", "--target", f"gpu0={mock.url}", "--label", "compiled", "--prompts",
+                    str(prompts), "--requests", "6", "--max-tokens", "16", "--db", str(db),
+                    "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with sqlite3.connect(db) as old:  # as schema 2 left it: prompt ids only
+        old.execute("DROP TABLE prompts")
+        old.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    old.close()
+    for flags, message in (
+        ((), "give the run's --prompts FILE to replay it"),
+        (("--prompts", str(other)), "the prompts given are not the ones run"),
+    ):
+        refused = soakgate("replay", str(db), "--collapsed", "--target", f"gpu0={mock.url}",
+                           "--repeats", "1", *flags, cwd=tmp_path)  # fmt: skip
+        assert refused.returncode == 2 and message in one_error_line(refused), refused.stderr
+    code, out, verdicts = _replay(db, mock, tmp_path, "--prompts", str(prompts))
+    assert code == 1, out
+    assert [v["verdict"] for v in verdicts] == ["input-triggered"] * 3
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        rows = check.execute(
+            "SELECT r.label, g.prompt_id, g.prompt_tokens FROM generations g "
+            "JOIN runs r USING (run_id) WHERE r.label IN ('replay', 'compiled')"
+        ).fetchall()  # fmt: skip
+    original = {pid: tokens for label, pid, tokens in rows if label == "compiled"}
+    replayed = [(pid, tokens) for label, pid, tokens in rows if label == "replay"]
+    assert len(replayed) == 3 * 4 * 3  # 3 rows, 4 repeats, 3 phases
+    assert all(tokens == original[pid] for pid, tokens in replayed)  # the file's prompts, sent
