@@ -12,9 +12,10 @@ from tests.report.synth import add_run, bernoulli
 from tests.report.test_html import PAYLOAD, hostile_store
 from tests.report.test_probes import look_events, spec_events, sweep_store
 
+from soakgate.report.analyze import analyze
 from soakgate.report.api import default_comparisons
 from soakgate.report.html import render_html
-from soakgate.report.model import ClusteringOptions, analyze
+from soakgate.report.model import ClusteringOptions
 
 pytestmark = pytest.mark.browser
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
+from collections.abc import Sequence
 from typing import Any
 
+from soakgate.report.comparisons import ComparisonReport, why_not_compared
+from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 
 COLUMNS = (
@@ -39,11 +41,6 @@ def unit_row(unit: Unit) -> dict[str, Any]:
 def summary_rows(analysis: Analysis) -> list[dict[str, Any]]:
     """Rows in report order: each label's units, then its aggregate."""
     return [unit_row(u) for u in analysis.units]
-
-
-def percent(value: float | None, digits: int = 3) -> str:
-    """A rate as a percentage string, '-' when absent."""
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.{digits}f}%"
 
 
 def rate_cell(row: dict[str, Any]) -> str:
@@ -94,9 +91,29 @@ NARROW = 150
 _NARROW_DROPPED = ("clean tok/s", "duration s")
 
 
-def render_table(analysis: Analysis, width: int | None = None) -> str:
-    """The rich table plus methodology warnings, as text `width` columns wide: by default the
-    terminal's width ($COLUMNS, then the terminal itself), 200 when output is not a terminal.
+def verdict_block(analysis: Analysis, comparisons: Sequence[ComparisonReport]) -> list[str]:
+    """What a report opens with: a heading, one line per comparison (or why there is none),
+    the note on the ratio intervals, and the methodology warnings beside them."""
+    from soakgate.report.verdicts import RATIO_NOTE, verdict_lines
+
+    lines = verdict_lines(list(comparisons), why_not_compared(analysis))
+    if comparisons:
+        base = comparisons[0].comparison.labels[0]
+        family = ", Holm-adjusted" if len(comparisons) > 1 else ""
+        lines = [f"verdict (every label against {base}{family}):", *lines]
+        lines.append(f"(ratio intervals: {RATIO_NOTE})")
+    count = len(analysis.warnings)
+    if count:
+        lines.append(f"{count} methodology warning(s):")
+    return lines + [f"warning: {w}" for w in analysis.warnings]
+
+
+def render_table(
+    analysis: Analysis, comparisons: Sequence[ComparisonReport] = (), width: int | None = None
+) -> str:
+    """The verdicts and methodology warnings, then the rich table, as text `width` columns wide:
+    by default the terminal's width ($COLUMNS, then the terminal itself), 200 when output is
+    not a terminal. Every line fits the width.
     Rich wraps cells within their columns; below NARROW columns the rate, target and
     clustering cells take two lines and `clean tok/s` and `duration s` are left to
     --format json/csv (said under the table)."""
@@ -121,14 +138,14 @@ def render_table(analysis: Analysis, width: int | None = None) -> str:
         style = "dim" if cells[1].startswith("ALL") else None
         table.add_row(*(row[h] for h in headers), style=style)
     console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    for line in verdict_block(analysis, comparisons):
+        console.print(line, markup=False, highlight=False)
     console.print(table)
     if narrow:
         console.print(
             f"({' and '.join(_NARROW_DROPPED)}: --format json or csv, or a terminal of "
             f"{NARROW}+ columns)", markup=False, highlight=False,
         )  # fmt: skip
-    for line in analysis.warnings:
-        console.print(f"warning: {line}", markup=False, highlight=False)
     if analysis.probes is not None:
         _print_probes(analysis, console)
     return console.export_text()
@@ -156,11 +173,14 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
         console.print(f"ALERT: {collapse.line()}", markup=False, highlight=False)
 
 
-def render_json(analysis: Analysis) -> str:
-    """Rows, warnings, probe findings and events as one JSON document."""
+def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
+    """Verdicts, rows, warnings, probe findings and events as one JSON document."""
     from soakgate.report.probe_tables import probes_json
+    from soakgate.report.verdicts import verdict_dict
 
     document = {
+        "comparisons": [verdict_dict(c) for c in comparisons],
+        "no_comparison": None if comparisons else why_not_compared(analysis),
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
@@ -172,7 +192,7 @@ def render_json(analysis: Analysis) -> str:
     return json.dumps(document, indent=2, default=str)
 
 
-def render_csv(analysis: Analysis) -> str:
+def render_csv(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """One CSV row per unit and aggregate; errors_by_class as JSON in its cell."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, COLUMNS, lineterminator="\n")
@@ -186,9 +206,14 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(analysis: Analysis) -> str:
-    """A GitHub-flavoured Markdown table plus warnings as a list."""
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
+    """The verdicts, then a GitHub-flavoured Markdown table, warnings as a list."""
+    from soakgate.report.verdicts import verdict_lines
+
+    lines = [f"**{_md_cell(v)}**" for v in verdict_lines(list(comparisons),
+                                                       why_not_compared(analysis))]  # fmt: skip
+    lines += [""] if lines else []
+    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += [
         "| " + " | ".join(_md_cell(c) for c in cells) + " |" for cells in display_rows(analysis)
     ]
