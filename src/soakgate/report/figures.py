@@ -108,20 +108,27 @@ def _mark_events(axes: Axes, marks: tuple[EventMark, ...], labelled: bool) -> li
     return placed
 
 
+def _density(axes: Axes, edges: Any, counts: Any, low: float, high: float, color: str,
+             floor: float = 0.4) -> None:  # fmt: skip
+    """One row of the strip: a bar per bin as tall as its count against the busiest bin, and
+    at least `floor` of the row for any count at all (one event stays visible)."""
+    top = max(float(counts.max()), 1.0)
+    share = np.where(counts > 0, floor + (1.0 - floor) * counts / top, 0.0)
+    axes.stairs(low + (high - low) * share, edges, baseline=low, fill=True, color=color, lw=0)
+
+
 def timeline_figure(data: Timeline) -> Figure:
-    """One target over time, binned: every bin holding a collapse marked red (a lone collapse
-    stays visible), failed requests orange, requests as grey density; the rolling collapse
+    """One target over time, binned: collapses (red), failed requests (orange) and requests
+    (grey) per bin as density rows, any collapse at least 40% of its row (a lone collapse
+    stays visible); the rolling collapse
     rate's peak per bin below (a line broken at idle gaps); events as dashed lines, labelled
     without overprinting."""
     figure = _figure(11.0, 2.8)
     strip, rolling = figure.subplots(2, 1, sharex=True, height_ratios=(1, 2))
     edges = data.edges
-    busiest = max(float(data.requests.max()), 1.0)
-    strip.stairs(0.45 * data.requests / busiest, edges, fill=True, color=CLEAN, alpha=0.6)
-    strip.stairs(np.where(data.failed > 0, 0.45, 0.0), edges, baseline=0.0, fill=True,
-                 color=ERROR)  # fmt: skip
-    strip.stairs(np.where(data.collapsed > 0, 1.0, 0.0), edges, baseline=0.55, fill=True,
-                 color=COLLAPSE)  # fmt: skip
+    _density(strip, edges, data.requests, 0.0, 0.3, CLEAN, floor=0.0)
+    _density(strip, edges, data.failed, 0.35, 0.6, ERROR)
+    _density(strip, edges, data.collapsed, 0.65, 1.0, COLLAPSE)
     strip.set_ylim(0.0, 1.0)
     strip.set_yticks([])
     strip.set_ylabel("requests", fontsize=8)

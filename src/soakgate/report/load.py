@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from soakgate.records import Event, Generation, Run
 from soakgate.store.base import LedgerEntry, Store
-from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader, RowReader
+from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -183,12 +183,9 @@ def _runlike(flags: str) -> bool:
 
 def load_store(store: Store) -> Columns:
     """Columns of an open store: on a SQLite store's own connection, else from its rows."""
-    from soakgate.store.sqlite import SqliteStore
+    from soakgate.store.columns import reader_for
 
-    reader: ColumnReader
-    reader = store.column_reader() if isinstance(store, SqliteStore) else RowReader(
-        store.generations()
-    )  # fmt: skip
+    reader = reader_for(store)
     try:
         return load_columns(reader, store.runs(), store.events(), store.ledger())
     finally:

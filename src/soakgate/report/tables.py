@@ -87,8 +87,20 @@ HEADERS = (
 
 
 NARROW = 150
-"""Below this many columns the table drops two columns and breaks long cells onto two lines."""
+"""Below this many columns the table drops two columns, shortens the errors cell and breaks
+long cells onto two lines."""
+VERY_NARROW = 110
+"""Below this many it drops tok/s as well and draws no vertical rules."""
 _NARROW_DROPPED = ("clean tok/s", "duration s")
+
+
+def short_errors(row: dict[str, Any]) -> str:
+    """`total` or `total (commonest class: k, +m kinds)`: the errors cell of a narrow table."""
+    by_class = sorted(row["errors_by_class"].items(), key=lambda item: (-item[1], item[0]))
+    if not by_class:
+        return str(row["errors"])
+    (name, count), more = by_class[0], len(by_class) - 1
+    return f"{row['errors']}\n({name}: {count}" + (f", +{more} kinds)" if more else ")")
 
 
 def verdict_block(analysis: Analysis, comparisons: Sequence[ComparisonReport]) -> list[str]:
@@ -119,22 +131,32 @@ def render_table(
     --format json/csv (said under the table)."""
     import shutil
 
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     width = width or shutil.get_terminal_size((200, 24)).columns
-    narrow = width < NARROW
-    headers = [h for h in HEADERS if not (narrow and h in _NARROW_DROPPED)]
-    table = Table(title="soakgate report (n = clean generations; aggregates are not units)")
+    narrow, very = width < NARROW, width < VERY_NARROW
+    dropped = (*_NARROW_DROPPED, "tok/s") if very else _NARROW_DROPPED
+    headers = [h for h in HEADERS if not (narrow and h in dropped)]
+    table = Table(
+        title="soakgate report (n = clean generations; aggregates are not units)",
+        box=box.SIMPLE_HEAD if very else box.HEAVY_HEAD, pad_edge=not very,
+    )  # fmt: skip
     for header in headers:
         figure = header in ("n", "collapses", "tok/s", "clean tok/s", "duration s")
         table.add_column(header, overflow="fold", justify="right" if figure else "left")
-    for cells in display_rows(analysis):
+    for cells, figures in zip(display_rows(analysis), summary_rows(analysis), strict=True):
         row = dict(zip(HEADERS, cells, strict=True))
         if narrow:  # break at the natural places, so rich need not break words
+            row["errors"] = str(figures["errors"]) if very else short_errors(figures)
             row["target"] = row["target"].replace(" (", "\n(")
             row["rate [95% CI]"] = row["rate [95% CI]"].replace(" [", "\n[").replace(" (≤", "\n(≤")
             row["clustering"] = row["clustering"].replace(" (", "\n(")
+            if very:  # `CLUSTERED\n(deff 2.19)`: the effective n is in json/csv
+                row["clustering"] = row["clustering"].split(", n_eff")[0].replace(
+                    "no clustering", "none"
+                ) + (")" if ", n_eff" in row["clustering"] else "")
         style = "dim" if cells[1].startswith("ALL") else None
         table.add_row(*(row[h] for h in headers), style=style)
     console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
@@ -143,8 +165,8 @@ def render_table(
     console.print(table)
     if narrow:
         console.print(
-            f"({' and '.join(_NARROW_DROPPED)}: --format json or csv, or a terminal of "
-            f"{NARROW}+ columns)", markup=False, highlight=False,
+            f"({', '.join(dropped)} and errors by class: --format json or csv, or a "
+            f"terminal of {NARROW}+ columns)", markup=False, highlight=False,
         )  # fmt: skip
     if analysis.probes is not None:
         _print_probes(analysis, console)

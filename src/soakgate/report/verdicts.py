@@ -24,7 +24,7 @@ def design_words(report: ComparisonReport) -> str:
     v = report.comparison.verdict
     design = f"{v.design} ({v.blocks[0]} + {v.blocks[1]})" if v.blocks != (0, 0) else v.design
     p = report.adjusted_p if report.adjusted_p is not None else v.p_value
-    which = "Holm p" if report.adjusted_p is not None else "p"
+    which = "Holm p" if p != v.p_value else "p"
     return f"{design}, {v.test} {which} = {p:.3g}, worth ~{v.effective_n:,.0f} requests per arm"
 
 

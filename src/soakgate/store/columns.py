@@ -24,6 +24,7 @@ import numpy.typing as npt
 from soakgate.errors import StoreError
 from soakgate.records import Generation
 from soakgate.store import codec
+from soakgate.store.base import Store
 
 NO_DIVERGENCE = np.iinfo(np.int64).min
 """`reference_divergence` of a row that was not compared with a reference."""
@@ -33,13 +34,15 @@ BATCH_ROWS = 65536
 # its first batch, and a column that starts all NULL would be typed wrongly.
 _SELECT = (
     "SELECT id, COALESCE(target, ''), COALESCE(label, ''), CAST(started_at AS REAL), "
-    "CAST(ended_at AS REAL), COALESCE(error_class, ''), COALESCE(flags, '') != '', "
-    "CAST(COALESCE(completion_tokens, 0) AS INTEGER), "
-    f"CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER), {{greedy}}, "
-    "COALESCE(flags, '') "
+    "CAST(ended_at AS REAL), COALESCE(error_class, ''), "
+    "CAST(COALESCE(completion_tokens, 0) AS INTEGER), COALESCE(flags, ''){reference} "
     "FROM generations WHERE run_id = ? AND id <= ? ORDER BY seq"
 )
-_GREEDY = "instr(details, '\"differential\"') > 0"  # the driver marks greedy rows with it
+# Only runs with a reference (a differential check) read these: every column costs as much.
+_REFERENCE = (
+    f", CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER), "
+    "instr(details, '\"differential\"') > 0"  # the driver marks greedy rows with it
+)
 # Loose index scan over generations_run_seq: one seek per distinct run, not one row per row.
 _RUN_IDS = (
     "WITH RECURSIVE r(x) AS (SELECT MIN(run_id) FROM generations UNION ALL "
@@ -112,16 +115,31 @@ def _codes(values: Sequence[str]) -> tuple[CodeArray, list[str]]:
     return codes, list(vocabulary)
 
 
+def _batch(run_id: str, ids: IntArray, target: tuple[CodeArray, list[str]],
+           label: tuple[CodeArray, list[str]], started: FloatArray, ended: FloatArray,
+           error: tuple[CodeArray, list[str]], tokens: IntArray,
+           flags: tuple[CodeArray, list[str]], divergence: IntArray | None,
+           greedy: BoolArray | None) -> ColumnBatch:  # fmt: skip
+    codes, values = flags
+    flagged = codes != values.index("") if "" in values else np.ones(len(codes), bool)
+    if divergence is None:
+        divergence = np.full(len(ids), NO_DIVERGENCE, np.int64)
+    if greedy is None:
+        greedy = np.zeros(len(ids), bool)
+    return ColumnBatch(run_id, ids, target, label, started, ended, error, flagged, tokens,
+                       divergence, greedy, flags)  # fmt: skip
+
+
 def _batch_from_tuples(run_id: str, rows: Sequence[tuple[Any, ...]]) -> ColumnBatch:
     """A batch from rows in _SELECT's column order (the sqlite3 and row readers)."""
-    ids, target, label, started, ended, error, collapsed, tokens, divergence, greedy, flags = zip(
-        *rows, strict=True
-    )
-    return ColumnBatch(
-        run_id, np.array(ids, np.int64), _codes(target), _codes(label),
-        np.array(started, np.float64), np.array(ended, np.float64), _codes(error),
-        np.array(collapsed, bool), np.array(tokens, np.int64), np.array(divergence, np.int64),
-        np.array(greedy, bool), _codes(flags),
+    columns = list(zip(*rows, strict=True))
+    reference = len(columns) > 8
+    return _batch(
+        run_id, np.array(columns[0], np.int64), _codes(columns[1]), _codes(columns[2]),
+        np.array(columns[3], np.float64), np.array(columns[4], np.float64), _codes(columns[5]),
+        np.array(columns[6], np.int64), _codes(columns[7]),
+        np.array(columns[8], np.int64) if reference else None,
+        np.array(columns[9], bool) if reference else None,
     )  # fmt: skip
 
 
@@ -141,7 +159,8 @@ class Sqlite3Reader:
 
     def scan(self, run_id: str, upto: int, greedy: bool) -> Iterator[ColumnBatch]:
         """The run's rows in seq order, BATCH_ROWS at a time."""
-        cursor = self._db.execute(_SELECT.format(greedy=_GREEDY if greedy else "0"), (run_id, upto))
+        sql = _SELECT.format(reference=_REFERENCE if greedy else "")
+        cursor = self._db.execute(sql, (run_id, upto))
         while rows := cursor.fetchmany(BATCH_ROWS):
             yield _batch_from_tuples(run_id, rows)
 
@@ -207,7 +226,7 @@ class ArrowReader:
         cursor = self._db.cursor()
         try:
             cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-            cursor.execute(_SELECT.format(greedy=_GREEDY if greedy else "0"), (run_id, upto))
+            cursor.execute(_SELECT.format(reference=_REFERENCE if greedy else ""), (run_id, upto))
             batches = iter(cursor.fetch_record_batch())
             while True:
                 try:
@@ -253,11 +272,13 @@ def _batch_from_arrow(run_id: str, batch: Any) -> ColumnBatch:
     def numbers(index: int, kind: type) -> Any:
         return columns[index].to_numpy(zero_copy_only=False).astype(kind, copy=False)
 
-    return ColumnBatch(
+    reference = len(columns) > 8
+    return _batch(
         run_id, numbers(0, np.int64), _dictionary(columns[1]), _dictionary(columns[2]),
         numbers(3, np.float64), numbers(4, np.float64), _dictionary(columns[5]),
-        numbers(6, np.int64).astype(bool), numbers(7, np.int64), numbers(8, np.int64),
-        numbers(9, np.int64).astype(bool), _dictionary(columns[10]),
+        numbers(6, np.int64), _dictionary(columns[7]),
+        numbers(8, np.int64) if reference else None,
+        numbers(9, np.int64).astype(bool) if reference else None,
     )  # fmt: skip
 
 
@@ -280,7 +301,7 @@ class RowReader:
         """The run's rows in seq order."""
         mine = [(i, g) for i, g in enumerate(self._rows[:upto], 1) if g.run_id == run_id]
         mine.sort(key=lambda item: item[1].seq)
-        tuples = [_as_tuple(i, g, greedy) for i, g in mine]
+        tuples = [_as_tuple(i, g, greedy) for i, g in mine]  # the columns _SELECT gives
         for start in range(0, len(tuples), BATCH_ROWS):
             yield _batch_from_tuples(run_id, tuples[start : start + BATCH_ROWS])
 
@@ -292,13 +313,13 @@ class RowReader:
         """Nothing to release."""
 
 
-def _as_tuple(row_id: int, g: Generation, greedy: bool) -> tuple[Any, ...]:
+def _as_tuple(row_id: int, g: Generation, reference: bool) -> tuple[Any, ...]:
+    row = (row_id, g.target, g.label, g.started_at, g.ended_at, g.error_class or "",
+           g.completion_tokens or 0, ",".join(g.flags))  # fmt: skip
+    if not reference:
+        return row
     divergence = NO_DIVERGENCE if g.reference_divergence is None else g.reference_divergence
-    return (
-        row_id, g.target, g.label, g.started_at, g.ended_at, g.error_class or "", bool(g.flags),
-        g.completion_tokens or 0, divergence, greedy and "differential" in g.details,
-        ",".join(g.flags),
-    )  # fmt: skip
+    return (*row, divergence, "differential" in g.details)
 
 
 def arrow_available() -> bool:
@@ -308,3 +329,13 @@ def arrow_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def reader_for(store: Store, run_id: str | None = None) -> ColumnReader:
+    """A reader on an open store: a SQLite store's own connection (no second library), any
+    other store's rows (of `run_id` only, when given)."""
+    from soakgate.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return store.column_reader()
+    return RowReader(store.generations(run_id))
