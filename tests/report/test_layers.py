@@ -72,7 +72,7 @@ def test_there_is_no_import_circle() -> None:
         state[module] = 1
         for other in sorted(edges.get(module, ())):
             if state.get(other) == 1:
-                circles.append(" -> ".join([*trail[trail.index(other):], other]))
+                circles.append(" -> ".join([*trail[trail.index(other) :], other]))
             elif other not in state:
                 visit(other, [*trail, other])
         state[module] = 2

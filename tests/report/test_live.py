@@ -42,7 +42,7 @@ def test_run_refreshes_the_html_report_while_it_soaks_and_at_the_end(
         if seen_during is None and page.exists():
             seen_during = page.read_text()
         time.sleep(0.2)
-    out, err = soak.communicate()
+    _, err = soak.communicate()
     assert soak.returncode == 0, err
     assert seen_during is not None, "no report was written while the soak ran"
     assert "soakgate report: live.sqlite" in seen_during and 'id="verdict"' in seen_during
@@ -81,7 +81,7 @@ def test_report_reads_a_large_database_a_soak_is_writing(
             assert units["eager@gpu0"]["requests"] == 50_000  # the finished data, whole
             counts.append(units.get("live@gpu0", {"requests": 0})["requests"])
     finally:
-        out, err = soak.communicate(timeout=60)
+        _, err = soak.communicate(timeout=60)
     assert soak.returncode == 0, err  # the writer was never blocked by the readers
     assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] > 0
     final = _units(db, tmp_path)["live@gpu0"]["requests"]
