@@ -100,7 +100,7 @@ def _mark_events(axes: Axes, marks: tuple[EventMark, ...], labelled: bool) -> li
                 ha="left", annotation_clip=False,
             )  # fmt: skip
             text.set_in_layout(False)
-            box = text.get_window_extent(renderer)
+            box = text.get_window_extent(renderer).padded(3)  # a browser's font may be wider
             if not any(box.overlaps(other.get_window_extent(renderer)) for other in placed):
                 placed.append(text)
                 break

@@ -35,14 +35,13 @@ BATCH_ROWS = 65536
 _SELECT = (
     "SELECT id, COALESCE(target, ''), COALESCE(label, ''), CAST(started_at AS REAL), "
     "CAST(ended_at AS REAL), COALESCE(error_class, ''), "
-    "CAST(COALESCE(completion_tokens, 0) AS INTEGER), COALESCE(flags, ''){reference} "
+    "CAST(COALESCE(completion_tokens, 0) AS INTEGER), COALESCE(flags, ''), "
+    f"CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER){{reference}} "
     "FROM generations WHERE run_id = ? AND id <= ? ORDER BY seq"
 )
-# Only runs with a reference (a differential check) read these: every column costs as much.
-_REFERENCE = (
-    f", CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER), "
-    "instr(details, '\"differential\"') > 0"  # the driver marks greedy rows with it
-)
+# Greedy rows are looked for only in runs with a reference baseline (a run with --reference
+# records one before its first request): searching the details JSON costs more than a column.
+_REFERENCE = ", instr(details, '\"differential\"') > 0"  # the driver marks greedy rows so
 # Loose index scan over generations_run_seq: one seek per distinct run, not one row per row.
 _RUN_IDS = (
     "WITH RECURSIVE r(x) AS (SELECT MIN(run_id) FROM generations UNION ALL "
@@ -118,12 +117,10 @@ def _codes(values: Sequence[str]) -> tuple[CodeArray, list[str]]:
 def _batch(run_id: str, ids: IntArray, target: tuple[CodeArray, list[str]],
            label: tuple[CodeArray, list[str]], started: FloatArray, ended: FloatArray,
            error: tuple[CodeArray, list[str]], tokens: IntArray,
-           flags: tuple[CodeArray, list[str]], divergence: IntArray | None,
+           flags: tuple[CodeArray, list[str]], divergence: IntArray,
            greedy: BoolArray | None) -> ColumnBatch:  # fmt: skip
     codes, values = flags
     flagged = codes != values.index("") if "" in values else np.ones(len(codes), bool)
-    if divergence is None:
-        divergence = np.full(len(ids), NO_DIVERGENCE, np.int64)
     if greedy is None:
         greedy = np.zeros(len(ids), bool)
     return ColumnBatch(run_id, ids, target, label, started, ended, error, flagged, tokens,
@@ -133,13 +130,11 @@ def _batch(run_id: str, ids: IntArray, target: tuple[CodeArray, list[str]],
 def _batch_from_tuples(run_id: str, rows: Sequence[tuple[Any, ...]]) -> ColumnBatch:
     """A batch from rows in _SELECT's column order (the sqlite3 and row readers)."""
     columns = list(zip(*rows, strict=True))
-    reference = len(columns) > 8
     return _batch(
         run_id, np.array(columns[0], np.int64), _codes(columns[1]), _codes(columns[2]),
         np.array(columns[3], np.float64), np.array(columns[4], np.float64), _codes(columns[5]),
-        np.array(columns[6], np.int64), _codes(columns[7]),
-        np.array(columns[8], np.int64) if reference else None,
-        np.array(columns[9], bool) if reference else None,
+        np.array(columns[6], np.int64), _codes(columns[7]), np.array(columns[8], np.int64),
+        np.array(columns[9], bool) if len(columns) > 9 else None,
     )  # fmt: skip
 
 
@@ -272,13 +267,11 @@ def _batch_from_arrow(run_id: str, batch: Any) -> ColumnBatch:
     def numbers(index: int, kind: type) -> Any:
         return columns[index].to_numpy(zero_copy_only=False).astype(kind, copy=False)
 
-    reference = len(columns) > 8
     return _batch(
         run_id, numbers(0, np.int64), _dictionary(columns[1]), _dictionary(columns[2]),
         numbers(3, np.float64), numbers(4, np.float64), _dictionary(columns[5]),
-        numbers(6, np.int64), _dictionary(columns[7]),
-        numbers(8, np.int64) if reference else None,
-        numbers(9, np.int64).astype(bool) if reference else None,
+        numbers(6, np.int64), _dictionary(columns[7]), numbers(8, np.int64),
+        numbers(9, np.int64).astype(bool) if len(columns) > 9 else None,
     )  # fmt: skip
 
 
@@ -314,12 +307,10 @@ class RowReader:
 
 
 def _as_tuple(row_id: int, g: Generation, reference: bool) -> tuple[Any, ...]:
-    row = (row_id, g.target, g.label, g.started_at, g.ended_at, g.error_class or "",
-           g.completion_tokens or 0, ",".join(g.flags))  # fmt: skip
-    if not reference:
-        return row
     divergence = NO_DIVERGENCE if g.reference_divergence is None else g.reference_divergence
-    return (*row, divergence, "differential" in g.details)
+    row = (row_id, g.target, g.label, g.started_at, g.ended_at, g.error_class or "",
+           g.completion_tokens or 0, ",".join(g.flags), divergence)  # fmt: skip
+    return (*row, "differential" in g.details) if reference else row
 
 
 def arrow_available() -> bool:
