@@ -1,5 +1,5 @@
-"""Bench (issue 15): `report`, `report --html` and `compare` on soak databases of 100k, 1M and
-10M generations (4 units, bursty collapses, texts for 1% of rows: bench/reportdb.py).
+"""Bench (issue 15): `report`, `report --html`, `compare` and `export --format parquet` on soak
+databases of 100k, 1M and 10M generations (4 units, bursty collapses, texts for 1% of rows: bench/reportdb.py).
 
 For each size: CPU seconds (user + system, the command's whole process) and peak RSS (VmHWM,
 sampled from /proc while it runs, so pages shared before exec are not counted) of each
@@ -33,6 +33,7 @@ COMMANDS = {
     "report": ("report", "{db}"),
     "report --html": ("report", "{db}", "--html", "{html}"),
     "compare": ("compare", "{db}", "eager", "compiled"),
+    "export parquet": ("export", "{db}", "--format", "parquet", "--out", "{parquet}"),
 }
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -116,7 +117,8 @@ def bench(size: int, folder: Path, with_readers: bool) -> None:
         print(f"{size:>11,}  floor (sqlite3 full scan): {base:.2f} CPU s", flush=True)
     html = folder / f"report-{size}.html"
     for name, command in COMMANDS.items():
-        argv = [sys.executable, "-m", "soakgate", *(p.format(db=db, html=html) for p in command)]
+        parts = (p.format(db=db, html=html, parquet=folder / "export.parquet") for p in command)
+        argv = [sys.executable, "-m", "soakgate", *parts]
         cpu, peak, wall = _children_cpu(argv)
         ratio = f", {cpu / base:.1f}x the floor" if base else ""
         print(f"{size:>11,}  {name:<14} {cpu:7.2f} CPU s ({wall:.1f} s wall), peak RSS "

@@ -172,5 +172,26 @@ def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
 
     if out is not None and Path(out).resolve() == Path(db).resolve():
         raise UsageError(f"refusing to export over the database itself ({db}); give --out FILE")
+    if fmt == "parquet" and out is not None:
+        written = _export_parquet(db, Path(out))
+        if written is not None:
+            return written
     with existing_store(db) as store:
         return export_rows(store, fmt, out)
+
+
+def _export_parquet(db: str | Path, out: Path) -> int | None:
+    """Parquet straight from Arrow batches (`report.parquet`), or None where the Arrow reader
+    cannot be used (not installed, or the file is open elsewhere in this process)."""
+    from soakgate.report.parquet import write_parquet
+    from soakgate.store.columns import arrow_available
+    from soakgate.store.sqlite import read_only_uri
+
+    with existing_store(db) as store:
+        if not arrow_available() or store.shared_in_process:
+            return None
+        present = store.generation_columns()
+    try:
+        return write_parquet(db, read_only_uri(Path(db)), present, out)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None

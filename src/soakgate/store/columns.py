@@ -218,10 +218,17 @@ class ArrowReader:
 
     def scan(self, run_id: str, upto: int, greedy: bool) -> Iterator[ColumnBatch]:
         """The run's rows in seq order, as Arrow record batches turned into numpy arrays."""
+        sql = _SELECT.format(reference=_REFERENCE if greedy else "")
+        for batch in self.raw_batches(sql, (run_id, upto)):
+            yield _batch_from_arrow(run_id, batch)
+
+    def raw_batches(self, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
+        """Arrow record batches of any query, BATCH_ROWS rows each; driver errors as one
+        StoreError line."""
         cursor = self._db.cursor()
         try:
             cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-            cursor.execute(_SELECT.format(reference=_REFERENCE if greedy else ""), (run_id, upto))
+            cursor.execute(sql, tuple(params))
             batches = iter(cursor.fetch_record_batch())
             while True:
                 try:
@@ -230,7 +237,7 @@ class ArrowReader:
                     return
                 except Exception as exc:
                     raise self._failed(exc) from None
-                yield _batch_from_arrow(run_id, batch)
+                yield batch
         except StoreError:
             raise
         except Exception as exc:

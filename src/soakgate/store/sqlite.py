@@ -99,11 +99,14 @@ class SqliteStore:
                     (str(codec.SCHEMA_VERSION),),
                 )
 
+    def generation_columns(self) -> set[str]:
+        """The columns the generations table has (an unmigrated database lacks newer ones)."""
+        return {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}
+
     def _generation_select(self) -> str:
         """The SELECT list of the generation columns; a column that an older, unmigrated
         database lacks reads as its default."""
-        present = {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}
-        return codec.generation_select(present)
+        return codec.generation_select(self.generation_columns())
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
