@@ -1,5 +1,6 @@
 """Bench (issue 15): `report`, `report --html`, `compare` and `export --format parquet` on soak
-databases of 100k, 1M and 10M generations (4 units, bursty collapses, texts for 1% of rows: bench/reportdb.py).
+databases of 100k, 1M and 10M generations (4 units, bursty collapses, texts for 1% of rows:
+bench/reportdb.py).
 
 For each size: CPU seconds (user + system, the command's whole process) and peak RSS (VmHWM,
 sampled from /proc while it runs, so pages shared before exec are not counted) of each
