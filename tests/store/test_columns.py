@@ -55,7 +55,7 @@ def _flat(columns: Columns) -> dict[str, object]:
                 found[f"{name}/{field}"] = getattr(part, field).tolist()
             found[f"{name}/errors"] = part.errors_by_class
             found[f"{name}/greedy"] = part.greedy
-            found[f"{name}/flags"] = part.collapsed_flags
+            found[f"{name}/runlike"] = part.collapsed_runlike.tolist()
     return found
 
 
@@ -149,3 +149,49 @@ def test_row_reader_ids_fetch_their_rows() -> None:
     ids = batch.row_id[batch.flagged]
     assert [g.flags for g in reader.rows(ids.tolist()).values()] == [["char_run"]] * len(ids)
     assert np.all(batch.divergence[:40] == columns_module.NO_DIVERGENCE)
+
+
+def test_a_run_whose_rows_hold_labels_or_targets_it_does_not_name_reads_the_same(
+    tmp_path: Path,
+) -> None:
+    # The Arrow reader reads no strings when told a run's targets and label; a row holding
+    # another (a two-arm run's arms, a target the record does not name) must not be
+    # dropped or misfiled: the run is read again with strings, and every reader agrees.
+    db = tmp_path / "arms.sqlite"
+    sqlite, memory = open_store(db), MemoryStore()
+    run = Run("run-ab", "ab", ["gpu0"], 1_700_000_000.0, status="completed")
+    rows = _rows(run, 200)
+    for i, row in enumerate(rows):
+        row.label = ("arm-a", "arm-b")[i % 3 == 0]
+        row.target = "gpu0" if i < 150 else "gpu9"  # gpu9: not in the run record
+        if row.flags:
+            row.flags = [["char_run"], ["word_loop"], ["token_run", "word_loop"]][i % 3]
+    plain = Run("run-plain", "eager", ["gpu0", "gpu1"], 1_700_000_001.0, status="completed")
+    for store in (sqlite, memory):
+        store.save_run(run)
+        store.save_run(plain)
+        store.add(rows + _rows(plain, 100), [])
+    runs = sqlite.runs()
+    sqlite.close()
+    reader = ArrowReader(read_only_uri(db), str(db))
+    try:
+        with pytest.raises(columns_module.UnexpectedValues):
+            list(reader.scan("run-ab", reader.max_row_id(), False, (["gpu0"], ["ab"])))
+        numeric = list(reader.scan("run-plain", reader.max_row_id(), False,
+                                   (["gpu0", "gpu1"], ["eager"])))  # fmt: skip
+        arrow = load_columns(reader, runs, [], [])
+    finally:
+        reader.close()
+    assert sum(len(b) for b in numeric) == 100
+    rowwise = load_store(memory)
+    assert _flat(arrow) == _flat(rowwise)
+    assert set(arrow.slices) == {
+        ("arm-a", "gpu0"),
+        ("arm-b", "gpu0"),
+        ("arm-a", "gpu9"),
+        ("arm-b", "gpu9"),
+        ("eager", "gpu0"),
+        ("eager", "gpu1"),
+    }
+    runlike = np.concatenate([p.collapsed_runlike for g in arrow.slices.values() for p in g])
+    assert runlike.any() and not runlike.all()  # token_run is run-like, word_loop alone is not

@@ -9,6 +9,7 @@ at the newest row id found at its start), so a database a soak is writing reads 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,8 +24,6 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 EXEMPLARS_PER_UNIT = 3
-SHOWN_FIRST = ("char_run", "token_run")
-"""A unit whose first collapses are none of these also shows its first collapse that is."""
 
 
 @dataclass(slots=True)
@@ -54,8 +53,8 @@ class SliceColumns:
     """Rows sent greedy for the differential check."""
     collapsed_ids: IntArray
     """Row ids of the collapsed rows, in order (to fetch exemplars)."""
-    collapsed_flags: list[str]
-    """Their comma-joined flags."""
+    collapsed_runlike: BoolArray
+    """Whether each was flagged by a run detector (`!!!!`: shown first)."""
 
     @property
     def requests(self) -> int:
@@ -94,7 +93,6 @@ class _Pieces:
     def __init__(self) -> None:
         self.columns: dict[str, list[npt.NDArray[np.generic]]] = {}
         self.errors: Counter[str] = Counter()
-        self.flags: list[str] = []
         self.rows = 0
         self.greedy = 0
 
@@ -105,18 +103,17 @@ class _Pieces:
         divergence = batch.divergence[mask]
         compared = np.flatnonzero(divergence != NO_DIVERGENCE)
         collapsed = batch.flagged[mask] & ok
-        flag_codes, flag_values = batch.flags
         parts = {
             "started": batch.started[mask], "ended": batch.ended[mask], "ok": ok,
             "collapsed": collapsed, "tokens": batch.tokens[mask],
             "compared": compared + self.rows, "divergence": divergence[compared],
             "collapsed_ids": batch.row_id[mask][collapsed],
+            "collapsed_runlike": batch.runlike[mask][collapsed],
         }  # fmt: skip
         for name, values in parts.items():
             self.columns.setdefault(name, []).append(values)
         for code, count in zip(*np.unique(codes[~ok], return_counts=True), strict=True):
             self.errors[error_values[int(code)]] += int(count)
-        self.flags += [flag_values[int(c)] for c in flag_codes[mask][collapsed]]
         self.greedy += int(batch.greedy[mask].sum())
         self.rows += int(mask.sum())
 
@@ -126,7 +123,8 @@ class _Pieces:
         return SliceColumns(
             run_id, label, target, joined["started"], joined["ended"], joined["ok"],
             joined["collapsed"], joined["tokens"], dict(self.errors), joined["compared"],
-            joined["divergence"], self.greedy, joined["collapsed_ids"], self.flags,
+            joined["divergence"], self.greedy, joined["collapsed_ids"],
+            joined["collapsed_runlike"],
         )  # fmt: skip
 
 
@@ -136,9 +134,28 @@ def _run_order(runs: list[Run], run_ids: list[str]) -> list[str]:
     return sorted(run_ids, key=lambda r: (order.get(r, len(order)), r))
 
 
-def _scan_run(reader: ColumnReader, run_id: str, upto: int, greedy: bool,
-              pieces: dict[tuple[str, str], _Pieces]) -> None:  # fmt: skip
-    for batch in reader.scan(run_id, upto, greedy):
+def _scan_run(
+    reader: ColumnReader, run: Run | None, run_id: str, upto: int, greedy: bool
+) -> dict[tuple[str, str], _Pieces]:
+    """The run's rows split by (label, target); through the Arrow reader without strings when
+    the run record says which targets and label to expect (read again with strings when a row
+    holds another)."""
+    from soakgate.store.columns import UnexpectedValues
+
+    if run is not None:
+        pieces: dict[tuple[str, str], _Pieces] = {}
+        try:
+            _split(reader.scan(run_id, upto, greedy, (run.targets, [run.label])), pieces)
+            return pieces
+        except UnexpectedValues:
+            pass  # e.g. a two-arm run, whose rows carry the arms' labels
+    pieces = {}
+    _split(reader.scan(run_id, upto, greedy), pieces)
+    return pieces
+
+
+def _split(batches: Iterable[ColumnBatch], pieces: dict[tuple[str, str], _Pieces]) -> None:
+    for batch in batches:
         (target_codes, targets), (label_codes, labels) = batch.target, batch.label
         keys = label_codes.astype(np.int64) * len(targets) + target_codes
         for key in dict.fromkeys(keys[np.sort(np.unique(keys, return_index=True)[1])].tolist()):
@@ -154,9 +171,9 @@ def load_columns(
     upto = reader.max_row_id()
     greedy_runs = {e.run_id for e in events if e.kind == "reference_baseline"}
     slices: dict[tuple[str, str], list[SliceColumns]] = {}
+    records = {run.run_id: run for run in runs}
     for run_id in _run_order(runs, reader.run_ids()):
-        pieces: dict[tuple[str, str], _Pieces] = {}
-        _scan_run(reader, run_id, upto, run_id in greedy_runs, pieces)
+        pieces = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs)
         for (label, target), piece in pieces.items():
             slices.setdefault((label, target), []).append(piece.join(run_id, label, target))
     columns = Columns(runs, events, ledger, slices)
@@ -169,16 +186,12 @@ def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[i
     flagged by a run detector (`!!!!`) when none of those is."""
     chosen = []
     for group in columns.slices.values():
-        ids = [int(i) for s in group for i in s.collapsed_ids]
-        flags = [f for s in group for f in s.collapsed_flags]
-        chosen += ids[:per_unit]
-        if not any(_runlike(f) for f in flags[:per_unit]):
-            chosen += [i for i, f in zip(ids, flags, strict=True) if _runlike(f)][:1]
+        ids = np.concatenate([s.collapsed_ids for s in group])
+        runlike = np.concatenate([s.collapsed_runlike for s in group]).astype(bool)
+        chosen += [int(i) for i in ids[:per_unit]]
+        if not runlike[:per_unit].any() and runlike.any():
+            chosen.append(int(ids[np.argmax(runlike)]))
     return chosen
-
-
-def _runlike(flags: str) -> bool:
-    return any(name in SHOWN_FIRST for name in flags.split(","))
 
 
 def load_store(store: Store) -> Columns:

@@ -42,6 +42,47 @@ _SELECT = (
 # Greedy rows are looked for only in runs with a reference baseline (a run with --reference
 # records one before its first request): searching the details JSON costs more than a column.
 _REFERENCE = ", instr(details, '\"differential\"') > 0"  # the driver marks greedy rows so
+RUN_DETECTORS = ("char_run", "token_run")
+"""Detectors of runs of one character or token (`!!!!`): their collapses are shown first."""
+_RUNLIKE = " OR ".join(
+    f"instr(',' || COALESCE(flags, '') || ',', ',{d},') > 0" for d in RUN_DETECTORS
+)
+
+
+def _case(column: str, values: Sequence[str]) -> str:
+    """`column` as the index of its value in `values` ('' standing for NULL), -1 for any other."""
+    arms = " ".join(
+        f"WHEN {column} IS NULL THEN {i}" if v == "" else f"WHEN {column} = {_quote(v)} THEN {i}"
+        for i, v in enumerate(values)
+    )
+    return f"CASE {arms} ELSE -1 END"
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def numeric_select(targets: Sequence[str], labels: Sequence[str], reference: bool) -> str:
+    """_SELECT with every string column mapped to a number in SQL (no string crosses into
+    Arrow): targets, labels and error classes as indices into the values expected (-1 for one
+    not expected: the run is then read again with strings), flags as flagged and run-like."""
+    from soakgate.records import ERROR_CLASSES
+
+    return (
+        f"SELECT id, {_case('target', targets)}, {_case('label', labels)}, "
+        "CAST(started_at AS REAL), CAST(ended_at AS REAL), "
+        f"{_case('error_class', ('', *ERROR_CLASSES))}, "
+        "CAST(COALESCE(completion_tokens, 0) AS INTEGER), COALESCE(flags, '') != '', "
+        f"{_RUNLIKE}, CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER)"
+        f"{_REFERENCE if reference else ''} "
+        "FROM generations WHERE run_id = ? AND id <= ? ORDER BY seq"
+    )
+
+
+class UnexpectedValues(Exception):
+    """A numeric scan met a target, label or error class it was not told to expect."""
+
+
 # Loose index scan over generations_run_seq: one seek per distinct run, not one row per row.
 _RUN_IDS = (
     "WITH RECURSIVE r(x) AS (SELECT MIN(run_id) FROM generations UNION ALL "
@@ -81,8 +122,8 @@ class ColumnBatch:
     """First divergence from the reference (NO_DIVERGENCE: not compared)."""
     greedy: BoolArray
     """Sent greedy for the differential check (only looked for in the runs asked)."""
-    flags: tuple[CodeArray, list[str]]
-    """Comma-joined flags ('' for most rows)."""
+    runlike: BoolArray
+    """Flagged by a run detector (RUN_DETECTORS)."""
 
     def __len__(self) -> int:
         return len(self.row_id)
@@ -97,8 +138,13 @@ class ColumnReader(Protocol):
     def max_row_id(self) -> int:
         """The newest row's id: scans stop there, so that rows stored meanwhile are not seen."""
 
-    def scan(self, run_id: str, upto: int, greedy: bool) -> Iterator[ColumnBatch]:
-        """The run's rows with id <= upto, in seq order; `greedy` looks for greedy rows."""
+    def scan(
+        self, run_id: str, upto: int, greedy: bool,
+        expect: tuple[Sequence[str], Sequence[str]] | None = None,
+    ) -> Iterator[ColumnBatch]:  # fmt: skip
+        """The run's rows with id <= upto, in seq order; `greedy` looks for greedy rows;
+        `expect` (targets, label) may let a reader read no strings (it then raises
+        UnexpectedValues on a row holding another)."""
 
     def rows(self, row_ids: Sequence[int]) -> dict[int, Generation]:
         """Whole rows by id."""
@@ -120,11 +166,12 @@ def _batch(run_id: str, ids: IntArray, target: tuple[CodeArray, list[str]],
            flags: tuple[CodeArray, list[str]], divergence: IntArray,
            greedy: BoolArray | None) -> ColumnBatch:  # fmt: skip
     codes, values = flags
-    flagged = codes != values.index("") if "" in values else np.ones(len(codes), bool)
+    flagged = np.array([v != "" for v in values], bool)[codes]
+    runlike = np.array([any(d in v.split(",") for d in RUN_DETECTORS) for v in values], bool)
     if greedy is None:
         greedy = np.zeros(len(ids), bool)
     return ColumnBatch(run_id, ids, target, label, started, ended, error, flagged, tokens,
-                       divergence, greedy, flags)  # fmt: skip
+                       divergence, greedy, runlike[codes] if len(values) else flagged)  # fmt: skip
 
 
 def _batch_from_tuples(run_id: str, rows: Sequence[tuple[Any, ...]]) -> ColumnBatch:
@@ -152,8 +199,11 @@ class Sqlite3Reader:
         """The newest row's id."""
         return int(self._db.execute("SELECT COALESCE(MAX(id), 0) FROM generations").fetchone()[0])
 
-    def scan(self, run_id: str, upto: int, greedy: bool) -> Iterator[ColumnBatch]:
-        """The run's rows in seq order, BATCH_ROWS at a time."""
+    def scan(
+        self, run_id: str, upto: int, greedy: bool,
+        expect: tuple[Sequence[str], Sequence[str]] | None = None,
+    ) -> Iterator[ColumnBatch]:  # fmt: skip
+        """The run's rows in seq order, BATCH_ROWS at a time (`expect` is not needed)."""
         sql = _SELECT.format(reference=_REFERENCE if greedy else "")
         cursor = self._db.execute(sql, (run_id, upto))
         while rows := cursor.fetchmany(BATCH_ROWS):
@@ -216,11 +266,29 @@ class ArrowReader:
         """The newest row's id."""
         return int(self._all("SELECT COALESCE(MAX(id), 0) FROM generations")[0][0])
 
-    def scan(self, run_id: str, upto: int, greedy: bool) -> Iterator[ColumnBatch]:
-        """The run's rows in seq order, as Arrow record batches turned into numpy arrays."""
-        sql = _SELECT.format(reference=_REFERENCE if greedy else "")
-        for batch in self.raw_batches(sql, (run_id, upto)):
-            yield _batch_from_arrow(run_id, batch)
+    def scan(
+        self, run_id: str, upto: int, greedy: bool,
+        expect: tuple[Sequence[str], Sequence[str]] | None = None,
+    ) -> Iterator[ColumnBatch]:  # fmt: skip
+        """The run's rows in seq order, as Arrow record batches turned into numpy arrays.
+        With `expect` (targets, labels) no string is read: targets, labels and error classes
+        come as numbers (a sixth less CPU); a value not expected raises UnexpectedValues
+        (before any batch holding it is yielded)."""
+        if expect is None:
+            sql = _SELECT.format(reference=_REFERENCE if greedy else "")
+            for batch in self.raw_batches(sql, (run_id, upto)):
+                yield _batch_from_arrow(run_id, batch)
+            return
+        from soakgate.records import ERROR_CLASSES
+
+        targets, labels = list(expect[0]), list(expect[1])
+        errors = ["", *ERROR_CLASSES]
+        for raw in self.raw_batches(numeric_select(targets, labels, greedy), (run_id, upto)):
+            batch = _numeric_batch(run_id, raw, targets, labels, errors)
+            if min(batch.target[0].min(initial=0), batch.label[0].min(initial=0),
+                   batch.error[0].min(initial=0)) < 0:  # fmt: skip
+                raise UnexpectedValues(run_id)
+            yield batch
 
     def raw_batches(self, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
         """Arrow record batches of any query, BATCH_ROWS rows each; driver errors as one
@@ -282,6 +350,23 @@ def _batch_from_arrow(run_id: str, batch: Any) -> ColumnBatch:
     )  # fmt: skip
 
 
+def _numeric_batch(run_id: str, batch: Any, targets: list[str], labels: list[str],
+                   errors: list[str]) -> ColumnBatch:  # fmt: skip
+    columns = batch.columns
+
+    def numbers(index: int, kind: type) -> Any:
+        return columns[index].to_numpy(zero_copy_only=False).astype(kind, copy=False)
+
+    return ColumnBatch(
+        run_id, numbers(0, np.int64), (numbers(1, np.int32), targets),
+        (numbers(2, np.int32), labels), numbers(3, np.float64), numbers(4, np.float64),
+        (numbers(5, np.int32), errors), numbers(7, np.int64).astype(bool), numbers(6, np.int64),
+        numbers(9, np.int64),
+        numbers(10, np.int64).astype(bool) if len(columns) > 10 else np.zeros(len(batch), bool),
+        numbers(8, np.int64).astype(bool),
+    )  # fmt: skip
+
+
 class RowReader:
     """Columns of any store, from its `generations()` (the in-memory store's way; the twin the
     SQLite readers are tested against). Row ids are positions in (run, seq) order, from 1."""
@@ -297,8 +382,11 @@ class RowReader:
         """The newest row's id."""
         return len(self._rows)
 
-    def scan(self, run_id: str, upto: int, greedy: bool) -> Iterator[ColumnBatch]:
-        """The run's rows in seq order."""
+    def scan(
+        self, run_id: str, upto: int, greedy: bool,
+        expect: tuple[Sequence[str], Sequence[str]] | None = None,
+    ) -> Iterator[ColumnBatch]:  # fmt: skip
+        """The run's rows in seq order (`expect` is not needed)."""
         mine = [(i, g) for i, g in enumerate(self._rows[:upto], 1) if g.run_id == run_id]
         mine.sort(key=lambda item: item[1].seq)
         tuples = [_as_tuple(i, g, greedy) for i, g in mine]  # the columns _SELECT gives
