@@ -1,18 +1,27 @@
 """Accuracy of `soakgate audit` on real kernel code: written parameters and `--fix`.
 
-    python bench/bench_audit_accuracy.py [--corpus tests/audit/corpus] [--verbose]
+    python bench/bench_audit_accuracy.py [--corpus tests/audit/corpus] [--cache DIR] [--offline]
+                                         [--lib NAME ...] [--verbose]
 
-For every library under the corpus (excerpts of real kernel code in `<lib>/code/`, one truth
-file per op in `<lib>/truth/`, sources in `<lib>/SOURCE.toml`), it prints:
+For every library under the corpus (one truth file per op in `<lib>/truth/`; `<lib>/SOURCE.toml`
+names the pinned PyPI sdist and which of its files make up the library's tree, which
+`fetch_audit_corpus.py` downloads, verifies and extracts into a cache outside the repository),
+it prints:
 
 - per (op, parameter) precision and recall of the written parameters the audit infers (medium
   or high confidence evidence; low-confidence evidence is counted apart), against the truth;
-- `--fix` on a copy whose schemas have every write annotation stripped (the hazard as shipped
-  by libraries that never annotated): the diff is applied with `git apply`, the copy is audited
-  again, and an op counts as fixed completely when its new schema marks every truly written
-  parameter and the re-audit reports no hazard for it and no `over-annotated` note on an
-  annotation the fix added; destructive rewrites (a dropped fresh return, a removed
-  annotation, a schema that no longer parses, an edit outside the schema) are counted.
+- `--fix` on a copy whose schemas have every write annotation stripped, and every custom_op's
+  `mutates_args` emptied (the hazard as shipped by libraries that never annotated): the diff
+  is applied with `git apply`, the copy is audited again, and an op counts as fixed completely
+  when its new schema marks every truly written parameter and the re-audit reports no hazard
+  for it and no `over-annotated` note on an annotation the fix added; destructive rewrites (a
+  dropped fresh return, a removed annotation, a schema that no longer parses, an edit outside
+  the schema) are counted.
+
+Each truth file says whether its op was in the set the write inference was developed on
+(`set = "development"`) or was added afterwards and held out (`set = "held-out"`); the figures
+are printed for both sets as well as in total. Without the corpus (no network and nothing
+cached, a digest that does not match) it prints one line and exits 2.
 """
 
 from __future__ import annotations
@@ -26,9 +35,11 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fetch_audit_corpus import CORPUS, CorpusError, default_cache, ensure_corpus
 
 from soakgate.audit.fix import plan_fixes, unified_diff
 from soakgate.audit.model import AuditResult, Confidence, OpReport
@@ -37,6 +48,8 @@ from soakgate.audit.schema import Schema, try_parse_schema
 
 HAZARDS = {"void-op-unannotated", "unannotated-write", "returns-alias-unannotated"}
 _STRIP = re.compile(r"(Tensor(?:\[\])?)(?:\([a-z0-9]+!\)|!)")
+# A custom_op declares its writes in `mutates_args=`: stripped to `()` like the annotations.
+_MUTATES = re.compile(r"(mutates_args\s*=\s*)(?:\([^)]*\)|\[[^\]]*\]|\{[^}]*\})")
 
 
 @dataclass(slots=True)
@@ -46,6 +59,7 @@ class Truth:
     op: str
     written: set[str]
     why: dict[str, str]
+    set: str = "held-out"
 
 
 @dataclass(slots=True)
@@ -84,7 +98,14 @@ def load_truths(lib: Path) -> list[Truth]:
     truths = []
     for path in sorted((lib / "truth").glob("*.toml")):
         data = tomllib.loads(path.read_text())
-        truths.append(Truth(data["op"], set(data["written"]), dict(data.get("why", {}))))
+        truths.append(
+            Truth(
+                data["op"],
+                set(data["written"]),
+                dict(data.get("why", {})),
+                str(data.get("set", "held-out")),
+            )
+        )
     return truths
 
 
@@ -153,8 +174,10 @@ def strip_annotations(tree: Path) -> None:
     """Remove every write annotation from the C++ and Python sources under `tree`."""
     for path in tree.rglob("*"):
         if path.is_file() and path.suffix in {".cpp", ".cc", ".cu", ".py", ".sycl"}:
-            text = path.read_text()
-            path.write_text(_STRIP.sub(r"\1", text))
+            text = _STRIP.sub(r"\1", path.read_text(errors="surrogateescape"))
+            if path.suffix == ".py":
+                text = _MUTATES.sub(r"\1()", text)
+            path.write_text(text, errors="surrogateescape")
 
 
 def _git(tree: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -168,11 +191,11 @@ def _git(tree: Path, *args: str, stdin: str | None = None) -> subprocess.Complet
     )
 
 
-def score_fix(lib: Path, truths: list[Truth], score: FixScore) -> None:
+def score_fix(name: str, source: Path, truths: list[Truth], scores: dict[str, FixScore]) -> None:
     """Strip annotations in a copy, apply `--fix` with git apply, audit again, judge each op."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "code"
-        shutil.copytree(lib / "code", tree)
+        shutil.copytree(source, tree)
         strip_annotations(tree)
         _git(tree, "init", "-q")
         _git(tree, "add", "-A")
@@ -184,12 +207,16 @@ def score_fix(lib: Path, truths: list[Truth], score: FixScore) -> None:
         if diff:
             applied = _git(tree, "apply", "-p1", "-", stdin=diff)
             if applied.returncode != 0:
-                score.destructive.append(f"{lib.name}: git apply failed: {applied.stderr.strip()}")
+                scores["all"].destructive.append(
+                    f"{name}: git apply failed: {applied.stderr.strip()}"
+                )
                 return
         after = _audit_in(tree)
-        _judge_fixes(before, after, fixes, truths, score)
+        for key, score in scores.items():
+            chosen = [t for t in truths if key in ("all", t.set)]
+            _judge_fixes(before, after, fixes, chosen, score)
         changed = _git(tree, "diff", "--stat").stdout
-        _check_edits_only_in_schemas(tree, before, after, changed, score)
+        _check_edits_only_in_schemas(tree, before, after, changed, scores["all"])
 
 
 @contextlib.contextmanager
@@ -211,7 +238,7 @@ def _audit_in(tree: Path) -> AuditResult:
 def _judge_fixes(
     before: AuditResult,
     after: AuditResult,
-    fixes: dict[str, object],
+    fixes: Mapping[str, object],
     truths: list[Truth],
     score: FixScore,
 ) -> None:
@@ -230,7 +257,7 @@ def _judge_fixes(
             score.destructive.append(f"{truth.op}: op vanished after the fix")
             continue
         schema = report.op.schema
-        declared = {a.name for a in schema.arguments if a.is_write}
+        declared = {a.name or "" for a in schema.arguments if a.is_write}
         missing = truth.written - declared
         left = HAZARDS & set(report.verdicts)
         over_added = [
@@ -249,7 +276,7 @@ def _judge_fixes(
                 f"{truth.op}: missing {sorted(missing)} left {sorted(left)} over {over_added}"
             )
         spurious = declared - truth.written
-        old_declared = {a.name for a in old[truth.op].op.schema.arguments if a.is_write}
+        old_declared = {a.name or "" for a in old[truth.op].op.schema.arguments if a.is_write}
         score.spurious.extend(f"{truth.op}:{p}" for p in sorted(spurious - old_declared))
         old_schema = old[truth.op].op.schema
         if old_schema.returns and not schema.returns:
@@ -276,68 +303,98 @@ def _check_edits_only_in_schemas(
             score.destructive.append(f"{report.op.qualname}: schema no longer parses")
 
 
+SETS = ("development", "held-out")
+
+
+def _row(label: str, ops: int, counts: Counts) -> str:
+    pairs = counts.tp + counts.fp + counts.fn + counts.tn
+    return (
+        f"{label:22} {ops:4} {pairs:6} {counts.tp:4} {counts.fp:4} {counts.fn:4} "
+        f"{counts.precision():6.1%} {counts.recall():6.1%}"
+    )
+
+
+def _add(total: Counts, counts: Counts) -> None:
+    for name in ("tp", "fp", "fn", "tn", "low_only"):
+        setattr(total, name, getattr(total, name) + getattr(counts, name))
+    total.misses.extend(counts.misses)
+    total.rows.extend(counts.rows)
+    total.false.extend(counts.false)
+
+
+def _fix_line(fix: FixScore) -> str:
+    share = fix.complete / fix.hazardous if fix.hazardous else 1.0
+    low_f, high_f = clopper_pearson(fix.complete, fix.hazardous)
+    return (
+        f"{fix.complete}/{fix.hazardous} hazardous ops fixed completely ({share:.1%}, "
+        f"95% {low_f:.1%}-{high_f:.1%})"
+    )
+
+
+def _intervals(counts: Counts) -> str:
+    low_p, high_p = clopper_pearson(counts.tp, counts.tp + counts.fp)
+    low_r, high_r = clopper_pearson(counts.tp, counts.tp + counts.fn)
+    return (
+        f"precision {low_p:.1%}-{high_p:.1%} ({counts.tp}/{counts.tp + counts.fp}), "
+        f"recall {low_r:.1%}-{high_r:.1%} ({counts.tp}/{counts.tp + counts.fn})"
+    )
+
+
 def main() -> int:
     """Score every corpus library and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--corpus", default=str(Path(__file__).parent.parent / "tests/audit/corpus")
-    )
+    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument("--cache", default=None, help=f"default: {default_cache()}")
+    parser.add_argument("--offline", action="store_true", help="never download an sdist")
+    parser.add_argument("--lib", action="append", default=[], help="only this library")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     corpus = Path(args.corpus)
-    libs = sorted(p for p in corpus.iterdir() if (p / "truth").is_dir())
-    missing = [lib.name for lib in libs if not (lib / "code").is_dir()]
-    if missing:
-        print(f"corpus code missing for {', '.join(missing)} (see {corpus}/README.md)")
+    cache = Path(args.cache).expanduser() if args.cache else default_cache()
+    try:
+        trees = ensure_corpus(corpus, cache, args.offline)
+    except CorpusError as exc:
+        print(f"audit corpus: {exc}", file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.lib) - set(trees))
+    if unknown:
+        print(f"audit corpus: no library {', '.join(unknown)} in {corpus}", file=sys.stderr)
         return 2
     total = Counts()
-    fix = FixScore()
+    by_set = {key: Counts() for key in SETS}
+    fixes = {key: FixScore() for key in ("all", *SETS)}
     ops = 0
+    set_ops = dict.fromkeys(SETS, 0)
     print(
         f"{'library':22} {'ops':>4} {'pairs':>6} {'TP':>4} {'FP':>4} {'FN':>4} "
         f"{'prec':>6} {'recall':>6}"
     )
-    for lib in libs:
-        truths = load_truths(lib)
+    for name, tree in trees.items():
+        if args.lib and name not in args.lib:
+            continue
+        truths = load_truths(corpus / name)
         ops += len(truths)
         counts = Counts()
-        result = _audit_in(lib / "code")
+        result = _audit_in(tree)
         score_inference(result, truths, counts)
-        score_fix(lib, truths, fix)
-        pairs = counts.tp + counts.fp + counts.fn + counts.tn
-        print(
-            f"{lib.name:22} {len(truths):4} {pairs:6} {counts.tp:4} {counts.fp:4} {counts.fn:4} "
-            f"{counts.precision():6.1%} {counts.recall():6.1%}"
-        )
-        for name in ("tp", "fp", "fn", "tn", "low_only"):
-            setattr(total, name, getattr(total, name) + getattr(counts, name))
-        total.misses.extend(counts.misses)
-        total.rows.extend(counts.rows)
-        total.false.extend(counts.false)
-    pairs = total.tp + total.fp + total.fn + total.tn
-    print(
-        f"{'all':22} {ops:4} {pairs:6} {total.tp:4} {total.fp:4} {total.fn:4} "
-        f"{total.precision():6.1%} {total.recall():6.1%}"
-        f"   (low-confidence only: {total.low_only})"
-    )
+        for key in SETS:
+            chosen = [t for t in truths if t.set == key]
+            set_ops[key] += len(chosen)
+            score_inference(result, chosen, by_set[key])
+        score_fix(name, tree, truths, fixes)
+        print(_row(name, len(truths), counts))
+        _add(total, counts)
+    print(_row("all", ops, total) + f"   (low-confidence only: {total.low_only})")
     if args.verbose:
         print("\n".join(total.rows))
-    low_p, high_p = clopper_pearson(total.tp, total.tp + total.fp)
-    low_r, high_r = clopper_pearson(total.tp, total.tp + total.fn)
-    print(
-        f"95% exact intervals: precision {low_p:.1%}-{high_p:.1%} "
-        f"({total.tp}/{total.tp + total.fp}), recall {low_r:.1%}-{high_r:.1%} "
-        f"({total.tp}/{total.tp + total.fn})"
-    )
+    print(f"95% exact intervals: {_intervals(total)}")
     if total.misses:
         print(f"missed writes: {', '.join(total.misses)}")
     if total.false:
         print(f"false writes: {', '.join(total.false)}")
-    share = fix.complete / fix.hazardous if fix.hazardous else 1.0
-    low_f, high_f = clopper_pearson(fix.complete, fix.hazardous)
+    fix = fixes["all"]
     print(
-        f"--fix on the stripped corpus: {fix.complete}/{fix.hazardous} hazardous ops fixed "
-        f"completely ({share:.1%}, 95% {low_f:.1%}-{high_f:.1%}); destructive rewrites: "
+        f"--fix on the stripped corpus: {_fix_line(fix)}; destructive rewrites: "
         f"{len(fix.destructive)}; annotations on parameters not written: {len(fix.spurious)}"
     )
     for line in fix.incomplete if args.verbose or fix.incomplete else []:
@@ -346,6 +403,9 @@ def main() -> int:
         print(f"  destructive: {line}")
     for line in fix.spurious:
         print(f"  spurious annotation: {line}")
+    for key in SETS:
+        print(f"set {_row(key, set_ops[key], by_set[key])}   --fix {_fix_line(fixes[key])}")
+        print(f"    {key} 95% exact intervals: {_intervals(by_set[key])}")
     return 0
 
 

@@ -65,6 +65,7 @@ def test_diff_applies_with_patch_and_then_nothing_fixable_remains(kernlib_copy: 
         "_kernlib_C::rotary_embedding",
         "_kernlib_C::marlin_gemm",
         "kernlib_py::scale_into",
+        "kernlib_py::bias_add_",
     }
     for report in after.ops:
         if report.op.qualname in auto_fixed:
@@ -77,8 +78,11 @@ def test_write_edits_in_place_and_reports_manual_fixes(kernlib_copy: Path) -> No
     assert {Path(p).name for p in changed} == {"torch_bindings.cpp", "py_ops.py"}
     text = (kernlib_copy / "csrc" / "torch_bindings.cpp").read_text()
     assert '"fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, "' in text
-    manual = {f.op: f.manual for f in fixes if f.manual}
-    assert manual == {"kernlib_py::bias_add_": "add 'x' to mutates_args"}
+    assert {f.op: f.manual for f in fixes if f.manual} == {}
+    # a custom_op is fixed in its mutates_args (here `()`, which becomes `("x",)`)
+    py_ops = (kernlib_copy / "kernlib" / "py_ops.py").read_text()
+    assert '@torch.library.custom_op("kernlib_py::bias_add_", mutates_args=("x",))' in py_ops
+    assert '@torch.library.custom_op("kernlib_py::softcap", mutates_args=("out",))' in py_ops
     gemv = next(f for f in fixes if f.op == "_kernlib_C::gemv")
     assert gemv.returns_dropped and [s.line for s in gemv.call_sites] == [18]
     assert [loc.path.endswith("gemv.cu") for loc in gemv.impls_to_change] == [True]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from soakgate.audit.cpp_names import CASTS, NULLS, receiver
-from soakgate.audit.extract_cpp import text_of
+from soakgate.audit.cpp_syntax import text_of
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -67,6 +67,15 @@ VIEW_METHODS = frozenset(
 COPY_METHODS = frozenset({"to", "cuda", "cpu", "clone", "contiguous", "xpu"})
 # Functions whose result wraps (aliases) the memory of their first argument.
 WRAPPERS = frozenset({"from_blob", "make_tensor", "make_gmem_ptr", "make_smem_ptr", "get"})
+_ACCESSOR = re.compile(r"(?:Tensor|Packed)\w*Accessor\w*$")
+
+
+def is_accessor_type(name: str) -> bool:
+    """`TensorAccessor`, `PackedTensorAccessor32`, `HeaderOnlyTensorAccessor`, ...: a typed view
+    built from a data pointer, whose stores (`acc[i][j] = v`) write what the pointer points to."""
+    return _ACCESSOR.search(name) is not None
+
+
 _INTEGER = re.compile(
     r"\b(?:u?int(?:8|16|32|64)?_t|u?intptr_t|size_t|ptrdiff_t|long|unsigned|int|int64_t)\b"
 )
@@ -273,6 +282,9 @@ class AliasResolver:
         if name in CASTS and args:
             target = re.search(r"<(.*)>", text_of(function), re.DOTALL)
             return cast_result(self.alias_of(args[0]), target.group(1) if target else "")
+        if is_accessor_type(name) and args:
+            inner = self.alias_of(args[0])
+            return inner if inner is not None and inner.kind == "pointer" else None
         if name in WRAPPERS and args:
             inner = self.alias_of(args[0])
             if inner is not None and inner.kind == "table":
@@ -281,11 +293,19 @@ class AliasResolver:
                 return replace(inner, kind="tensor" if name == "from_blob" else "pointer")
         return None
 
+    def struct_method(self, holder: Node | None, method: str) -> Alias | None:
+        """What `holder.method(...)` returns when it hands out a pointer held in a field of a
+        struct (needs the struct's class: see the write analysis); None here."""
+        return None
+
     def _method_alias(self, function: Node) -> Alias | None:
-        target = self.alias_of(receiver(function))
+        holder = receiver(function)
+        target = self.alias_of(holder)
         method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
-        if target is None:
-            return None
+        if target is None or target.kind == "struct":
+            found = self.struct_method(holder, method)
+            if found is not None or target is None:
+                return found
         if target.kind == "table" and (method in COPY_METHODS or method in POINTER_METHODS):
             return target
         if target.kind != "tensor":

@@ -123,6 +123,12 @@ def expand(source: bytes, path: str, macros: list[Macro]) -> Expanded | None:
         def on_error(self, file: str, line: int, msg: str) -> None:
             self.failures += 1
 
+        def on_file_open(self, is_system_include: bool, includepath: str) -> object:
+            # Never read an include, even one that exists next to the file: pcpp would run
+            # its directives, and an `#else` fallback there (`#define CASE(...)` empty)
+            # would replace the project's real definition predefined above.
+            raise OSError(includepath)
+
         def on_include_not_found(self, *args: object) -> None:
             raise OutputDirective(Action.IgnoreAndPassThrough)
 

@@ -5,13 +5,14 @@ small syntax helpers shared by the write analysis (`writes`) and alias resolutio
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from soakgate.audit.extract_cpp import text_of
+from soakgate.audit.cpp_syntax import text_of, walk
 
 if TYPE_CHECKING:
     from tree_sitter import Node
+
+__all__ = ["walk"]  # re-exported for the write analysis
 
 # Methods ending in `_` that change metadata or autograd state, not tensor data.
 NON_WRITING_INPLACE = frozenset(
@@ -78,7 +79,9 @@ POINTER_WRITERS = {
 }
 # Methods of any object that store through their first argument (cub BlockStore::Store,
 # at::vec::Vectorized::store, esimd::simd::copy_to, vLLM/SGLang CPU vec_op `v.save(ptr)`).
-METHOD_WRITERS = frozenset({"Store", "store", "copy_to", "store_aligned", "save"})
+METHOD_WRITERS = frozenset(
+    {"Store", "store", "copy_to", "store_aligned", "save", "cast_store", "store_global"}
+)
 # Calls that only read through a pointer, or only look at it: never evidence of a write.
 READERS = frozenset(
     [
@@ -98,6 +101,8 @@ READERS = frozenset(
         "lsc_prefetch",
         "Load",
         "load",
+        "cast_load",
+        "load_global",
         "copy_from",
         "VLLM_LDG",
         "TORCH_CHECK",
@@ -128,15 +133,6 @@ def short(text: str, limit: int = 100) -> str:
     return one_line if len(one_line) <= limit else one_line[: limit - 3] + "..."
 
 
-def walk(node: Node) -> Iterator[Node]:
-    """Descendants in document order."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(current.children))
-
-
 def callee(node: Node) -> str:
     """Unqualified name of a called function: `at::mm_out` -> `mm_out`, `k<float>` -> `k`."""
     return text_of(node).split("<", 1)[0].rsplit("::", 1)[-1].strip().lstrip("&").strip()
@@ -151,6 +147,39 @@ def receiver(function: Node) -> Node | None:
         if names:
             return names[-1]
     return function.child_by_field_name("argument")
+
+
+def exclusive(first: Node, second: Node) -> bool:
+    """Whether two nodes sit in different branches of one `if` (never run on the same path)."""
+    branches = _branches(first)
+    return any(branches.get(key, side) != side for key, side in _branches(second).items())
+
+
+def _branches(node: Node) -> dict[int, str]:
+    """`if` statement id -> `then` or `else`, for every `if` the node sits under."""
+    found: dict[int, str] = {}
+    child, parent = node, node.parent
+    while parent is not None:
+        if parent.type == "if_statement":
+            alternative = parent.child_by_field_name("alternative")
+            consequence = parent.child_by_field_name("consequence")
+            if alternative is not None and child.id == alternative.id:
+                found[parent.id] = "else"
+            elif consequence is not None and child.id == consequence.id:
+                found[parent.id] = "then"
+        child, parent = parent, parent.parent
+    return found
+
+
+def assignment_target(node: Node) -> Node | None:
+    """The left side of an assignment; for `MACRO(x)\n y = v;` glued by error recovery (a
+    macro call lacking `;` read as the left side), the `y` the grammar put in an ERROR node."""
+    left = node.child_by_field_name("left")
+    errors = [c for c in node.children if c.type == "ERROR"]
+    if left is None or left.type != "call_expression" or not errors:
+        return left
+    kept = [c for c in errors[-1].named_children if c.type != "comment"]
+    return kept[-1] if kept else left
 
 
 def declared_name(node: Node | None) -> str | None:

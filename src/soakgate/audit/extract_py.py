@@ -4,15 +4,35 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from soakgate.audit.model import Confidence, ImplInfo, LiteralPiece, Location, OpDef, WriteEvidence
-from soakgate.audit.py_fakes import FAKE_KEYS, FAKE_REGISTRARS, indirect_fakes
+from soakgate.audit.model import (
+    Confidence,
+    ExtensionCall,
+    ImplInfo,
+    LiteralPiece,
+    Location,
+    OpDef,
+    WriteEvidence,
+)
+from soakgate.audit.py_fakes import (
+    FAKE_KEYS,
+    FAKE_REGISTRARS,
+    Env,
+    indirect_fakes,
+    string_constants,
+    strings,
+)
 from soakgate.audit.schema import SchemaSyntaxError, parse_schema
 
 _STRING = re.compile(r"""([rRbBuUfF]*)("(?!"")|'(?!''))((?:\\.|(?!\2)[^\\\n])*)\2""")
 _Adder = Callable[[str, str, ast.AST], None]
+# Import roots that are not compiled extensions of the package (their calls are not followed).
+_NOT_EXTENSIONS = frozenset(
+    {"torch", "numpy", "triton", "math", "os", "sys", "typing", "functools", "itertools"}
+)
+REGISTRARS = FAKE_REGISTRARS | {"custom_op", "impl", "register_kernel", "define"}
 _PY_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
 
 
@@ -60,6 +80,12 @@ class _Extractor(ast.NodeVisitor):
         self.unused_calls: set[int] = set()
         self.op_modules: dict[str, str] = {}
         """Local names bound to `torch.ops` or `torch.ops.<ns>` (`_ops = torch.ops._C`)."""
+        self.constants: Env = {}
+        """Module-level string constants, for op names built from them (`f"{NS}::op"`)."""
+        self.modules: set[str] = set()
+        """Names bound to imported modules that may be compiled extensions (`import ext as _C`)."""
+        self.registrars: dict[str, str] = {}
+        """Local names bound to a torch.library registrar (`_op = torch.library.custom_op`)."""
 
     def loc(self, node: ast.AST) -> Location:
         return Location(self.path, getattr(node, "lineno", 0))
@@ -78,6 +104,16 @@ class _Extractor(ast.NodeVisitor):
             found.append(LiteralPiece(self.path, offset, match.group(3)))
         return tuple(found)
 
+    def span(self, node: ast.expr) -> LiteralPiece | None:
+        """Where an expression is, as (byte offset, source text); None if any element is not a
+        plain string constant (then it cannot be rewritten safely)."""
+        elements = getattr(node, "elts", [])
+        if any(_const_str(e) is None for e in elements):
+            return None
+        start = self.line_starts[node.lineno - 1] + node.col_offset
+        end = self.line_starts[(node.end_lineno or node.lineno) - 1] + (node.end_col_offset or 0)
+        return LiteralPiece(self.path, start, self.source[start:end].decode())
+
     def namespace_of(self, node: ast.AST) -> str | None:
         return self.libraries.get(_dotted(node))
 
@@ -89,6 +125,9 @@ class _Extractor(ast.NodeVisitor):
                 self.unused_calls.add(id(item.value))
             if isinstance(item, ast.Assign) and len(item.targets) == 1:
                 self._note_op_module(item.targets[0], item.value)
+                self._note_registrar(item.targets[0], item.value)
+            if isinstance(item, ast.Import | ast.ImportFrom):
+                self._note_module(item)
             if isinstance(item, ast.ImportFrom) and item.module in {"torch", "torch.ops"}:
                 for alias in item.names:
                     prefix = "torch.ops" if item.module == "torch.ops" else "torch"
@@ -100,6 +139,24 @@ class _Extractor(ast.NodeVisitor):
         parts = dotted.split(".")
         if isinstance(target, ast.Name) and parts[:2] == ["torch", "ops"] and len(parts) <= 3:
             self.op_modules[target.id] = dotted
+
+    def _note_module(self, item: ast.Import | ast.ImportFrom) -> None:
+        root = (item.module or "").split(".")[0] if isinstance(item, ast.ImportFrom) else ""
+        for alias in item.names:
+            source = root or alias.name.split(".")[0]
+            if source not in _NOT_EXTENSIONS and alias.name != "*":
+                self.modules.add(alias.asname or alias.name.split(".")[0])
+
+    def _note_registrar(self, target: ast.expr, value: ast.expr) -> None:
+        """`_custom_op = torch.library.custom_op` (often under a torch version check)."""
+        name = _dotted(value).rsplit(".", 1)[-1]
+        if isinstance(target, ast.Name) and name in REGISTRARS and _dotted(value) != target.id:
+            self.registrars[target.id] = name
+
+    def registrar_of(self, call: ast.Call) -> str:
+        """What a registration call's callee is: `custom_op`, `register_fake`, `impl`, ..."""
+        dotted = _dotted(call.func)
+        return self.registrars.get(dotted, dotted.rsplit(".", 1)[-1])
 
     def visit_Assign(self, node: ast.Assign) -> None:
         call = node.value
@@ -122,7 +179,7 @@ class _Extractor(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         name = _dotted(node.func)
-        method = name.rsplit(".", 1)[-1]
+        method = self.registrar_of(node)
         if method == "define":
             self.define(node)
         elif method in FAKE_REGISTRARS | {"impl"} and len(node.args) >= 2:
@@ -142,6 +199,8 @@ class _Extractor(ast.NodeVisitor):
         namespace = self.namespace_of(receiver) if receiver is not None else None
         for index, arg in enumerate(call.args[:2]):
             text = _const_str(arg)
+            built = strings(arg, self.constants) if text is None else []
+            text = built[0] if len(built) == 1 else text
             if text is None:
                 namespace = namespace or self.namespace_of(arg)
                 continue
@@ -151,7 +210,7 @@ class _Extractor(ast.NodeVisitor):
         return None, []
 
     def registration(self, call: ast.Call, fn: ast.FunctionDef) -> None:
-        registrar = _dotted(call.func).rsplit(".", 1)[-1]
+        registrar = self.registrar_of(call)
         qualname, rest = self.qualify(call)
         if qualname is None:
             return
@@ -164,7 +223,7 @@ class _Extractor(ast.NodeVisitor):
             self.out.fakes.add(qualname)
         elif registrar in {"impl", "register_kernel"}:
             key = keys[0] if keys else None
-            self.out.impls.append((qualname, analyse_python_impl(fn, self.path, key)))
+            self.out.impls.append((qualname, analyse_python_impl(fn, self.path, key, self.modules)))
 
     def define(self, call: ast.Call) -> None:
         receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
@@ -203,8 +262,11 @@ class _Extractor(ast.NodeVisitor):
         except SchemaSyntaxError:
             return
         self.custom_ops[fn.name] = qualname
-        self.out.defs.append(OpDef(qualname, schema, self.loc(fn), "custom_op"))
-        self.out.impls.append((qualname, analyse_python_impl(fn, self.path, None)))
+        literal = (
+            self.span(mutates) if isinstance(mutates, ast.Tuple | ast.List | ast.Set) else None
+        )
+        self.out.defs.append(OpDef(qualname, schema, self.loc(fn), "custom_op", mutates=literal))
+        self.out.impls.append((qualname, analyse_python_impl(fn, self.path, None, self.modules)))
 
     def call_site(self, call: ast.Call, name: str) -> None:
         head, _, rest = name.partition(".")
@@ -261,7 +323,9 @@ _PY_VIEWS = frozenset(
 )
 
 
-def analyse_python_impl(fn: ast.FunctionDef, path: str, key: str | None) -> ImplInfo:
+def analyse_python_impl(
+    fn: ast.FunctionDef, path: str, key: str | None, modules: Iterable[str] = ()
+) -> ImplInfo:
     """Parameters a Python implementation writes (`x.add_()`, `out[...] =`, `out=`) or returns."""
     params = {a.arg: a.arg for a in fn.args.args}
     info = ImplInfo(fn.name, key, Location(path, fn.lineno))
@@ -289,6 +353,7 @@ def analyse_python_impl(fn: ast.FunctionDef, path: str, key: str | None) -> Impl
                 add(params[root], "store", node)
         if isinstance(node, ast.Call):
             _python_call(node, params, add)
+            _extension_call(node, params, set(modules), info)
         if isinstance(node, ast.Return) and node.value is not None:
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
             for position, value in enumerate(values):
@@ -323,6 +388,27 @@ def _python_call(node: ast.Call, params: dict[str, str], add: _Adder) -> None:
             add(params[keyword.value.id], "out-call", node)
 
 
+def _extension_call(
+    call: ast.Call, params: dict[str, str], modules: set[str], info: ImplInfo
+) -> None:
+    """`_ext.fwd(q, k, out)` on an imported module: followed into C++ by `scan` (pybind11)."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return
+    if func.value.id not in modules:
+        return
+    args = tuple(params.get(a.id) if isinstance(a, ast.Name) else None for a in call.args)
+    keywords = tuple(
+        (k.arg, params[k.value.id])
+        for k in call.keywords
+        if k.arg and isinstance(k.value, ast.Name) and k.value.id in params
+    )
+    if any(args) or keywords:
+        where = Location(info.location.path, call.lineno)
+        expression = ast.unparse(call)[:100]
+        info.extension_calls.append(ExtensionCall(func.attr, args, keywords, where, expression))
+
+
 def extract_python(source: bytes, path: str) -> PyFile:
     """Op definitions, impls, fake registrations and call sites of one Python source."""
     try:
@@ -330,6 +416,7 @@ def extract_python(source: bytes, path: str) -> PyFile:
     except (SyntaxError, ValueError):
         return PyFile()
     extractor = _Extractor(source, path)
+    extractor.constants = string_constants(tree)
     extractor.visit(tree)
     extractor.out.fakes |= indirect_fakes(tree, extractor.libraries)
     return extractor.out

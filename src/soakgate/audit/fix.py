@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import string
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -136,6 +137,26 @@ def _written_params(report: OpReport) -> tuple[list[str], list[str]]:
     return [n for n in order if n in strong], [n for n in order if n in weak - strong]
 
 
+def _mutates_edit(
+    literal: LiteralPiece | None, written: list[str], drop: bool
+) -> list[tuple[str, int, int, str]]:
+    """The `mutates_args=` value with the written parameters added, as a file edit."""
+    if literal is None or drop:
+        raise AuditError(f"add {', '.join(repr(w) for w in written)} to mutates_args")
+    text = literal.text.strip()
+    names = [n for n in re.findall(r"""["']([^"']+)["']""", text)]
+    names += [w for w in written if w not in names]
+    quoted = ", ".join(f'"{n}"' for n in names)
+    if text.startswith("{"):
+        value = "{" + quoted + "}"
+    elif text.startswith("["):
+        value = "[" + quoted + "]"
+    else:
+        value = f"({quoted},)" if len(names) == 1 else f"({quoted})"
+    end = literal.offset + len(literal.text.encode())
+    return [(literal.path, literal.offset, end, value)]
+
+
 def _return_plan(report: OpReport) -> tuple[bool, str | None]:
     """(whether the returns may become `()`, why not when a return needs a human)."""
     verdicts = set(report.verdicts)
@@ -191,10 +212,16 @@ def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
         edits = schema_edits(op.schema, written, drop)
         fix.new_schema = apply_to_text(op.schema.text, edits)
         if op.origin == "custom_op":
-            raise AuditError(f"add {', '.join(repr(w) for w in written)} to mutates_args")
+            fix.file_edits.extend(_mutates_edit(op.mutates, written, drop))
+            return fix
         if not op.pieces:
             raise AuditError("the schema is not a plain string literal")
-        for edit in edits:
+        if op.origin == "cpp-inferred":
+            # `m.def("name", fn)`: write the whole schema where the name was
+            piece = op.pieces[0]
+            end = piece.offset + len(piece.text)
+            fix.file_edits.append((piece.path, piece.offset, end, fix.new_schema))
+        for edit in edits if op.origin != "cpp-inferred" else []:
             fix.file_edits.extend(_to_file(op.pieces, edit))
     except AuditError as exc:
         fix.manual = str(exc)

@@ -73,6 +73,9 @@ class OpDef:
     """Literals spelling the schema, in order; empty when the schema cannot be fixed in place."""
     inline_impl: str | None = None
     """Function named in `m.def(schema, &fn)`, if any."""
+    mutates: LiteralPiece | None = None
+    """For a `custom_op`: its `mutates_args=` value as written (a literal tuple, list or set of
+    names), which `--fix` rewrites; None when it is absent or not such a literal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,20 @@ class WriteEvidence:
     """Where the expression is."""
     confidence: Confidence
     """How sure the inference is."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionCall:
+    """A Python implementation handing its tensors to a compiled extension (`_ext.fwd(q, out)`)."""
+
+    function: str
+    """The attribute called on the imported module (`fwd`), a pybind11 binding's name."""
+    args: tuple[str | None, ...]
+    """Per positional argument, the implementation's parameter passed there (None otherwise)."""
+    keywords: tuple[tuple[str, str], ...]
+    """(keyword, parameter) for parameters passed by keyword."""
+    location: Location
+    expression: str
 
 
 @dataclass(slots=True)
@@ -109,6 +126,8 @@ class ImplInfo:
     """Return positions where some path returns a value that is not a parameter."""
     alternatives: list[Location] = field(default_factory=list)
     """Other definitions of the same name analysed with it (an `#if` stub, a CPU fallback)."""
+    extension_calls: list[ExtensionCall] = field(default_factory=list)
+    """Calls into compiled extensions, followed into their C++ when the tree has it."""
 
 
 @dataclass(slots=True)

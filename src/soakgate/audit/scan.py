@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
 from soakgate.audit.extract_cpp import (
     CPP_SUFFIXES,
@@ -20,6 +21,7 @@ from soakgate.audit.extract_py import PyFile, extract_python
 from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
 from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
 from soakgate.audit.py_fakes import added_python
+from soakgate.audit.schema import Schema
 from soakgate.audit.verdicts import judge
 from soakgate.audit.writes import infer_writes
 from soakgate.errors import AuditError, UsageError
@@ -209,6 +211,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
                         raw.inline_impl,
                     )
                 )
+            collected.defs.extend(_inferred_defs(index, unit))
             collected.cpp_impls.extend(
                 (_qualname(index.macro(i.library), i.op), i) for i in unit.impls
             )
@@ -225,12 +228,69 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
     return collected, parsed
 
 
+def _inferred_defs(index: _Index, unit: CppFile) -> list[OpDef]:
+    """Ops defined by `m.def("name", fn)`, with the schema torch infers from `fn`."""
+    defs = []
+    for raw in unit.inferred:
+        schema = next(
+            (s for fn in index.lookup(raw.function) if (s := _infer(raw.name, fn)) is not None),
+            None,
+        )
+        if schema is None:
+            continue  # no definition found, or a type torch would not accept
+        defs.append(
+            OpDef(
+                f"{index.macro(raw.library)}::{raw.name}",
+                schema,
+                raw.location,
+                "cpp-inferred",
+                raw.guard,
+                (raw.piece,),
+                raw.function,
+            )
+        )
+    return defs
+
+
+def _infer(name: str, fn: FunctionNode) -> Schema | None:
+    op, _, overload = name.partition(".")
+    schema = infer_schema(op, fn.params, fn.returns)
+    return replace(schema, overload=overload) if schema is not None and overload else schema
+
+
 def _merge_python(collected: _Collected, unit: PyFile) -> None:
     collected.defs.extend(unit.defs)
     collected.py_impls.extend(unit.impls)
     collected.fakes.update(unit.fakes)
     for op, sites in unit.call_sites.items():
         collected.call_sites.setdefault(op, []).extend(sites)
+
+
+def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
+    """Writes of the C++ functions Python impls reach through pybind11 (`_ext.fwd(q, out)`)."""
+    calls = [(info, call) for info in impls for call in info.extension_calls]
+    if not calls:
+        return
+    bindings: dict[str, str] = {}
+    for path, data in index.contents.items():
+        if Path(path).suffix in CPP_SUFFIXES and b"PYBIND11_MODULE" in data:
+            bindings.update(index.parse(path).pybind)
+    for info, call in calls:
+        target = bindings.get(call.function)
+        for fn in index.lookup(target) if target else []:
+            names = [name for name, _ in fn.params]
+            passed = dict(enumerate(call.args))
+            passed.update((names.index(k), p) for k, p in call.keywords if k in names)
+            result = infer_writes(fn, index.lookup, index.lookup_class)
+            for position, proofs in result.writes.items():
+                param = passed.get(position)
+                if param is None:
+                    continue
+                proof = proofs[0]
+                text = f"{call.expression[:60]} -> {proof.expression}"
+                info.writes.append(
+                    WriteEvidence(param, "extension-call", text, call.location, proof.confidence)
+                )
 
 
 def audit_paths(paths: Iterable[str]) -> AuditResult:
@@ -240,6 +300,7 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
     contents = {str(p): _read(p) for p in files if p.suffix in readable}
     index = _Index(contents)
     collected, parsed = _collect(files, index)
+    _follow_extensions(index, [info for _, info in collected.py_impls])
     reports = []
     for op in collected.defs:
         impls: list[ImplInfo] = []

@@ -10,55 +10,37 @@ Parameter names are never used here. What an expression refers to is decided in 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from soakgate.audit.cpp_alias import WRAPPERS, Alias, AliasResolver, is_pointer_like, pointee_const
+from soakgate.audit.cpp_alias import (
+    WRAPPERS,
+    Alias,
+    is_accessor_type,
+    is_pointer_like,
+    pointee_const,
+)
+from soakgate.audit.cpp_flow import CallFlow, ClassLookup, Context, FunctionWrites, Lookup
+from soakgate.audit.cpp_launch import LAUNCHERS, address_table, launch_arguments
 from soakgate.audit.cpp_names import (
     CASTS,
     METHOD_WRITERS,
     NON_WRITING_INPLACE,
     POINTER_WRITERS,
     READERS,
+    assignment_target,
     callee,
     declared_name,
+    exclusive,
     receiver,
     short,
     walk,
 )
-from soakgate.audit.extract_cpp import ClassNode, FunctionNode, params_of, text_of
-from soakgate.audit.model import Confidence, Location, WriteEvidence
+from soakgate.audit.extract_cpp import FunctionNode, params_of, text_of
+from soakgate.audit.model import Confidence, WriteEvidence
 
 if TYPE_CHECKING:
     from tree_sitter import Node
-
-Lookup = Callable[[str], list[FunctionNode]]
-ClassLookup = Callable[[str], list[ClassNode]]
-
-_MAX_DEPTH = 6
-
-
-@dataclass(slots=True)
-class FunctionWrites:
-    """Result of write inference for one function."""
-
-    writes: dict[int, list[WriteEvidence]] = field(default_factory=dict)
-    """Parameter index -> evidence that it is written."""
-    returned: dict[int, tuple[int, WriteEvidence]] = field(default_factory=dict)
-    """Return position -> (index of the parameter returned there, the return statement)."""
-    fresh_returns: set[int] = field(default_factory=set)
-    """Return positions where some path returns a value that is not a parameter."""
-    indirect: dict[int, list[WriteEvidence]] = field(default_factory=dict)
-    """Parameter index -> stores through addresses loaded from it (it is an address table)."""
-    field_writes: dict[tuple[int, str], list[WriteEvidence]] = field(default_factory=dict)
-    """(struct parameter, field) -> stores through the pointer held in that field."""
-    field_binds: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
-    """(struct parameter, field) -> parameters whose pointer the function stores there."""
-
-    def add(self, param: int, evidence: WriteEvidence) -> None:
-        """Record evidence for a parameter."""
-        self.writes.setdefault(param, []).append(evidence)
 
 
 def _is_const_pointer(type_text: str) -> bool:
@@ -67,6 +49,13 @@ def _is_const_pointer(type_text: str) -> bool:
     return re.search(r"\bconst\b", head) is not None and (
         "*" in type_text or "ccessor" not in type_text
     )
+
+
+def _type_name(declaration: str, name: str) -> str:
+    """`const paged_kv_t<T, I>& kv` -> `paged_kv_t`."""
+    head = declaration.rsplit(name, 1)[0] if name else declaration
+    head = re.sub(r"\b(?:const|volatile|struct|class)\b|[&*]", " ", head).strip()
+    return head.split("<", 1)[0].rsplit("::", 1)[-1].strip()
 
 
 def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
@@ -88,47 +77,30 @@ def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
     return aliases
 
 
-@dataclass(slots=True)
-class _Context:
-    """What every analysis of one implementation shares: lookups and a cache of callees."""
-
-    functions: Lookup
-    classes: ClassLookup
-    cache: dict[int, FunctionWrites] = field(default_factory=dict)
-    active: set[int] = field(default_factory=set)
-
-
-class _Analyzer(AliasResolver):
+class _Analyzer(CallFlow):
     """Walks one function body, tracking local aliases of its parameters."""
 
-    def __init__(self, fn: FunctionNode, context: _Context, depth: int) -> None:
+    def __init__(self, fn: FunctionNode, context: Context, depth: int) -> None:
         self.fn = fn
         self.context = context
         self.depth = depth
         super().__init__(initial_aliases(fn.params))
         self.fn_aliases: dict[str, str] = {}
         self.local_fns: dict[str, FunctionNode] = {}
+        self.arg_tables: dict[str, list[Node]] = {}
+        self.bound_at: dict[tuple[str, str], Node] = {}
+        """(local struct, field) -> where the field was bound to a parameter's pointer."""
+        self.struct_types: dict[str, str] = {
+            name: _type_name(declaration, name)
+            for name, declaration in fn.params
+            if name and self.aliases.get(name, Alias((), "")).kind == "struct"
+        }
+        """Struct-typed locals and parameters -> their class name (for their methods)."""
+        """`void* args[] = {&a, &b}` for `cudaLaunchKernel(kernel, grid, block, args, ...)`."""
         self.result = FunctionWrites()
 
-    def location(self, node: Node) -> Location:
-        return Location(self.fn.path, self.fn.line(node))
-
-    def evidence(
-        self, alias: Alias, kind: str, node: Node, conf: Confidence, text: str = ""
-    ) -> None:
-        """Record a write through `alias`, routed by what it refers to."""
-        expression = text or short(text_of(node))
-        for param in alias.params:
-            name = self.fn.params[param][0] if param < len(self.fn.params) else "?"
-            proof = WriteEvidence(name, kind, expression, self.location(node), conf)
-            if alias.field is not None:
-                self.result.field_writes.setdefault((param, alias.field), []).append(proof)
-            elif alias.kind == "indirect":
-                self.result.indirect.setdefault(param, []).append(proof)
-            elif alias.kind in {"tensor", "pointer"}:
-                self.result.add(param, proof)
-
-    # --- what expressions refer to -------------------------------------------------------
+    def spawn(self, fn: FunctionNode) -> CallFlow:
+        return _Analyzer(fn, self.context, self.depth + 1)
 
     def run(self) -> FunctionWrites:
         """Visit the body once, in document order, so aliases are known before their uses."""
@@ -160,6 +132,11 @@ class _Analyzer(AliasResolver):
             return
         if value.type in {"argument_list", "initializer_list"} and self._construct(node, value):
             return
+        table = address_table(value)
+        if table is not None:
+            self.arg_tables[name] = table
+            self.aliases.pop(name, None)
+            return
         self._note_function_pointer(name, value)
         if value.type == "initializer_list" and len(value.named_children) == 1:
             value = value.named_children[0]
@@ -180,9 +157,10 @@ class _Analyzer(AliasResolver):
         if kind is None:
             return False
         name = callee(kind)
-        if not self.context.classes(name):
-            return False
+        classes = self.context.classes(name)
         args = [a for a in value.named_children if a.type != "comment"]
+        if not any(c.call is not None for c in classes):
+            return self._build_struct(node, classes, args)
         aliases = [self.alias_of(arg) for arg in args]
         if any(a is not None for a in aliases):
             self._pass_to(name, node, args, aliases)
@@ -197,7 +175,14 @@ class _Analyzer(AliasResolver):
             self.local_fns[name] = FunctionNode(name, params, body, self.fn.path, self.fn.lines)
 
     def _note_function_pointer(self, name: str, value: Node) -> None:
-        """`auto kernel = &k<T>;` (or a choice of two): launches of `kernel` call `k`."""
+        """`auto kernel = &k<T>;` / `= k<T>;` (or a choice of two): `kernel(...)` calls `k`."""
+        if value.type == "template_function" or (
+            value.type in {"identifier", "qualified_identifier"}
+            and self.alias_of(value) is None
+            and self.context.functions(callee(value))
+        ):
+            self.fn_aliases[name] = callee(value)
+            return
         for node in walk(value):
             if node.type == "pointer_expression" and text_of(node).lstrip().startswith("&"):
                 operand = node.child_by_field_name("argument")
@@ -210,7 +195,7 @@ class _Analyzer(AliasResolver):
                     return
 
     def _assign(self, node: Node) -> None:
-        left = node.child_by_field_name("left")
+        left = assignment_target(node)
         right = node.child_by_field_name("right")
         if left is None:
             return
@@ -248,6 +233,7 @@ class _Analyzer(AliasResolver):
         if owner is None:
             if alias is not None:
                 self.structs.setdefault(text_of(base), {})[field_name] = alias
+                self.bound_at[(text_of(base), field_name)] = left
             return True
         return False
 
@@ -267,9 +253,24 @@ class _Analyzer(AliasResolver):
         """A store through `target` (`p[i] = v`, `*q = v`, `acc[0][1] = v`, `p[i]++`)."""
         if target is None or target.type == "identifier":
             return
+        bound = self.bound_at.get(self._local_field(target) or ("", ""))
+        if bound is not None and exclusive(bound, node):
+            return  # on this path the field does not hold the parameter's pointer
         alias = self._store_base(target)
         if is_pointer_like(alias) and alias is not None and not alias.const:
             self.evidence(alias, "store", node, Confidence.HIGH)
+
+    def _local_field(self, target: Node) -> tuple[str, str] | None:
+        """(struct, field) when a store goes through a local struct's field (`s.f[i] = v`)."""
+        node: Node | None = target
+        while node is not None and node.type != "field_expression":
+            if node.type not in {"subscript_expression", "pointer_expression"}:
+                return None
+            node = node.child_by_field_name("argument")
+        base = node.child_by_field_name("argument") if node is not None else None
+        if node is None or base is None or base.type != "identifier":
+            return None
+        return text_of(base), text_of(node.child_by_field_name("field") or node)
 
     def _store_base(self, target: Node) -> Alias | None:
         node: Node | None = target
@@ -307,11 +308,17 @@ class _Analyzer(AliasResolver):
         else:
             name = callee(function)
         name = self.fn_aliases.get(name, name)
+        if name in LAUNCHERS:
+            launch = launch_arguments(name, args, self.arg_tables)
+            if launch is not None:
+                kernel = self.fn_aliases.get(launch[0], launch[0])
+                self._pass_to(kernel, node, launch[1], [self.alias_of(a) for a in launch[1]])
+                return
         if name in self.local_fns:
             aliases = [self.alias_of(arg) for arg in args]
             self._pass_to(name, node, args, aliases)
             return
-        if name in CASTS or name in READERS or name in WRAPPERS:
+        if name in CASTS or name in READERS or name in WRAPPERS or is_accessor_type(name):
             return
         aliases = [self.alias_of(arg) for arg in args]
         first = aliases[0] if aliases else None
@@ -362,7 +369,7 @@ class _Analyzer(AliasResolver):
         if kind is None or value is None:
             return
         name = callee(kind)
-        if not self.context.classes(name):
+        if not any(c.call is not None for c in self.context.classes(name)):
             return
         args = [a for a in value.named_children if a.type != "comment"]
         aliases = [self.alias_of(arg) for arg in args]
@@ -383,152 +390,6 @@ class _Analyzer(AliasResolver):
                 self.evidence(written, "vector-store", node, Confidence.HIGH)
             return True
         return method in READERS
-
-    def _pass_to(
-        self, name: str, node: Node, args: list[Node], aliases: list[Alias | None]
-    ) -> None:
-        """Arguments handed to another function or functor: look into it, or judge constness."""
-        inner = self._analysecallee(name, len(aliases))
-        if inner is None:
-            for alias in aliases:
-                if alias is not None and alias.kind == "pointer" and not alias.const:
-                    confidence = Confidence.MEDIUM if alias.mutable_ptr else Confidence.LOW
-                    self.evidence(alias, "pointer-to-unresolved-call", node, confidence)
-            return
-        call_text = short(text_of(node), 60)
-        for position, alias in enumerate(aliases):
-            if alias is None or position >= len(args):
-                continue
-            if position in inner.writes and not alias.const:
-                proof = inner.writes[position][0]
-                kind = "mutating-call" if alias.kind == "tensor" else "kernel-store"
-                self.evidence(
-                    alias, kind, node, proof.confidence, f"{call_text} -> {proof.expression}"
-                )
-            if position in inner.indirect:
-                proof = inner.indirect[position][0]
-                target = replace(alias, kind="pointer") if alias.kind == "table" else alias
-                if alias.kind in {"table", "pointer"}:
-                    self.evidence(
-                        target if alias.kind == "table" else replace(alias, kind="indirect"),
-                        "indirect-store",
-                        node,
-                        proof.confidence,
-                        f"{call_text} -> {proof.expression}",
-                    )
-        self._struct_flow(inner, node, args, aliases, call_text)
-
-    def _struct_flow(
-        self,
-        inner: FunctionWrites,
-        node: Node,
-        args: list[Node],
-        aliases: list[Alias | None],
-        call_text: str,
-    ) -> None:
-        """Carry struct fields across the call: fields the callee fills, fields it writes."""
-        for (position, name), params in inner.field_binds.items():
-            if position >= len(args):
-                continue
-            bound = [aliases[p] for p in params if p < len(aliases) and aliases[p] is not None]
-            if not bound:
-                continue
-            value = bound[0]
-            for other in bound[1:]:
-                if other is not None and value is not None:
-                    value = value.merged(other)
-            if value is None:
-                continue
-            holder = args[position]
-            owner = aliases[position]
-            if holder.type == "identifier" and owner is None:
-                self.structs.setdefault(text_of(holder), {})[name] = value
-            elif owner is not None and owner.kind == "struct" and value.field is None:
-                for param in owner.params:
-                    self.result.field_binds[(param, name)] = value.params
-        for (position, name), proofs in inner.field_writes.items():
-            if position >= len(args):
-                continue
-            holder = args[position]
-            owner = aliases[position]
-            text = f"{call_text} -> {proofs[0].expression}"
-            if owner is not None and owner.kind == "struct":
-                self.evidence(
-                    Alias(owner.params, "pointer", field=name),
-                    "field-store",
-                    node,
-                    proofs[0].confidence,
-                    text,
-                )
-            elif holder.type == "identifier":
-                carried = self.structs.get(text_of(holder), {}).get(name)
-                if carried is not None and not carried.const:
-                    self.evidence(carried, "field-store", node, proofs[0].confidence, text)
-
-    def _analysecallee(self, name: str, arity: int) -> FunctionWrites | None:
-        """Writes of the function or functor `name` (union over same-named definitions)."""
-        if self.depth >= _MAX_DEPTH:
-            return None
-        if name in self.local_fns:
-            return self._analyse(self.local_fns[name])
-        functors = [c for c in self.context.classes(name) if c.call is not None]
-        if functors:
-            return self._analyse_functor(functors[0], arity)
-        candidates = [c for c in self.context.functions(name) if len(c.params) >= arity]
-        exact = [c for c in candidates if len(c.params) == arity] or candidates
-        results = [r for c in exact if (r := self._analyse(c)) is not None]
-        if not results:
-            return None if not exact else FunctionWrites()
-        merged = FunctionWrites()
-        for result in results:
-            for param, proofs in result.writes.items():
-                merged.writes.setdefault(param, []).extend(proofs)
-            for param, proofs in result.indirect.items():
-                merged.indirect.setdefault(param, []).extend(proofs)
-            for key, proofs in result.field_writes.items():
-                merged.field_writes.setdefault(key, []).extend(proofs)
-            merged.field_binds.update(result.field_binds)
-        return merged
-
-    def _analyse(self, callee: FunctionNode) -> FunctionWrites | None:
-        key = id(callee.body)
-        if key in self.context.cache:
-            return self.context.cache[key]
-        if key in self.context.active or callee.body is self.fn.body:
-            return None
-        self.context.active.add(key)
-        try:
-            result = _Analyzer(callee, self.context, self.depth + 1).run()
-        finally:
-            self.context.active.discard(key)
-        self.context.cache[key] = result
-        return result
-
-    def _analyse_functor(self, functor: ClassNode, arity: int) -> FunctionWrites | None:
-        """A functor built from the arguments: map them to fields, analyse `operator()`."""
-        if functor.call is None:
-            return None
-        inner = self._analyse(functor.call)
-        if inner is None:
-            return None
-        fields = [name for name, _ in functor.fields]
-        by_arg: dict[int, list[int]] = {}
-        for index, name in enumerate(fields):
-            if functor.ctor_params is None:
-                arg = index  # aggregate: brace-initialised in declaration order
-            elif name in functor.ctor_inits:
-                arg = functor.ctor_inits[name]
-            else:
-                continue
-            by_arg.setdefault(arg, []).append(index)
-        mapped = FunctionWrites()
-        for arg, indices in by_arg.items():
-            for index in indices:
-                if index in inner.writes:
-                    mapped.writes.setdefault(arg, []).extend(inner.writes[index])
-                if index in inner.indirect:
-                    mapped.indirect.setdefault(arg, []).extend(inner.indirect[index])
-        return mapped
 
     def _return(self, node: Node) -> None:
         value = next((c for c in node.named_children if c.type != "comment"), None)
@@ -564,5 +425,5 @@ def infer_writes(
     fn: FunctionNode, lookup: Lookup, classes: ClassLookup | None = None
 ) -> FunctionWrites:
     """Parameters `fn` writes (with evidence) and parameters it returns."""
-    context = _Context(lookup, classes or (lambda name: []))
+    context = Context(lookup, classes or (lambda name: []))
     return _Analyzer(fn, context, 0).run()

@@ -127,10 +127,16 @@ def plan_summary(request: PlanRequest) -> str:
 
 
 def _blocks_line(request: PlanRequest, rate: float, design_effect: float, asked: bool) -> str:
-    blocks, per_block, got = block_design(
-        rate, request.ratio, request.alpha, request.power, design_effect,
-        request.blocks, request.requests_per_block,
-    )  # fmt: skip
+    try:
+        blocks, per_block, got = block_design(
+            rate, request.ratio, request.alpha, request.power, design_effect,
+            request.blocks, request.requests_per_block,
+        )  # fmt: skip
+    except UsageError as exc:
+        if asked:
+            raise
+        # a recommendation the figures cannot support is said, not a failure of the plan
+        return f"recommended: replicate blocks; but {exc}"
     design = (
         f"{blocks} blocks per arm of {per_block:,} requests ({blocks * per_block:,} per arm), "
         f"power {got:.1%}, quasi-Poisson t on {2 * blocks - 2} df"
