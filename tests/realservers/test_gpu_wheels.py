@@ -4,6 +4,7 @@ the script failed there with `No module named 'httptools'`.)"""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tomllib
 from importlib.metadata import PackageNotFoundError, requires
@@ -41,10 +42,9 @@ def _runtime_closure() -> dict[str, str]:
         if name in found:
             continue
         found[name] = why
-        try:
+        # Not installed here (another platform's dependency): judged by its name alone.
+        with contextlib.suppress(PackageNotFoundError):
             todo += [(Requirement(r), name) for r in requires(requirement.name) or []]
-        except PackageNotFoundError:
-            pass  # not installed here (another platform's dependency): judged by name alone
     return found
 
 
