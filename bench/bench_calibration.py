@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.processes` from anywhere
 
-from bench.processes import BATTERY, by_name, simulate
+from bench.processes import BATTERY, by_name, sequential_verdict, simulate
 
 RATE, RATIO, ALPHA = 0.002, 1.5, 0.05
 RUN_LENGTHS = (13_000, 40_000)
@@ -94,7 +94,6 @@ def _run_chunk(work: Work) -> tuple[Work, Tally]:
 
 def _sequential_chunk(work: Work, rng: np.random.Generator) -> Tally:
     """The README plan's looks, judged by the monitor's own `judge_look`."""
-    from soakgate.load.preregistration import judge_look, look_due
     from soakgate.stats.plan import make_plan
 
     plan = make_plan("bench", ["A", "B"], RATE, RATIO, alpha=ALPHA, looks=5)
@@ -105,14 +104,8 @@ def _sequential_chunk(work: Work, rng: np.random.Generator) -> Tally:
     for _ in range(work.reps):
         a = simulate(process, rng, 1, rule.n_max_per_arm, RATE)[0]
         b = simulate(process, rng, 1, rule.n_max_per_arm, RATE * work.ratio)[0]
-        fractions: list[float] = []
-        for look in range(1, rule.looks + 1):
-            n = look_due(rule, look)
-            decision, _ = judge_look(plan, a[:n], b[:n], fractions)
-            fractions.append(min(n / rule.n_max_per_arm, 1.0))
-            if decision.verdict != "continue":
-                break
-        tally.verdicts[decision.verdict] += 1
+        verdict, n = sequential_verdict(plan, a, b)
+        tally.verdicts[verdict] += 1
         tally.used += n
         tally.reps += 1
     return tally

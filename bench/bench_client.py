@@ -434,7 +434,11 @@ def main() -> int:
     mock = benchlib.start_mock(server_core, ["--latency-ms", str(args.latency_ms)])
     workdir = Path(tempfile.mkdtemp(prefix="soakgate-bench-"))
     try:
-        for mode in args.modes.split(","):
+        modes = ["nostream", "stream"] if args.modes == "both" else args.modes.split(",")
+        unknown = sorted(set(modes) - {"nostream", "stream"})
+        if unknown:
+            parser.error(f"--modes {args.modes!r}: give nostream, stream or both")
+        for mode in modes:
             results = run_mode(mode, names, args.rounds, args, mock, client_core, workdir)
             if any(results.values()):
                 report(mode, args.concurrency, args.latency_ms, results)

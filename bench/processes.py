@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from soakgate.stats.plan import Plan
 
 Bools = npt.NDArray[np.bool_]
 Floats = npt.NDArray[np.float64]
@@ -202,3 +206,21 @@ def simulate(
         size = min(chunk, reps - len(out))
         out.extend(process.generate(rng, size, n, rate, fresh))
     return out
+
+
+def sequential_verdict(plan: Plan, a: Bools, b: Bools) -> tuple[str, int]:
+    """Walk the plan's looks over two arms' sequences (each at least the plan's maximum per arm)
+    as the soak's monitor does (its own `judge_look`): the verdict and the generations per arm
+    it was reached at."""
+    from soakgate.load.preregistration import judge_look, look_due
+
+    rule = plan.sequential
+    assert rule is not None, "the plan is not sequential"
+    fractions: list[float] = []
+    for look in range(1, rule.looks + 1):
+        n = look_due(rule, look)
+        decision, _ = judge_look(plan, a[:n], b[:n], fractions)
+        fractions.append(min(n / rule.n_max_per_arm, 1.0))
+        if decision.verdict != "continue":
+            break
+    return decision.verdict, n

@@ -98,16 +98,32 @@ def main() -> int:
                 handle,
                 indent=1,
             )
+    target = "cuda:0"
     missing = [m for m in CORE if _peak(busy, target, m) is None]
     util = _peak(busy, target, "gpu_util_pct") or 0
     loaded = bool(note) and note[0].startswith("torch ") and " matmul " in note[0]
-    ok = not missing and (util >= 50 or not loaded)
+    ok = not missing and (util >= 50 or not loaded) and _instance_on_two_gpus(count)
     print(
         f"verdict: {'ok' if ok else 'FAILED'}"
         + (f"; missing {missing}" if missing else "")
         + ("" if not loaded else f"; utilisation under load {util}%")
     )
     return 0 if ok else 1
+
+
+def _instance_on_two_gpus(count: int) -> bool:
+    """With two GPUs or more: one instance on `cuda:0,1` (tensor parallel) is read per GPU."""
+    if count < 2:
+        print("one GPU: the two-GPU instance (cuda:0,1) is not tried")
+        return True
+    sampler = NvmlSampler({"cuda:0,1": "0,1"})
+    reading = sampler.sample().get("cuda:0,1", {})
+    sampler.close()
+    per_gpu = reading.get("per_gpu", {})
+    readable = {gpu: [m for m in CORE if m in metrics] for gpu, metrics in per_gpu.items()}
+    print(f"instance cuda:0,1: GPUs {sorted(per_gpu)}, core readings {readable}, "
+          f"hottest {reading.get('temperature_c')} C")  # fmt: skip
+    return sorted(per_gpu) == ["0", "1"] and all(len(r) == len(CORE) for r in readable.values())
 
 
 def _table(

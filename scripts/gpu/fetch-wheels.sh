@@ -7,11 +7,16 @@
 #        through .git/info/exclude). Then carry DEST to the machine; see transformers_serve_campaign.sh.
 #
 # Pinned to versions checked together (pip check) with transformers 5.17. accelerate (and its
-# psutil) because serve passes --device as a device_map, which needs accelerate. httptools and
-# brotli because soakgate itself needs them (its HTTP/1.1 client; compressed answers) and the GPU
-# machine lacks them (seen 2026-12-01: neither imported there). openai stays on 2.x:
-# 3.x depends on httpx2, which the GPU machine lacks; 2.x uses the httpx it has. Left out
-# because the GPU machine has them: click, h11, httpx, httpcore, idna, tqdm, uvloop.
+# psutil) because serve passes --device as a device_map, which needs accelerate. The last line
+# holds what soakgate itself needs and the GPU image lacks: its HTTP/1.1 client (httptools),
+# compressed answers (brotli), the report's column reader (adbc-driver-*), audit's parser and
+# preprocessor (tree-sitter*, pcpp) and pandas' time zones (tzdata). openai stays on 2.x:
+# 3.x depends on httpx2, which the GPU machine lacks; 2.x uses the httpx it has.
+#
+# Every runtime dependency of soakgate (pyproject.toml, with what they depend on) is either in
+# `wheels` or in `present_on_gpu_image` (the image's own package list, .library/device/KINDS.md,
+# read 2026-11-17): tests/realservers/test_gpu_wheels.py checks it, so a new dependency cannot
+# again leave the GPU script unable to import soakgate.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -22,7 +27,16 @@ wheels=(
     annotated-doc==0.0.7 opentelemetry-api==1.45.2 typing-extensions==4.16.0
     anyio==4.16.0 sniffio==1.3.1 openai==2.30.0 distro==1.9.0 jiter==0.19.0 tomli-w==1.2.0 orjson==3.11.5
     accelerate==1.15.0 psutil==7.2.2
-    httptools==0.9.0 brotli==1.2.1
+    httptools==0.9.0 brotli==1.2.1 adbc-driver-manager==1.13.0 adbc-driver-sqlite==1.13.0
+    tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 pcpp==1.30 tzdata==2026.6
+)
+# shellcheck disable=SC2034  # read by tests/realservers/test_gpu_wheels.py
+present_on_gpu_image=(
+    aiohappyeyeballs aiohttp aiosignal attrs click contourpy cycler fonttools formulaic frozenlist
+    h11 httpcore httpx idna interface-meta jinja2 kiwisolver markdown-it-py markupsafe matplotlib
+    mdurl multidict narwhals numpy nvidia-ml-py packaging pandas patsy pillow prometheus-client
+    propcache pyarrow pygments pyparsing python-dateutil rich scipy six statsmodels tqdm
+    typing-extensions uvloop wrapt yarl
 )
 
 mkdir -p "$dest"

@@ -156,21 +156,23 @@ campaign_s=$(( $(left) - 50 ))
 say "campaign (bounded to ${campaign_s}s)"
 timeout -s TERM -k 20 "$campaign_s" python3 -m soakgate campaign "$toml" --db "$db" \
     > "$work/campaign.out" 2>&1
-say "campaign exit code $?"
+campaign_rc=$?
+say "campaign exit code $campaign_rc"
 tail -n 40 "$work/campaign.out" | tee -a "$summary"
 
 report_s=$(( $(left) - 15 ))
 (( report_s < 10 )) && report_s=10
 timeout "$report_s" python3 -m soakgate report "$db" --html "$out/report.html" \
     --hmm-replicates 0 --gap-permutations 0 > "$work/report.txt" 2>&1
-say "report exit code $?"
+report_rc=$?
+say "report exit code $report_rc"
 cat "$work/report.txt" >> "$summary"
 
 timeout 60 python3 - "$db" <<'EOF' 2>&1 | tee -a "$summary"
 import sys
-from soakgate.store import open_store
+from soakgate.store import open_analysis
 
-store = open_store(sys.argv[1])
+store = open_analysis(sys.argv[1])  # read-only: never creates a database that is not there
 arms: dict = {}
 for g in store.generations():
     arm = arms.setdefault(g.label, {"n": 0, "errors": 0, "cancelled": 0, "collapses": 0, "tokens": 0,
@@ -192,6 +194,7 @@ for label, a in arms.items():
           f"{a['flagged']!r}")
 store.close()
 EOF
+table_rc=${PIPESTATUS[0]}
 
 cp "$db" "$out/" 2>/dev/null
 logs=$(ls -1 "$work"/tfserve.logs/*/*/*.log 2>/dev/null | head -n 4)
@@ -200,3 +203,11 @@ for log in $logs; do
     tail -c 4000000 "$log" > "$out/server-$block.log"
 done
 say "done in ${SECONDS}s; files in $out: $(ls "$out" | tr '\n' ' ')"
+# A pipeline gates on this: the campaign's own code first (1: a block failed, 2: it could not
+# run, 124/137: out of time), then the report's, then the summary table's.
+for rc in "$campaign_rc" "$report_rc" "$table_rc"; do
+    if [[ "$rc" != 0 ]]; then
+        say "FAILED (exit $rc)"
+        exit "$rc"
+    fi
+done

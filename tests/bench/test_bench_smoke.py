@@ -116,3 +116,11 @@ def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> N
         assert label in out
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("reset-2000")]
     assert len(rows) >= 4 and all("±" in row for row in rows[1:])
+
+
+def test_bench_report_prints_every_command_the_html_size_and_the_floor() -> None:
+    out = run_bench("bench_report.py", "--sizes", "1000", timeout_s=240)
+    for label in ("report ", "report --html", "compare ", "export parquet", "HTML size"):
+        assert label in out, out
+    assert "x the floor" in out or "sqlite3 command line not found" in out
+    assert "load average" in out

@@ -304,6 +304,11 @@ COMMANDS: dict[str, Entry] = {
     ),
     "soakgate run --resume": Covered(RESUME),
     # docs/report.md
+    "soakgate run --target gpu0=http://127.0.0.1:8000 --label b31-graph --concurrency 48 "
+    "--duration 3d --db runs.sqlite --html live.html --report-every 10m": Run(
+        (("--duration 3d", "--duration 4s"), ("--report-every 10m", "--report-every 1s")),
+        creates=("live.html",),
+    ),
     "soakgate report": Names("soakgate report "),
     "soakgate export": Names("soakgate export "),
     "soakgate report DB [--format table|json|csv|markdown] [--html FILE] [--no-clustering]": Covered(

@@ -96,3 +96,37 @@ def test_cli_arms_and_bad_plan(start_mock: Callable[..., MockProcess], tmp_path:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "plan" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_resume_reads_each_arms_flags_from_columns(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from soakgate.load.preregistration import SequentialMonitor
+    from soakgate.records import Event, Generation, Run
+    from soakgate.stats.plan import read_plan
+    from soakgate.store import MemoryStore
+
+    plan_path, _ = sequential_plan(tmp_path)
+    store = open_store(tmp_path / "s.sqlite") if kind == "sqlite" else MemoryStore()
+    run = Run("r", "eager vs compiled", ["gpu0", "gpu1"], 1_700_000_000.0)
+    store.save_run(run)
+    rows = [
+        Generation("r", f"r-{i}", f"gpu{i % 2}", ("eager", "compiled")[i % 2], i, "p",
+                   "completions", True, 1_700_000_000.0 + i, 1_700_000_000.5 + i,
+                   error_class="timeout" if i % 13 == 0 else None,
+                   flags=["char_run"] if i % 5 == 0 else [])
+        for i in range(400)
+    ]  # fmt: skip
+    store.add(rows[::-1], [Event("r", 1_700_000_100.0, "look", None, {"fraction": 0.25})])
+    if kind == "sqlite":  # the whole rows are never decoded
+        monkeypatch.setattr(type(store), "generations", lambda *a, **k: iter(()))
+    monitor = SequentialMonitor(read_plan(plan_path), asyncio.Event(), lambda e: None, "r")
+    monitor.resume(store)
+    for arm in ("eager", "compiled"):
+        expected = [g.collapsed for g in sorted(rows, key=lambda g: g.seq)
+                    if g.label == arm and g.ok]  # fmt: skip
+        assert list(monitor.flags[arm]) == expected and sum(expected) > 0
+    assert monitor.fractions == [0.25]

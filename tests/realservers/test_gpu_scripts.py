@@ -62,6 +62,21 @@ def test_the_campaign_script_runs_end_to_end_with_the_mock(tmp_path: Path) -> No
     assert control[0] > 50 and 0.3 < control[2] / control[0] < 0.7  # the mock collapses half
 
 
+def test_the_campaign_script_fails_when_its_campaign_fails(tmp_path: Path) -> None:
+    """It exited 0 whatever its campaign and report did: a pipeline read a broken run as done."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(model_dir()), "--mock", "--minutes", "0.05", "--concurrency",
+         "0", "--configs", "eager", "--budget", "100"],
+        env={**os.environ, "OUT": str(out)}, capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    summary = (out / "summary.txt").read_text()
+    assert done.returncode == 2, summary[-2000:]
+    assert "campaign exit code 2" in summary and "concurrency must be at least 1" in summary
+    assert summary.rstrip().endswith("FAILED (exit 2)")
+    assert not (out / "tfserve.sqlite").exists()  # the summary's read created no database
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.timeout(560)

@@ -49,6 +49,7 @@ def add_run(
     load: dict[str, object] | None = None,
     divergence: dict[int, int] | None = None,
     campaign: str | None = None,
+    flagged_by: dict[int, str] | None = None,
 ) -> Run:
     """Store one run on one target: generation i collapses when collapses[i] (unless errored)."""
     run_id = run_id or f"{label}-{target}-{int(start)}"
@@ -66,7 +67,7 @@ def add_run(
             prompt_id="p0", endpoint="completions", stream=True, started_at=at,
             ended_at=at + latency_s, completion_tokens=None if error else 32,
             error_class=error, text=None if error else text,
-            flags=["char_run"] if bad and not error else [],
+            flags=[(flagged_by or {}).get(i, "char_run")] if bad and not error else [],
             scores={"char_run": 120.0 if bad else 1.0},
             details={"char_run": {"char": "!"}} if bad and not error else {},
             reference_divergence=(divergence or {}).get(i),

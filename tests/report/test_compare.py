@@ -10,6 +10,7 @@ from tests.report.synth import add_run, bernoulli, bursty
 
 from soakgate.cli.main import main
 from soakgate.errors import PlanError, UnitMismatchError, UsageError
+from soakgate.report.analyze import analyze
 from soakgate.report.api import load_analysis
 from soakgate.report.comparisons import (
     compare_baseline,
@@ -18,10 +19,10 @@ from soakgate.report.comparisons import (
     differs,
     parse_arm,
 )
-from soakgate.report.model import ClusteringOptions, analyze
+from soakgate.report.model import ClusteringOptions
 from soakgate.stats.decision import apply_decision
 from soakgate.stats.plan import make_plan, plan_sha256, plan_to_dict, write_plan
-from soakgate.store import MemoryStore, open_store
+from soakgate.store import MemoryStore, open_analysis, open_store
 
 FAST_ARGS = ["--hmm-replicates", "0", "--gap-permutations", "49"]
 
@@ -73,14 +74,18 @@ def test_one_run_per_arm_is_judged_by_batch_means_whatever_the_clustering_tests_
 
 def _unit_sequences(db: Path, *specs: str) -> list[list[list[bool]]]:
     """Each unit's clean collapse flags, one list per run, in time order."""
-    analysis = load_analysis(db, clustering=False)
+    store = open_analysis(db)
+    try:
+        order = {run.run_id: i for i, run in enumerate(store.runs())}
+        rows = sorted(store.generations(), key=lambda g: (order[g.run_id], g.seq))
+    finally:
+        store.close()
     out = []
     for spec in specs:
         label, _, target = spec.partition("@")
-        rows = analysis.generations[(label, target)]
         runs: dict[str, list[bool]] = {}
         for g in rows:
-            if g.ok:
+            if g.ok and (g.label, g.target) == (label, target):
                 runs.setdefault(g.run_id, []).append(g.collapsed)
         out.append(list(runs.values()))
     return out

@@ -10,9 +10,10 @@ from tests.report.synth import add_run, bernoulli, bursty
 
 from soakgate.cli.main import main
 from soakgate.records import Event
+from soakgate.report.analyze import analyze
 from soakgate.report.api import default_comparisons
 from soakgate.report.html import render_html
-from soakgate.report.model import ClusteringOptions, analyze
+from soakgate.report.model import ClusteringOptions
 from soakgate.store import MemoryStore
 
 PAYLOAD = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"

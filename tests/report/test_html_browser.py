@@ -12,9 +12,10 @@ from tests.report.synth import add_run, bernoulli
 from tests.report.test_html import PAYLOAD, hostile_store
 from tests.report.test_probes import look_events, spec_events, sweep_store
 
+from soakgate.report.analyze import analyze
 from soakgate.report.api import default_comparisons
 from soakgate.report.html import render_html
-from soakgate.report.model import ClusteringOptions, analyze
+from soakgate.report.model import ClusteringOptions
 
 pytestmark = pytest.mark.browser
 
@@ -93,3 +94,32 @@ def test_harness_sees_script_execution_and_console_errors(
     result = browser.load(page.as_uri(), PROBES)
     assert result.values["title"] == "pwned" and result.values["pwned"] is True
     assert any("boom" in p for p in result.problems)
+
+
+@pytest.mark.slow
+def test_a_million_generation_report_renders_with_the_verdict_in_the_first_screen(
+    browser: Chromium, tmp_path: Path
+) -> None:
+    from bench.reportdb import build_database
+    from tests.cli.helpers import soakgate
+
+    db, page = tmp_path / "million.sqlite", tmp_path / "million.html"
+    build_database(db, 1_000_000)
+    done = soakgate("report", str(db), "--html", str(page), "--no-clustering", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert page.stat().st_size < 5_000_000
+    result = browser.load(page.as_uri(), {
+        **PROBES,
+        "verdict": "(() => { const r = document.querySelector('#verdict-table .verdict-line')"
+                   ".getBoundingClientRect(); return [r.top, r.bottom, r.height]; })()",
+        "screen": "[window.innerWidth, window.innerHeight]",
+        "word": "document.querySelector('#verdict-table .verdict-line td').textContent",
+        "sideways": "document.documentElement.scrollWidth > window.innerWidth",
+    })  # fmt: skip
+    assert result.problems == []
+    values = result.values
+    top, bottom, height = values["verdict"]
+    assert height > 0 and top >= 0 and bottom <= values["screen"][1], values
+    assert values["word"] in ("DIFFER", "no significant difference", "INDETERMINATE")
+    assert values["images"] == values["figures"] == 6  # forest, four timelines, throughput
+    assert values["sideways"] is False and values["scripts"] == 0

@@ -10,8 +10,9 @@ import pytest
 from tests.report.synth import add_run, bernoulli, bursty
 
 from soakgate.records import Event
+from soakgate.report.analyze import analyze
 from soakgate.report.api import load_analysis
-from soakgate.report.model import AGGREGATE, ClusteringOptions, analyze
+from soakgate.report.model import AGGREGATE, ClusteringOptions
 from soakgate.report.tables import summary_rows
 from soakgate.stats.plan import make_plan, plan_sha256, plan_to_dict
 from soakgate.store import MemoryStore, open_store

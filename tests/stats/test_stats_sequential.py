@@ -69,9 +69,8 @@ def test_a_t_statistic_is_judged_on_the_t_scale() -> None:
 
 def _sequential_verdicts(name: str, reps: int, seed: int) -> list[str]:
     """What `run --until-verdict` decides for two arms of the same process (its look code)."""
-    from bench.processes import by_name, simulate
+    from bench.processes import by_name, sequential_verdict, simulate
 
-    from soakgate.load.preregistration import judge_look, look_due
     from soakgate.stats.plan import make_plan
 
     plan = make_plan("h", ["A", "B"], 0.002, 1.5, looks=5)
@@ -81,14 +80,7 @@ def _sequential_verdicts(name: str, reps: int, seed: int) -> list[str]:
     verdicts = []
     for _ in range(reps):
         a, b = simulate(by_name(name), rng, 2, rule.n_max_per_arm, 0.002)
-        fractions: list[float] = []
-        for look in range(1, rule.looks + 1):
-            n = look_due(rule, look)
-            decision, _ = judge_look(plan, a[:n], b[:n], fractions)
-            fractions.append(min(n / rule.n_max_per_arm, 1.0))
-            if decision.verdict != "continue":
-                break
-        verdicts.append(decision.verdict)
+        verdicts.append(sequential_verdict(plan, a, b)[0])
     return verdicts
 
 

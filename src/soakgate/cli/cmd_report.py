@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     from soakgate.report.api import report
 
     if args.collapse is not None:
-        from soakgate.report.collapse import collapse_report
+        from soakgate.report.api import collapse_report
 
         print(collapse_report(args.db, args.collapse))
         return 0

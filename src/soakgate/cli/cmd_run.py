@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--reference-fraction", type=fraction, default=0.03,
         help="share of requests sent greedy to target and reference",
+    )  # fmt: skip
+    parser.add_argument(
+        "--html", type=Path, metavar="FILE",
+        help="write the HTML report of the database here when the soak ends (and, with "
+        "--report-every, while it runs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--report-every", type=duration, metavar="DURATION",
+        help="refresh the --html report this often during the soak, e.g. 10m",
     )  # fmt: skip
     track_explicit(parser)  # --resume refuses explicit settings that differ from the stored run
     parser.set_defaults(func=main)
@@ -160,17 +170,17 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     )  # fmt: skip
 
 
-def execute(config: Any, quiet: bool) -> Any:
+def execute(config: Any, quiet: bool, observers: Sequence[Any] = ()) -> Any:
     """Run the soak with live progress, print the summary table; return the SoakResult."""
     from soakgate.load.progress import LiveProgress, summary_table, wide_console
     from soakgate.load.runner import run_soak
 
     warn_detector_budget(config.detectors, config.request.max_tokens)
     if quiet:
-        result = run_soak(config)
+        result = run_soak(config, observers=observers)
     else:
         with LiveProgress(config.label, config.load.duration_s) as live:
-            result = run_soak(config, on_tick=live.update)
+            result = run_soak(config, on_tick=live.update, observers=observers)
     console = wide_console()
     console.print(summary_table(config.label, result.tallies, result.elapsed_s))
     console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
@@ -219,6 +229,21 @@ def arm_targets(arms: list[str]) -> tuple[list[str], dict[str, str]]:
     return targets, labels
 
 
+def live_report(args: argparse.Namespace) -> list[Any]:
+    """The live HTML report observer asked for by --html / --report-every (none without)."""
+    from soakgate.errors import UsageError
+
+    if args.report_every is not None and args.html is None:
+        raise UsageError("--report-every needs --html FILE (where to write the report)")
+    if args.html is None:
+        return []
+    if not args.html.parent.is_dir():
+        raise UsageError(f"cannot write {args.html}: folder {args.html.parent} does not exist")
+    from soakgate.report.live import LiveReport
+
+    return [LiveReport(Path(args.db), args.html, args.report_every)]
+
+
 def main(args: argparse.Namespace) -> int:
     """Validate, soak, print the summary; 0 when the soak ran (findings are in the store)."""
     targets, labels = arm_targets(args.arm)
@@ -226,5 +251,10 @@ def main(args: argparse.Namespace) -> int:
     config.labels = labels
     if labels and args.label == "default":
         config.label = " vs ".join(dict.fromkeys(labels.values()))
-    result = execute(config, args.quiet)
+    observers = live_report(args)
+    result = execute(config, args.quiet, observers)
+    for observer in observers:
+        if observer.refreshes:
+            print(f"soakgate: wrote {args.html} (refreshed {observer.refreshes} time(s))",
+                  file=sys.stderr)  # fmt: skip
     return 130 if result.stopped_by == "stop" else 0

@@ -43,7 +43,16 @@ class NvmlSampler:
         self._nvml: Any = pynvml
         pynvml.nvmlInit()
         self.driver = _text(pynvml.nvmlSystemGetDriverVersion())
-        self.handles = {target: self._handle(index) for target, index in indices.items()}
+        self.gpus: dict[str, dict[str, Any]] = {}
+        """Target -> {GPU as written in its device spec: NVML handle}; an instance on `cuda:0,1`
+        (tensor parallel) has two."""
+        self.unresolved: dict[str, str] = {}
+        """Target -> why none of its GPUs could be found (it is sampled no further)."""
+        for target, index in indices.items():
+            try:
+                self.gpus[target] = {gpu: self._handle(gpu) for gpu in _gpus(index)}
+            except (ValueError, pynvml.NVMLError) as exc:
+                self.unresolved[target] = f"{index!r}: {exc}"
         self.unreadable: dict[str, str] = {}
         self._events: Any = None
         self.xid_readable = self._register_xid()
@@ -54,12 +63,16 @@ class NvmlSampler:
             return nvml.nvmlDeviceGetHandleByUUID(index)
         return nvml.nvmlDeviceGetHandleByIndex(int(index))
 
+    def _handles(self) -> list[tuple[str, Any]]:
+        """(target, handle) of every GPU sampled."""
+        return [(target, h) for target, gpus in self.gpus.items() for h in gpus.values()]
+
     def _register_xid(self) -> bool:
         """Subscribe to critical XID events; False when the driver or permissions refuse."""
         nvml = self._nvml
         try:
             self._events = nvml.nvmlEventSetCreate()
-            for handle in self.handles.values():
+            for _, handle in self._handles():
                 nvml.nvmlDeviceRegisterEvents(
                     handle, nvml.nvmlEventTypeXidCriticalError, self._events
                 )
@@ -69,20 +82,31 @@ class NvmlSampler:
         return True
 
     def device_info(self) -> dict[str, dict[str, Any]]:
-        """Static facts per target: name, UUID, memory, driver."""
+        """Static facts per target: name, UUID and driver (per GPU for several)."""
         nvml = self._nvml
-        info = {}
-        for target, handle in self.handles.items():
-            info[target] = {
-                "name": _text(nvml.nvmlDeviceGetName(handle)),
-                "uuid": _text(nvml.nvmlDeviceGetUUID(handle)),
-                "driver": self.driver,
-            }
+        info: dict[str, dict[str, Any]] = {}
+        for target, gpus in self.gpus.items():
+            each = {
+                gpu: {"name": _text(nvml.nvmlDeviceGetName(handle)),
+                      "uuid": _text(nvml.nvmlDeviceGetUUID(handle)), "driver": self.driver}
+                for gpu, handle in gpus.items()
+            }  # fmt: skip
+            info[target] = next(iter(each.values())) if len(each) == 1 else {"per_gpu": each}
         return info
 
     def sample(self) -> dict[str, dict[str, Any]]:
-        """Temperature, power, utilisation, memory, clocks, ECC and remapped/retired pages."""
-        return {target: self._read(handle) for target, handle in self.handles.items()}
+        """Temperature, power, utilisation, memory, clocks, ECC and remapped/retired pages.
+
+        A target on several GPUs gets each GPU's readings under `per_gpu`, and at its top level
+        the sum of each fault counter over its GPUs (so a rise on any of them is a device fault
+        of the instance) and the hottest GPU's temperature."""
+        samples = {}
+        for target, gpus in self.gpus.items():
+            readings = {gpu: self._read(handle) for gpu, handle in gpus.items()}
+            samples[target] = (
+                next(iter(readings.values())) if len(readings) == 1 else _combined(readings)
+            )
+        return samples
 
     def _read(self, handle: Any) -> dict[str, Any]:
         nvml = self._nvml
@@ -126,7 +150,7 @@ class NvmlSampler:
         if self._events is None:
             return []
         nvml = self._nvml
-        by_handle = {_key(h): target for target, h in self.handles.items()}
+        by_handle = {_key(h): target for target, h in self._handles()}
         found: list[tuple[str, dict[str, Any]]] = []
         for _ in range(64):  # bounded drain
             try:
@@ -198,6 +222,27 @@ def parse_xpu_dump(text: str) -> dict[str, Any]:
     return metrics
 
 
+def _gpus(index: str) -> list[str]:
+    """The GPUs of a device spec's index: `0`, `0,1` (tensor parallel) or `GPU-<uuid>`s."""
+    gpus = [part.strip() for part in index.split(",")]
+    if not all(gpus):
+        raise ValueError("an empty GPU in the list")
+    return gpus
+
+
+def _combined(readings: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """One instance's telemetry over its GPUs: each GPU's own, fault counters summed."""
+    combined: dict[str, Any] = {"per_gpu": dict(readings)}
+    for name in FAULT_COUNTERS:
+        values = [r[name] for r in readings.values() if name in r]
+        if values:
+            combined[name] = sum(values)
+    temperatures = [r["temperature_c"] for r in readings.values() if "temperature_c" in r]
+    if temperatures:
+        combined["temperature_c"] = max(temperatures)
+    return combined
+
+
 def open_samplers(by_vendor: Mapping[str, Mapping[str, str]]) -> tuple[list[Sampler], list[str]]:
     """Samplers for the devices in use ({vendor: {target: index}}) and notes on what is absent."""
     samplers: list[Sampler] = []
@@ -205,7 +250,10 @@ def open_samplers(by_vendor: Mapping[str, Mapping[str, str]]) -> tuple[list[Samp
     cuda = by_vendor.get("cuda") or {}
     if cuda:
         try:
-            samplers.append(NvmlSampler(cuda))
+            nvml = NvmlSampler(cuda)
+            samplers.append(nvml)
+            notes += [f"NVML telemetry skipped for {target}: no such GPU {why}"
+                      for target, why in nvml.unresolved.items()]  # fmt: skip
         except ImportError:
             notes.append(
                 "NVML telemetry skipped: nvidia-ml-py is not installed (pip install nvidia-ml-py)"

@@ -78,23 +78,35 @@ class SequentialMonitor:
     stop: asyncio.Event
     record: Callable[[Event], None]
     run_id: str
-    flags: dict[str, list[bool]] = field(default_factory=dict)
+    flags: dict[str, bytearray] = field(default_factory=dict)
+    """Per arm, one byte per clean generation (1: collapsed), in time order."""
     fractions: list[float] = field(default_factory=list)
     decision: Decision | None = None
 
     def __post_init__(self) -> None:
         if self.plan.sequential is None:
             raise PlanError("--until-verdict needs a sequential plan (plan --looks N --write ...)")
-        self.flags = {arm: [] for arm in self.plan.arms}
+        self.flags = {arm: bytearray() for arm in self.plan.arms}
 
     def resume(self, store: Store) -> None:
-        """Continue a killed run: its stored rows and looks count as if never interrupted."""
+        """Continue a killed run: its stored rows and looks count as if never interrupted. The
+        rows are read as columns (label, error, flags), not as whole rows."""
+        from soakgate.store.columns import reader_for
+
         for event in store.events(self.run_id):
             if event.kind == "look":
                 self.fractions.append(float(event.data["fraction"]))
-        for generation in store.generations(self.run_id):
-            if generation.ok and generation.label in self.flags:
-                self.flags[generation.label].append(generation.collapsed)
+        reader = reader_for(store, self.run_id)
+        try:
+            for batch in reader.scan(self.run_id, reader.max_row_id(), greedy=False):
+                (labels, names), (errors, kinds) = batch.label, batch.error
+                clean = errors == kinds.index("") if "" in kinds else np.zeros(len(batch), bool)
+                for code, name in enumerate(names):
+                    if name in self.flags:
+                        mine = clean & (labels == code)
+                        self.flags[name] += batch.flagged[mine].astype(np.uint8).tobytes()
+        finally:
+            reader.close()
 
     def observe(self, generation: Generation) -> None:
         """Count one stored generation; judge a look when both arms reach its information level."""
@@ -111,7 +123,10 @@ class SequentialMonitor:
         rule = self.plan.sequential
         assert rule is not None
         n = min(len(f) for f in self.flags.values())
-        sequences = [np.array(self.flags[a][:n], dtype=bool) for a in self.plan.arms]
+        sequences = [
+            np.frombuffer(bytes(self.flags[a][:n]), dtype=np.uint8).astype(bool)
+            for a in self.plan.arms
+        ]
         decision, comparison = judge_look(self.plan, sequences[0], sequences[1], self.fractions)
         self.fractions.append(min(n / rule.n_max_per_arm, 1.0))
         arms = [int(seq.sum()) for seq in sequences]

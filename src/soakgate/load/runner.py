@@ -10,10 +10,10 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
@@ -148,23 +148,56 @@ def resumed_run(store: Store, config: SoakConfig) -> Run:
     return run
 
 
+class SoakObserver(Protocol):
+    """Something that watches a soak from outside the driver (a live report): told a few times
+    a second how far the soak is, and once that it ended (`stopped_by`, None on a failure)."""
+
+    def on_tick(self, tallies: dict[str, TargetTally], elapsed_s: float) -> None:
+        """Progress: per-target tallies and seconds of soak so far."""
+
+    def close(self, stopped_by: str | None) -> None:
+        """The soak ended, its rows and run record stored."""
+
+
+def _ticks(
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+    observers: Sequence[SoakObserver],
+) -> Callable[[dict[str, TargetTally], float], None] | None:
+    hooks = [*([on_tick] if on_tick else []), *(o.on_tick for o in observers)]
+    if not hooks:
+        return None
+
+    def tick(tallies: dict[str, TargetTally], elapsed_s: float) -> None:
+        for hook in hooks:
+            hook(tallies, elapsed_s)
+
+    return tick
+
+
 def run_soak(
     config: SoakConfig,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
     store: Store | None = None,
+    observers: Sequence[SoakObserver] = (),
 ) -> SoakResult:
     """Run (or resume) one soak to its end; Ctrl-C/SIGTERM stop it cleanly with nothing lost
     (a second one cancels what is in flight). A database that fails mid-soak stops it: the rows
-    it did not take go to a sidecar file, and StoreFailedError says where."""
+    it did not take go to a sidecar file, and StoreFailedError says where. `observers` are
+    told of progress and of the end (after the run record is stored)."""
     own_store = store is None
     store = store or open_store(config.db, config.allow_foreign_tables)
+    stopped_by: str | None = None
     try:
         run = resumed_run(store, config) if config.resume else new_run(config)
         with RunLock(config.db, run.run_id):
-            return _run_locked(config, store, run, on_tick)
+            result = _run_locked(config, store, run, _ticks(on_tick, observers))
+            stopped_by = result.stopped_by
+            return result
     finally:
         if own_store:
             store.close()
+        for observer in observers:
+            observer.close(stopped_by)
 
 
 def _run_locked(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from soakgate.errors import UsageError
 from soakgate.load import LoadSpec
@@ -97,23 +98,38 @@ def _summarise(config: SoakConfig, level: int, run_id: str) -> SweepLevel:
 def summarise_level(
     level: int, run_id: str, rows: Sequence[Generation], events: Sequence[Event]
 ) -> SweepLevel:
-    """One level's figures over the span of its requests (pure: the report reuses it)."""
+    """One level's figures over the span of its requests (pure)."""
+    return summarise_level_columns(
+        level, run_id, np.array([g.started_at for g in rows], dtype=np.float64),
+        np.array([g.ended_at for g in rows], dtype=np.float64),
+        np.array([g.ok for g in rows], dtype=bool), np.array([g.collapsed for g in rows], bool),
+        np.array([g.completion_tokens or 0 for g in rows], dtype=np.int64), events,
+    )  # fmt: skip
+
+
+def summarise_level_columns(
+    level: int, run_id: str, started: npt.NDArray[np.float64], ended: npt.NDArray[np.float64],
+    ok: npt.NDArray[np.bool_], collapsed: npt.NDArray[np.bool_],
+    tokens: npt.NDArray[np.int64], events: Sequence[Event],
+) -> SweepLevel:  # fmt: skip
+    """`summarise_level` on columns (the report's way): starts, ends, clean and collapsed flags
+    and completion tokens (0 when not reported) of the level's rows."""
     windows = [e.data.get("acceptance") for e in events if e.kind == "spec_decode"]
     accepted = [float(a) for a in windows if isinstance(a, int | float)]
-    clean = [g for g in rows if g.ok]
-    collapses = sum(g.collapsed for g in clean)
-    tokens = sum(g.completion_tokens or 0 for g in clean)
-    clean_tokens = sum(g.completion_tokens or 0 for g in clean if not g.collapsed)
-    latency = np.array([g.ended_at - g.started_at for g in clean] or [float("nan")])
-    elapsed_s = max(g.ended_at for g in rows) - min(g.started_at for g in rows) if rows else 0.0
+    requests, clean = len(started), int(ok.sum())
+    collapses = int((collapsed & ok).sum())
+    tokens_clean = int(tokens[ok].sum())
+    clean_tokens = int(tokens[ok & ~collapsed].sum())
+    latency = (ended - started)[ok] if clean else np.array([float("nan")])
+    elapsed_s = float(ended.max() - started.min()) if requests else 0.0
     seconds = max(elapsed_s, 1e-9)
     return SweepLevel(
-        concurrency=level, run_id=run_id, requests=len(rows), errors=len(rows) - len(clean),
-        collapses=collapses, elapsed_s=elapsed_s, tokens_per_s=tokens / seconds,
+        concurrency=level, run_id=run_id, requests=requests, errors=requests - clean,
+        collapses=collapses, elapsed_s=elapsed_s, tokens_per_s=tokens_clean / seconds,
         clean_tokens_per_s=clean_tokens / seconds,
         latency_p50_s=float(np.percentile(latency, 50)),
         latency_p95_s=float(np.percentile(latency, 95)),
-        collapse_rate=summarize_rate(collapses, len(clean)) if clean else summarize_rate(0, 1),
+        collapse_rate=summarize_rate(collapses, clean) if clean else summarize_rate(0, 1),
         spec_acceptance=float(np.mean(accepted)) if accepted else None,
     )  # fmt: skip
 

@@ -1,7 +1,8 @@
-"""Analysis and reports: a database read into units, tables, comparisons and the HTML report.
+"""Analysis and reports: a database read into columns, analysed, rendered.
 
-Modules: `model` (units, aggregates, clustering per target), `checks` (methodology warnings,
-plan registration), `comparisons` (arm resolution, unit match, plans), `tables` and
-`compare_text` (text/JSON/CSV/Markdown), `figures` and `html` (the HTML report), `export`,
-`probes` and `probe_tables` (differential check, sweeps, spec-decode watch, sequential looks).
+Data flows one way (tests/report/test_layers.py holds it there):
+load (`load`: columns per (label, target, run), exemplar rows) -> analyse (`model`, `checks`,
+`probes`, `comparisons`, `bins`, `analyze`: results, no I/O) -> render (`tables`,
+`probe_tables`, `compare_text`, `verdicts`, `figures`, `html`) -> entry points (`api`,
+`export`, `parquet`, `live`). `formatting` is a leaf any stage may use.
 """

@@ -1,4 +1,8 @@
-"""What the `report`, `compare` and `export` commands call: database path in, text out."""
+"""What the `report`, `compare` and `export` commands call: database path in, text out.
+
+Each goes load (`load`: columns per unit) -> analyse (`analyze`, `comparisons`: results) ->
+render (`tables`, `compare_text`, `html`: text and pages).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from soakgate.errors import StoreError, UsageError
-from soakgate.report.model import Analysis, ClusteringOptions, analyze
+from soakgate.report.model import Analysis, ClusteringOptions
 from soakgate.store import SqliteStore
 
 if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport
     from soakgate.stats.planning import PilotEstimate
+
+__all__ = [
+    "collapse_report", "compare", "default_comparisons", "export", "load_analysis",
+    "load_pilot", "report",
+]  # fmt: skip
 
 
 @contextmanager
@@ -33,11 +42,21 @@ def existing_store(db: str | Path) -> Iterator[SqliteStore]:
 
 
 def load_analysis(
-    db: str | Path, options: ClusteringOptions | None = None, clustering: bool = True
+    db: str | Path,
+    options: ClusteringOptions | None = None,
+    clustering: bool = True,
+    contexts: bool = False,
 ) -> Analysis:
-    """Analyse a database file."""
-    with existing_store(db) as store:
-        analysis = analyze(store, options, clustering)
+    """Analyse a database file (read-only, columns only; see `load.load_path`); `contexts`: also
+    what surrounded each exemplar, for the HTML report."""
+    from soakgate.report.analyze import analyze_columns
+    from soakgate.report.load import load_path
+
+    try:
+        columns = load_path(db, contexts)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot read database {db}: {exc}") from None
+    analysis = analyze_columns(columns, options, clustering)
     if not analysis.units:
         raise UsageError(f"{db} holds no generations")
     return analysis
@@ -50,40 +69,51 @@ def report(
     options: ClusteringOptions | None = None,
     clustering: bool = True,
 ) -> str:
-    """The report in `fmt`; with `html`, also write the HTML report (with every label
-    compared against the first when units match)."""
+    """The report in `fmt`, opening with the verdict of every label against the first (when
+    their units match); with `html`, also write the HTML report."""
     from soakgate.report.tables import RENDERERS
 
     if fmt not in RENDERERS:
         raise UsageError(f"unknown format {fmt!r}; choose from {', '.join(RENDERERS)}")
-    analysis = load_analysis(db, options, clustering)
+    analysis = load_analysis(db, options, clustering, contexts=html is not None)
+    # The comparisons' own clustering tests are shown only in the HTML page's details; the
+    # verdicts never depend on them.
+    comparisons = default_comparisons(analysis, options, clustering and html is not None)
     if html is not None:
         from soakgate.report.html import render_html, write_html
 
-        comparisons = default_comparisons(analysis, options)
-        write_html(
-            html, render_html(analysis, comparisons, title=f"soakgate report: {Path(db).name}")
-        )
-    return RENDERERS[fmt](analysis)
+        title = f"soakgate report: {Path(db).name}"
+        write_html(html, render_html(analysis, comparisons, title=title))
+    return RENDERERS[fmt](analysis, comparisons)
+
+
+def collapse_report(db: str | Path, request_id: str) -> str:
+    """`soakgate report DB --collapse ID`: what surrounded one stored generation, as text
+    (report/collapse.py)."""
+    from soakgate.report.collapse import collapse_context
+
+    with existing_store(db) as store:
+        context = collapse_context(store, request_id)
+    lines = context.lines()
+    lines.append(
+        f"  replay it: soakgate replay {db} --collapsed --run {context.row.run_id} --target URL"
+    )
+    return "\n".join(lines)
 
 
 def default_comparisons(
-    analysis: Analysis, options: ClusteringOptions | None
+    analysis: Analysis, options: ClusteringOptions | None, clustering: bool = True
 ) -> list[ComparisonReport]:
-    """Every label against the first one (Holm), when all labels are the same kind of unit."""
-    from soakgate.report.comparisons import attach_differential, compare_baseline, unit_mismatch
+    """Every label against the first one (Holm), when all labels are the same kind of unit;
+    without `clustering`, the comparisons skip the costly clustering tests too."""
+    import dataclasses
 
-    labels = analysis.labels
-    if len(labels) < 2:
-        return []
-    arms = [analysis.unit(label) for label in labels]
-    if any(a is None or a.rate is None for a in arms):
-        return []
-    if any(unit_mismatch(arms[0], a) for a in arms[1:] if a is not None and arms[0] is not None):
-        return []
-    reports = compare_baseline(analysis, labels[0], options)
-    attach_differential(analysis, reports, options)
-    return reports
+    from soakgate.report.comparisons import default_comparisons as compare_labels
+
+    options = options or ClusteringOptions()
+    if not clustering:
+        options = dataclasses.replace(options, gap_permutations=0, hmm_replicates=0)
+    return compare_labels(analysis, options)
 
 
 class CompareResult(NamedTuple):
@@ -142,23 +172,19 @@ def compare(
 def load_pilot(db: str | Path, label: str | None = None) -> PilotEstimate:
     """A pilot estimate for `soakgate plan --pilot`: every run of every target of `label` (or
     of every label) as its own time-ordered sequence of clean generations."""
-    import numpy as np
-
     from soakgate.stats.planning import pilot_estimate
 
     analysis = load_analysis(db, clustering=False)
     if label is not None and label not in analysis.labels:
         known = ", ".join(analysis.labels)
         raise UsageError(f"no label {label!r} in {db} (have: {known})")
-    sequences = []
-    for (row_label, _), rows in sorted(analysis.generations.items()):
-        if label is not None and row_label != label:
-            continue
-        by_run: dict[str, list[bool]] = {}
-        for g in rows:
-            if g.ok:
-                by_run.setdefault(g.run_id, []).append(g.collapsed)
-        sequences += [np.array(flags, dtype=bool) for flags in by_run.values()]
+    sequences = [
+        part.clean_sequence
+        for (row_label, _), group in sorted(analysis.columns.slices.items())
+        if label is None or row_label == label
+        for part in group
+        if part.ok.any()
+    ]
     source = f"{Path(db).name}" + (f" label {label}" if label else " (all labels)")
     return pilot_estimate(source, sequences)
 
@@ -169,5 +195,26 @@ def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
 
     if out is not None and Path(out).resolve() == Path(db).resolve():
         raise UsageError(f"refusing to export over the database itself ({db}); give --out FILE")
+    if fmt == "parquet" and out is not None:
+        written = _export_parquet(db, Path(out))
+        if written is not None:
+            return written
     with existing_store(db) as store:
         return export_rows(store, fmt, out)
+
+
+def _export_parquet(db: str | Path, out: Path) -> int | None:
+    """Parquet straight from Arrow batches (`report.parquet`), or None where the Arrow reader
+    cannot be used (not installed, or the file is open elsewhere in this process)."""
+    from soakgate.report.parquet import write_parquet
+    from soakgate.store.columns import arrow_available
+    from soakgate.store.sqlite import read_only_uri
+
+    with existing_store(db) as store:
+        if not arrow_available() or store.shared_in_process:
+            return None
+        present = store.generation_columns()
+    try:
+        return write_parquet(db, read_only_uri(Path(db)), present, out)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -6,29 +6,35 @@ on; a plan registered after the data it judges is no pre-registration at all.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from soakgate.errors import PlanError
+from soakgate.records import Run
+from soakgate.report.load import SliceColumns
+from soakgate.report.model import Analysis
 from soakgate.store.base import LedgerEntry, verify_chain
-
-if TYPE_CHECKING:
-    from soakgate.records import Generation, Run
-    from soakgate.report.model import Analysis
 
 BURST_SCOPED = "burst-scoped runs can miss state-dependent failures"
 IDLE_GAP_MIN_S = 10.0  # a pause shorter than this is ordinary scheduling jitter
 IDLE_GAP_FACTOR = 20.0  # ... and so is one under this many median inter-start gaps
 
 
-def idle_gaps(starts: list[float]) -> list[tuple[float, float]]:
+def gap_threshold(ordered_starts: npt.NDArray[np.float64]) -> float:
+    """Seconds between consecutive request starts past which a pause is an idle gap."""
+    gaps = np.diff(ordered_starts)
+    return max(IDLE_GAP_MIN_S, IDLE_GAP_FACTOR * float(np.median(gaps)))
+
+
+def idle_gaps(starts: npt.ArrayLike) -> list[tuple[float, float]]:
     """(start, length) of every pause between consecutive request starts that is far too long."""
-    if len(starts) < 3:
-        return []
     ordered = np.sort(np.asarray(starts, dtype=np.float64))
+    if len(ordered) < 3:
+        return []
     gaps = np.diff(ordered)
-    threshold = max(IDLE_GAP_MIN_S, IDLE_GAP_FACTOR * float(np.median(gaps)))
+    threshold = gap_threshold(ordered)
     return [(float(ordered[i]), float(gaps[i])) for i in np.flatnonzero(gaps > threshold)]
 
 
@@ -56,11 +62,11 @@ def _planned_n(plan: dict[str, Any], run: Run) -> int | None:
 
 
 def _run_warnings(
-    run: Run, rows_by_target: dict[str, list[Generation]], plan: dict[str, Any] | None
+    run: Run, rows_by_target: dict[str, SliceColumns], plan: dict[str, Any] | None
 ) -> list[str]:
     found = []
     for target, rows in sorted(rows_by_target.items()):
-        gaps = idle_gaps([g.started_at for g in rows])
+        gaps = idle_gaps(rows.started)
         if gaps:
             longest = max(length for _, length in gaps)
             found.append(
@@ -68,13 +74,14 @@ def _run_warnings(
                 f"longest {longest:.0f} s, {sum(g for _, g in gaps):.0f} s in all; {BURST_SCOPED}"
             )
         planned = run.load.get("requests_per_target")
-        if isinstance(planned, int) and len(rows) < planned:
+        if isinstance(planned, int) and rows.requests < planned:
             found.append(
-                f"run {run.run_id} ({run.label}@{target}): {len(rows)} of the {planned} requests "
+                f"run {run.run_id} ({run.label}@{target}): {rows.requests} of the {planned} "
+                "requests "
                 f"asked for (run {run.status}); {BURST_SCOPED}"
             )
         planned_n = _planned_n(plan, run) if plan else None
-        clean = sum(g.ok for g in rows)
+        clean = int(rows.ok.sum())
         if planned_n is not None and clean < planned_n:
             found.append(
                 f"run {run.run_id} ({run.label}@{target}): n={clean} is shorter than its plan's "
@@ -89,12 +96,12 @@ def methodology_warnings(analysis: Analysis) -> list[str]:
     plans = _plan_payloads(analysis.ledger)
     resumed = [e.run_id for e in analysis.events if e.kind == "resumed"]
     for run in analysis.runs:
-        rows_by_target: dict[str, list[Generation]] = {}
-        for (label, target), rows in analysis.generations.items():
+        rows_by_target: dict[str, SliceColumns] = {}
+        for (label, target), group in analysis.columns.slices.items():
             if label == run.label:
-                mine = [g for g in rows if g.run_id == run.run_id]
-                if mine:
-                    rows_by_target[target] = mine
+                for part in group:
+                    if part.run_id == run.run_id:
+                        rows_by_target[target] = part
         if resumed.count(run.run_id):
             found.append(
                 f"run {run.run_id} ({run.label}) was resumed {resumed.count(run.run_id)} time(s): "

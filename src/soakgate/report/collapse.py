@@ -4,7 +4,8 @@ For a stored generation: the requests in flight on the same target when it start
 ended (ids, prompt lengths), the server incarnation and how long it had been up, the server's own
 load at that moment where its /metrics gave it (`server_load` events: running and waiting
 requests, KV-cache usage), and the guard's events nearby. Pure functions over rows and events
-(`context_of`); `collapse_context` reads them from a store.
+(`context_of`); `collapse_context` reads them from a store. Part of the report's load stage:
+`load` adds the HTML exemplars' contexts, `api.collapse_report` prints one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from soakgate.errors import UsageError
@@ -20,7 +20,6 @@ from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 
 if TYPE_CHECKING:
-    from soakgate.report.model import Analysis
     from soakgate.store import SqliteStore
 
 NEARBY_S = 60.0
@@ -154,7 +153,7 @@ def collapse_context(store: SqliteStore, request_id: str) -> CollapseContext:
     if row is None:
         raise UsageError(f"no generation with request id {request_id!r} in {store.path}")
     run = next(r for r in store.runs() if r.run_id == row.run_id)
-    same_target = store.generations_overlapping(row.target, row.started_at, row.ended_at)
+    same_target = store.generations_overlapping(row.target, [(row.started_at, row.ended_at)])
     return context_of(row, run, same_target, store.events(row.run_id), store.prompts(row.run_id))
 
 
@@ -222,26 +221,27 @@ def _when(at: float) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-def collapse_report(db: str | Path, request_id: str) -> str:
-    """`soakgate report DB --collapse ID`: the context of one stored generation, as text."""
-    from soakgate.report.api import existing_store
-
-    with existing_store(db) as store:
-        context = collapse_context(store, request_id)
-    lines = context.lines()
-    lines.append(
-        f"  replay it: soakgate replay {db} --collapsed --run {context.row.run_id} --target URL"
-    )
-    return "\n".join(lines)
-
-
-def exemplar_context(analysis: Analysis, row: Generation) -> list[str]:
-    """The context lines of an HTML exemplar, from what the analysis already holds."""
-    run = next((r for r in analysis.runs if r.run_id == row.run_id), None)
-    if run is None:
-        return []
-    same_target = [
-        g for (_, target), rows in analysis.generations.items() if target == row.target
-        for g in rows if g.started_at <= row.ended_at and g.ended_at > row.started_at
-    ]  # fmt: skip
-    return context_of(row, run, same_target, analysis.events).lines()
+def exemplar_contexts(
+    store: SqliteStore, rows: Mapping[int, Generation], runs: Sequence[Run],
+    events: Sequence[Event],
+) -> dict[int, tuple[str, ...]]:  # fmt: skip
+    """The context lines of the HTML exemplars (row id -> lines): one scan of the table per
+    target for all of its exemplars, the events the report already read."""
+    by_run = {r.run_id: r for r in runs}
+    prompts: dict[str, dict[str, Prompt]] = {}
+    found: dict[int, tuple[str, ...]] = {}
+    for target in dict.fromkeys(g.target for g in rows.values()):
+        mine = {i: g for i, g in rows.items() if g.target == target and g.run_id in by_run}
+        overlapping = store.generations_overlapping(
+            target, [(g.started_at, g.ended_at) for g in mine.values()]
+        )
+        for row_id, g in mine.items():
+            if g.run_id not in prompts:
+                prompts[g.run_id] = store.prompts(g.run_id)
+            near = [
+                o for o in overlapping if o.started_at <= g.ended_at and o.ended_at > g.started_at
+            ]
+            found[row_id] = tuple(
+                context_of(g, by_run[g.run_id], near, events, prompts[g.run_id]).lines()
+            )
+    return found

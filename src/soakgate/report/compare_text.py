@@ -10,7 +10,7 @@ from soakgate.report.comparisons import (
     DifferentialComparison,
     rates_differ,
 )
-from soakgate.report.tables import percent
+from soakgate.report.formatting import percent
 from soakgate.stats.clustering import ClusteringResult
 from soakgate.stats.rates import RateSummary
 from soakgate.stats.robust import TestResult
@@ -53,7 +53,8 @@ def clustering_line(name: str, result: ClusteringResult | None) -> str:
     )
 
 
-def _ratio(value: float) -> str:
+def ratio_text(value: float) -> str:
+    """A ratio to 3 significant digits; `undefined (no events)` for NaN."""
     return "undefined (no events)" if math.isnan(value) else f"{value:.3g}"
 
 
@@ -109,8 +110,8 @@ def render_comparison(report: ComparisonReport) -> str:
         "  " + rate_line(f"B {c.labels[1]}", c.b),
         f"  difference B-A: {percent(c.difference)} "
         f"[{percent(c.difference_ci[0])}, {percent(c.difference_ci[1])}]",
-        f"  rate ratio B/A: {_ratio(c.ratio)} "
-        f"[{_ratio(c.ratio_ci[0])}, {_ratio(c.ratio_ci[1])}] (95%)",
+        f"  rate ratio B/A: {ratio_text(c.ratio)} "
+        f"[{ratio_text(c.ratio_ci[0])}, {ratio_text(c.ratio_ci[1])}] (95%)",
         "  tests:",
         *[f"    {test_line(t)}" for t in c.tests.values()],
         "  clustering (descriptive; the verdict does not depend on it):",

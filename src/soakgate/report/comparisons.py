@@ -175,7 +175,8 @@ def compare_baseline(
         raise UsageError(f"no label other than {base.label} to compare with")
     whys = [_checked(base, other, allow_unit_mismatch) for other in others]
     adjusted: Sequence[AdjustedComparison] = compare_with_baseline(
-        to_arm(base), [to_arm(o) for o in others], alpha, options.window,
+        _clustered(to_arm(base), alpha, options), [to_arm(o) for o in others], alpha,
+        options.window,
         options.gap_permutations, options.hmm_replicates, options.seed,
     )  # fmt: skip
     reports = []
@@ -187,13 +188,30 @@ def compare_baseline(
     return reports
 
 
+def _clustered(arm: Arm, alpha: float, options: ClusteringOptions) -> Arm:
+    """The arm with its clustering verdict computed once, as `compare_arms` computes it for arm
+    A (a baseline is arm A of every comparison of its family)."""
+    from dataclasses import replace
+
+    from soakgate.stats.clustering import clustering_verdict
+
+    if arm.clustering is not None or arm.sequence is None:
+        return arm
+    result = clustering_verdict(
+        arm.sequence, alpha, options.window, gap_permutations=options.gap_permutations,
+        hmm_replicates=options.hmm_replicates, seed=options.seed,
+    )  # fmt: skip
+    return replace(arm, clustering=result)
+
+
 def _first_generations(analysis: Analysis, units: Sequence[Unit]) -> dict[str, float]:
     """Run id -> start of its first generation, over every run the units draw on."""
     firsts: dict[str, float] = {}
     for unit in units:
         for target in unit.targets:
-            for g in analysis.generations.get((unit.label, target), []):
-                firsts[g.run_id] = min(firsts.get(g.run_id, g.started_at), g.started_at)
+            for part in analysis.slices(unit.label, target):
+                first = float(part.started.min())
+                firsts[part.run_id] = min(firsts.get(part.run_id, first), first)
     return firsts
 
 
@@ -274,3 +292,41 @@ def attach_differential(
     for report in reports:
         a, b = report.units
         report.differential = compare_divergence(analysis, a, b, report.comparison.alpha, options)
+
+
+def default_comparisons(
+    analysis: Analysis, options: ClusteringOptions | None
+) -> list[ComparisonReport]:
+    """Every label against the first one (Holm), when all labels are the same kind of unit."""
+    labels = analysis.labels
+    if len(labels) < 2:
+        return []
+    arms = [analysis.unit(label) for label in labels]
+    if any(a is None or a.rate is None for a in arms):
+        return []
+    if any(unit_mismatch(arms[0], a) for a in arms[1:] if a is not None and arms[0] is not None):
+        return []
+    reports = compare_baseline(analysis, labels[0], options)
+    attach_differential(analysis, reports, options)
+    return reports
+
+
+def why_not_compared(analysis: Analysis) -> str | None:
+    """Why `default_comparisons` compares nothing (None when it compares something)."""
+    labels = analysis.labels
+    if len(labels) < 2:
+        return f"one label ({labels[0]}): nothing to compare" if labels else "no labels"
+    arms = [analysis.unit(label) for label in labels]
+    empty = [
+        label for label, arm in zip(labels, arms, strict=True) if arm is None or arm.rate is None
+    ]
+    if empty:
+        return f"no clean generations for {', '.join(empty)}"
+    first = arms[0]
+    assert first is not None
+    for arm in arms[1:]:
+        assert arm is not None
+        why = unit_mismatch(first, arm)
+        if why:
+            return f"labels are not the same kind of unit ({why}); compare LABEL@TARGET arms"
+    return None

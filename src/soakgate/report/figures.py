@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from soakgate.records import Event, Generation
-from soakgate.report.model import Analysis, Unit
+from soakgate.report.bins import EventMark, Throughput, Timeline, time_scale
+from soakgate.report.model import Analysis
+from soakgate.report.probes import SpecSeries, Sweep
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
-
-    from soakgate.report.probes import SpecSeries, Sweep
 
 COLLAPSE = "#d62728"
 ERROR = "#ff7f0e"
@@ -31,9 +30,11 @@ _PALETTE = ["#1f77b4", "#9467bd", "#2ca02c", "#8c564b", "#e377c2", "#17becf", "#
 
 
 def _figure(width: float, height: float) -> Figure:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)  # a renderer to measure text with
     return figure
 
 
@@ -45,15 +46,6 @@ def to_data_uri(figure: Figure) -> str:
     with matplotlib.rc_context({"svg.hashsalt": "soakgate", "svg.fonttype": "none"}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     return "data:image/svg+xml;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def time_scale(span_s: float) -> tuple[float, str]:
-    """Divisor and unit name for a time axis of this span."""
-    if span_s > 3 * 3600:
-        return 3600.0, "hours"
-    if span_s > 180:
-        return 60.0, "minutes"
-    return 1.0, "seconds"
 
 
 def forest_plot(analysis: Analysis) -> str:
@@ -85,77 +77,105 @@ def forest_plot(analysis: Analysis) -> str:
     return to_data_uri(figure)
 
 
-def _mark_events(
-    axes: Axes, events: list[Event], origin: float, scale: float, labelled: bool
-) -> None:
-    for event in events:
-        x = (event.at - origin) / scale
-        axes.axvline(x, color=EVENT, lw=1.2, ls="--", alpha=0.8)
-        if labelled:
-            axes.annotate(f" {event.kind}", (x, 0.97), xycoords=("data", "axes fraction"),
-                          fontsize=7, color=EVENT, va="top", ha="left")  # fmt: skip
+LABEL_ROWS = 3  # event labels are stacked in up to this many rows before one is left out
 
 
-def timeline(unit: Unit, rows: list[Generation], events: list[Event]) -> str:
-    """One target over time: every collapse as a red line (bursts stand out), errors in orange,
-    rolling collapse rate above, events (faults, restarts) as dashed lines."""
-    figure = _figure(11.0, 2.6)
+def _mark_events(axes: Axes, marks: tuple[EventMark, ...], labelled: bool) -> list[Any]:
+    """A dashed line per mark; on the `labelled` axes, labels placed where they overlap no
+    other (stacked in LABEL_ROWS rows; one that fits nowhere is left off). Needs a drawn
+    figure (to measure text); returns the labels placed."""
+    placed: list[Any] = []
+    if not marks:
+        return placed
+    for mark in marks:
+        axes.axvline(mark.at, color=EVENT, lw=1.0, ls="--", alpha=0.8)
+    if not labelled:
+        return placed
+    renderer = axes.figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    for mark in marks:
+        for row in range(LABEL_ROWS):
+            text = axes.annotate(
+                f" {mark.label}", (mark.at, 0.97 - 0.16 * row),
+                xycoords=("data", "axes fraction"), fontsize=7, color=EVENT, va="top",
+                ha="left", annotation_clip=False,
+            )  # fmt: skip
+            text.set_in_layout(False)
+            box = text.get_window_extent(renderer).padded(3)  # a browser's font may be wider
+            if not any(box.overlaps(other.get_window_extent(renderer)) for other in placed):
+                placed.append(text)
+                break
+            text.remove()
+    return placed
+
+
+def _density(axes: Axes, edges: Any, counts: Any, low: float, high: float, color: str,
+             floor: float = 0.4) -> None:  # fmt: skip
+    """One row of the strip: a bar per bin as tall as its count against the busiest bin, and
+    at least `floor` of the row for any count at all (one event stays visible)."""
+    top = max(float(counts.max()), 1.0)
+    share = np.where(counts > 0, floor + (1.0 - floor) * counts / top, 0.0)
+    axes.stairs(low + (high - low) * share, edges, baseline=low, fill=True, color=color, lw=0)
+
+
+def timeline_figure(data: Timeline) -> Figure:
+    """One target over time, binned: collapses (red), failed requests (orange) and requests
+    (grey) per bin as density rows, any collapse at least 40% of its row (a lone collapse
+    stays visible); the rolling collapse
+    rate's peak per bin below (a line broken at idle gaps); events as dashed lines, labelled
+    without overprinting."""
+    figure = _figure(11.0, 2.8)
     strip, rolling = figure.subplots(2, 1, sharex=True, height_ratios=(1, 2))
-    origin = min(g.started_at for g in rows)
-    scale, unit_name = time_scale(max(g.started_at for g in rows) - origin)
-    times = np.array([(g.started_at - origin) / scale for g in rows])
-    collapsed = np.array([g.collapsed for g in rows])
-    failed = np.array([not g.ok for g in rows])
-    strip.vlines(times[~collapsed & ~failed], 0, 1, color=CLEAN, lw=0.3, alpha=0.35)
-    strip.vlines(times[failed], 0, 1, color=ERROR, lw=1.0)
-    strip.vlines(times[collapsed], 0, 1, color=COLLAPSE, lw=1.4)
+    edges = data.edges
+    _density(strip, edges, data.requests, 0.0, 0.3, CLEAN, floor=0.0)
+    _density(strip, edges, data.failed, 0.35, 0.6, ERROR)
+    _density(strip, edges, data.collapsed, 0.65, 1.0, COLLAPSE)
+    strip.set_ylim(0.0, 1.0)
     strip.set_yticks([])
     strip.set_ylabel("requests", fontsize=8)
-    clean = ~failed
-    window = max(20, int(clean.sum()) // 60)
-    ordered = collapsed[clean].astype(float)
-    if len(ordered) >= window:
-        running = np.convolve(ordered, np.ones(window) / window, mode="valid") * 100
-        rolling.plot(times[clean][window - 1 :], running, color=COLLAPSE, lw=1.2)
-    rolling.set_ylabel(f"% collapsed\n(last {window})", fontsize=8)
-    rolling.set_xlabel(f"{unit_name} since the first request")
+    if not np.all(np.isnan(data.rolling)):
+        rolling.stairs(data.rolling, edges, color=COLLAPSE, lw=1.2)  # NaN bins: breaks
+    rolling.set_ylabel(f"% collapsed\n(peak of last {data.window})", fontsize=8)
+    rolling.set_xlabel(f"{data.unit_name} since the first request")
     rolling.set_ylim(bottom=0.0)
+    rolling.set_xlim(edges[0], edges[-1])
     rolling.grid(alpha=0.3)
+    figure.suptitle(f"{data.name}: {data.collapses} collapses, {data.errors} errors", fontsize=10)
+    figure.draw_without_rendering()  # settle the layout before measuring labels
     for axes in (strip, rolling):
         axes.spines[["top", "right"]].set_visible(False)
-        _mark_events(axes, events, origin, scale, labelled=axes is rolling)
-    figure.suptitle(f"{unit.name}: {unit.collapses} collapses, {unit.errors} errors", fontsize=10)
-    return to_data_uri(figure)
+        _mark_events(axes, data.events, labelled=axes is rolling)
+    figure.set_layout_engine("none")  # keep the measured layout when saving
+    return figure
 
 
-def throughput(analysis: Analysis, bins: int = 60) -> str | None:
-    """Completion tokens per second over time, one line per unit (clean generations)."""
-    units = [u for u in analysis.units if not u.aggregate]
-    rows = [g for u in units for g in analysis.generations[(u.label, u.target)] if g.ok]
-    if not rows:
-        return None
-    origin = min(g.started_at for g in rows)
-    end = max(g.ended_at for g in rows)
-    scale, unit_name = time_scale(end - origin)
-    edges = np.linspace(origin, end, bins + 1)
-    width = (end - origin) / bins or 1.0
+def timeline(data: Timeline) -> str:
+    """`timeline_figure` as a data URI."""
+    return to_data_uri(timeline_figure(data))
+
+
+def throughput_figure(data: Throughput) -> Figure:
+    """Completion tokens per second over time per unit: solid, of clean generations; dotted in
+    the same colour, of collapsed ones (degenerate output served at full speed is a signal)."""
     figure = _figure(11.0, 3.2)
     axes = figure.add_subplot()
-    for unit in units:
-        mine = [g for g in analysis.generations[(unit.label, unit.target)] if g.ok]
-        ends = np.array([g.ended_at for g in mine])
-        tokens = np.array([g.completion_tokens or 0 for g in mine], dtype=float)
-        per_bin, _ = np.histogram(ends, bins=edges, weights=tokens)
-        centres = ((edges[:-1] + edges[1:]) / 2 - origin) / scale
-        shown = np.where(per_bin > 0, per_bin / width, np.nan)  # gaps stay gaps, not zeros
-        axes.plot(centres, shown, lw=1.3, label=unit.name)
-    axes.set_xlabel(f"{unit_name} since the first request")
+    for index, (name, values) in enumerate(data.clean.items()):
+        color = _PALETTE[index % len(_PALETTE)]
+        axes.plot(data.centres, values, lw=1.3, color=color, label=f"{name} clean")
+        if name in data.collapsed:
+            axes.plot(data.centres, data.collapsed[name], lw=1.3, ls=":", color=color,
+                      label=f"{name} collapsed")  # fmt: skip
+    axes.set_xlabel(f"{data.unit_name} since the first request")
     axes.set_ylabel("completion tok/s")
     axes.set_ylim(bottom=0.0)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8, loc="lower right", ncols=2)
     axes.spines[["top", "right"]].set_visible(False)
-    return to_data_uri(figure)
+    return figure
+
+
+def throughput(data: Throughput) -> str:
+    """`throughput_figure` as a data URI."""
+    return to_data_uri(throughput_figure(data))
 
 
 def sweep_plot(sweep: Sweep) -> str:

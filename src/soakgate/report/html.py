@@ -14,20 +14,18 @@ from typing import Any
 
 from soakgate import __version__
 from soakgate.errors import UsageError
-from soakgate.records import Event, Generation
-from soakgate.report.comparisons import ComparisonReport
-from soakgate.report.model import Analysis, Unit
+from soakgate.records import Generation
+from soakgate.report.comparisons import ComparisonReport, why_not_compared
+from soakgate.report.formatting import percent
+from soakgate.report.model import Analysis
 from soakgate.report.tables import HEADERS, display_rows
 
-EXEMPLARS_PER_UNIT = 3
 EXEMPLAR_CHARS = 1200  # enough to see the collapse, short enough to keep the file small
-# Bookkeeping events stay in the events table but would only clutter the timelines.
-QUIET_EVENTS = frozenset(
-    {"ended", "started", "telemetry", "note", "spec_decode_absent", "spec_decode",
-     "reference_baseline", "server_load"}
-)  # fmt: skip
 # Spec-decode windows arrive every few seconds for hours: they are plotted, not listed.
-PLOTTED_EVENTS = frozenset({"spec_decode", "server_load"})
+PLOTTED_EVENTS = frozenset({"spec_decode"})
+EVENT_ROWS = 300
+"""Events listed at most (a days-long soak records telemetry every few seconds); the rest are
+counted by kind under the table and are all in `report --format json`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,73 +54,126 @@ def _when(at: float) -> str:
     return datetime.datetime.fromtimestamp(at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def exemplars(analysis: Analysis, per_unit: int = EXEMPLARS_PER_UNIT) -> list[Exemplar]:
-    """The first few collapsed generations of every unit, text cut to EXEMPLAR_CHARS, each
-    with its context."""
-    from soakgate.report.collapse import exemplar_context
+def exemplar_text(g: Generation) -> tuple[str, bool]:
+    """What an exemplar shows: its text (cut to EXEMPLAR_CHARS), or a placeholder saying why
+    there is none; and whether it was cut."""
+    if g.text is None:
+        return "(text not stored)", False
+    if g.text == "":
+        tokens = (
+            ""
+            if g.completion_tokens is None
+            else f"; the server reported {g.completion_tokens} tokens"
+        )
+        return f"(empty text{tokens}: flagged by {', '.join(g.flags)})", False
+    return g.text[:EXEMPLAR_CHARS], len(g.text) > EXEMPLAR_CHARS
 
+
+def exemplars(analysis: Analysis) -> list[Exemplar]:
+    """The first few collapsed generations of every unit, and its first run-like collapse
+    (`!!!!`) when those are not (load.exemplar_ids chose them)."""
     found = []
+    rows = analysis.columns.exemplars
     for unit in analysis.units:
         if unit.aggregate:
             continue
-        rows = [g for g in analysis.generations[(unit.label, unit.target)] if g.collapsed]
-        for g in rows[:per_unit]:
-            text = g.text if g.text is not None else "(text not stored)"
-            found.append(
-                Exemplar(
-                    unit.name,
-                    g.request_id,
-                    _when(g.started_at),
-                    ", ".join(g.flags),
-                    json.dumps(g.details, default=str)[:300],
-                    text[:EXEMPLAR_CHARS],
-                    len(text) > EXEMPLAR_CHARS,
-                    tuple(exemplar_context(analysis, g)),
-                )
-            )
+        for part in analysis.slices(unit.label, unit.target):
+            for row_id in part.collapsed_ids:
+                g = rows.get(int(row_id))
+                if g is None:
+                    continue
+                text, cut = exemplar_text(g)
+                found.append(Exemplar(
+                    unit.name, g.request_id, _when(g.started_at), ", ".join(g.flags),
+                    json.dumps(g.details, default=str)[:300], text, cut,
+                    analysis.columns.contexts.get(int(row_id), ()),
+                ))  # fmt: skip
     return found
 
 
-def _unit_events(analysis: Analysis, unit: Unit, rows: list[Generation]) -> list[Event]:
-    runs = {g.run_id for g in rows}
-    start, end = min(g.started_at for g in rows), max(g.ended_at for g in rows)
-    return [
-        e
-        for e in analysis.events
-        if e.run_id in runs
-        and e.target in (None, unit.target)
-        and start <= e.at <= end
-        and e.kind not in QUIET_EVENTS
-    ]
-
-
 def _figures(analysis: Analysis) -> dict[str, Any]:
-    from soakgate.report import figures
+    from soakgate.report import bins, figures
 
     timelines = []
     for unit in analysis.units:
-        rows = analysis.generations.get((unit.label, unit.target), [])
-        if unit.aggregate or not rows:
-            continue
-        uri = figures.timeline(unit, rows, _unit_events(analysis, unit, rows))
-        timelines.append({"name": unit.name, "uri": uri})
+        data = None if unit.aggregate else bins.timeline(analysis, unit)
+        if data is not None:
+            timelines.append({"name": unit.name, "uri": figures.timeline(data)})
     has_rates = any(u.rate is not None for u in analysis.units)
+    speed = bins.throughput(analysis)
     return {
         "forest": figures.forest_plot(analysis) if has_rates else None,
         "timelines": timelines,
-        "throughput": figures.throughput(analysis),
+        "throughput": figures.throughput(speed) if speed is not None else None,
     }
 
 
-def _event_rows(analysis: Analysis) -> list[dict[str, str]]:
-    return [
+def _event_rows(analysis: Analysis) -> tuple[list[dict[str, str]], str]:
+    """The events table (notable kinds first, at most EVENT_ROWS, in time order) and a line
+    counting what was left out, by kind."""
+    from collections import Counter
+
+    from soakgate.report.bins import QUIET_EVENTS
+
+    listed = [e for e in analysis.events if e.kind not in PLOTTED_EVENTS]
+    notable = [e for e in listed if e.kind not in QUIET_EVENTS][:EVENT_ROWS]
+    rest = [e for e in listed if e.kind in QUIET_EVENTS][: EVENT_ROWS - len(notable)]
+    shown = sorted(notable + rest, key=lambda e: e.at)
+    left = Counter(e.kind for e in listed) - Counter(e.kind for e in shown)
+    note = ", ".join(f"{count} {kind}" for kind, count in sorted(left.items()))
+    rows = [
         {
             "at": _when(e.at), "kind": e.kind, "target": e.target or "-", "run": e.run_id,
             "data": json.dumps(e.data, sort_keys=True, default=str)[:400],
         }
-        for e in analysis.events
-        if e.kind not in PLOTTED_EVENTS
+        for e in shown
     ]  # fmt: skip
+    return rows, (
+        f"Not listed: {note} (all of them: soakgate report --format json)" if note else ""
+    )
+
+
+def _verdicts(analysis: Analysis, comparisons: list[ComparisonReport]) -> dict[str, Any]:
+    """The verdict block at the top of the page."""
+    from soakgate.report.verdicts import RATIO_NOTE, verdict_cells
+
+    rows = [verdict_cells(c) for c in comparisons]
+    return {"rows": rows, "none": None if rows else why_not_compared(analysis),
+            "ratio_note": RATIO_NOTE,
+            "base": comparisons[0].comparison.labels[0] if comparisons else None}  # fmt: skip
+
+
+def _comparison_rows(comparisons: list[ComparisonReport]) -> list[dict[str, Any]]:
+    """The comparisons table: one row per comparison, its tests and notes beside it."""
+    from soakgate.report import compare_text as ct
+
+    found = []
+    for report in comparisons:
+        c = report.comparison
+        found.append({
+            "cells": [
+                f"{c.labels[1]} vs {c.labels[0]}", ct.verdict_word(report),
+                ct.rate_line("A", c.a)[3:], ct.rate_line("B", c.b)[3:],
+                f"{percent(c.difference)} [{percent(c.difference_ci[0])}, "
+                f"{percent(c.difference_ci[1])}]",
+                f"{ct.ratio_text(c.ratio)} [{ct.ratio_text(c.ratio_ci[0])}, "
+                f"{ct.ratio_text(c.ratio_ci[1])}]",
+                ct.verdict_line(report).removeprefix("verdict: "), c.verdict.design,
+            ],
+            "reason": c.reason,
+            "tests": [ct.test_line(t) for t in c.tests.values()],
+            "clustering": [ct.clustering_line(f"A {c.labels[0]}", c.clustering[0]),
+                           ct.clustering_line(f"B {c.labels[1]}", c.clustering[1])],
+            "notes": [*report.notes, *(ct.differential_lines(report.differential)
+                                        if report.differential else [])],
+            "mismatch": report.mismatch,
+        })  # fmt: skip
+    return found
+
+
+COMPARISON_HEADERS = ("comparison (B vs A)", "verdict", "A: collapsed / n = rate [95% CI]",
+                      "B: collapsed / n = rate [95% CI]", "difference B-A", "ratio B/A [95%]",
+                      "verdict test", "design")  # fmt: skip
 
 
 def _probe_context(analysis: Analysis) -> dict[str, Any]:
@@ -170,10 +221,8 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
 def render_html(
     analysis: Analysis, comparisons: list[ComparisonReport] | None = None, title: str = ""
 ) -> str:
-    """The whole report as one HTML string."""
+    """The whole report as one HTML string, opening with the verdicts."""
     import jinja2
-
-    from soakgate.report.compare_text import render_comparison
 
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("soakgate.report", "templates"),
@@ -182,6 +231,8 @@ def render_html(
     )
     template = environment.get_template("report.html")
     rows = display_rows(analysis)
+    events, events_note = _event_rows(analysis)
+    comparisons = comparisons or []
     return template.render(
         title=title or "soakgate report",
         version=__version__,
@@ -191,9 +242,12 @@ def render_html(
         runs=analysis.runs,
         when=_when,
         warnings=analysis.warnings,
+        verdicts=_verdicts(analysis, comparisons),
         figures=_figures(analysis),
-        comparisons=[render_comparison(c) for c in comparisons or []],
-        events=_event_rows(analysis),
+        comparison_headers=COMPARISON_HEADERS,
+        comparisons=_comparison_rows(comparisons),
+        events=events,
+        events_note=events_note,
         exemplars=exemplars(analysis),
         units=[u for u in analysis.units if not u.aggregate],
         probes=_probe_context(analysis),
@@ -201,8 +255,26 @@ def render_html(
 
 
 def write_html(path: str | Path, html: str) -> None:
-    """Write the report; an unwritable path is a UsageError."""
+    """Write the report whole or not at all (a temporary file beside it, then renamed: a page
+    being refreshed during a soak is never seen half-written); an unwritable path is a
+    UsageError."""
+    import os
+    import tempfile
+
+    target = Path(path)
     try:
-        Path(path).write_text(html, encoding="utf-8")
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+        )
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(html)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)

@@ -1,4 +1,4 @@
-"""The analysis model: a database read into per-(label, target) units and per-label aggregates.
+"""The analysis model: per-(label, target) units and per-label aggregates, tallied from columns.
 
 The unit of analysis is one target (one GPU's server) under one label; several runs of the
 same label on the same target are replicates of that unit. A label's aggregate over several
@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.records import Event, Generation, Run
+from soakgate.records import Event, Run
+from soakgate.report.load import Columns, SliceColumns
 from soakgate.stats.clustering import ClusteringResult
 from soakgate.stats.rates import RateSummary, summarize_rate
-from soakgate.store.base import LedgerEntry, Store
+from soakgate.store.base import LedgerEntry
 
 if TYPE_CHECKING:
     from soakgate.report.probes import Probes
@@ -129,22 +130,35 @@ class Unit:
 
 @dataclass(slots=True)
 class Analysis:
-    """Everything the report shows, computed once from a store."""
+    """Every figure the report shows except the comparisons, computed once from columns."""
 
     units: list[Unit]
     """Per-(label, target) units, then their labels' aggregates, ordered by label."""
-    runs: list[Run]
-    """Every run, oldest first."""
-    events: list[Event]
-    """Every event, in time order."""
-    ledger: list[LedgerEntry]
-    """The plan ledger."""
-    generations: dict[tuple[str, str], list[Generation]]
-    """Generations per (label, target) in time order, for figures and exemplars."""
+    columns: Columns
+    """What was read: runs, events, ledger, per-unit columns and the exemplar rows."""
     warnings: list[str] = field(default_factory=list)
     """Methodology warnings, one line each."""
     probes: Probes | None = None
     """Differential check, sweeps, speculative-decoding watch and sequential looks."""
+
+    @property
+    def runs(self) -> list[Run]:
+        """Every run, oldest first."""
+        return self.columns.runs
+
+    @property
+    def events(self) -> list[Event]:
+        """Every event, in time order."""
+        return self.columns.events
+
+    @property
+    def ledger(self) -> list[LedgerEntry]:
+        """The plan ledger."""
+        return self.columns.ledger
+
+    def slices(self, label: str, target: str) -> list[SliceColumns]:
+        """The slices of (label, target), runs oldest first."""
+        return self.columns.slices.get((label, target), [])
 
     def unit(self, label: str, target: str | None = None) -> Unit | None:
         """The unit `label@target`, or the label's aggregate (or its only unit) without target."""
@@ -164,25 +178,22 @@ class Analysis:
         return list(dict.fromkeys(u.label for u in self.units))
 
 
-def _slice(run_id: str, rows: list[Generation]) -> RunSlice:
-    clean = [g for g in rows if g.ok]
+def _slice(run_id: str, part: SliceColumns) -> RunSlice:
     return RunSlice(
-        run_id=run_id,
-        started_at=min(g.started_at for g in rows),
-        ended_at=max(g.ended_at for g in rows),
-        n=len(clean),
-        collapses=sum(g.collapsed for g in clean),
-        requests=len(rows),
-    )
+        run_id=run_id, started_at=float(part.started.min()), ended_at=float(part.ended.max()),
+        n=int(part.ok.sum()), collapses=int(part.collapsed.sum()), requests=part.requests,
+    )  # fmt: skip
 
 
-def _wall_clock(rows: list[Generation]) -> float:
+def _wall_clock(parts: Sequence[SliceColumns]) -> float:
     """Seconds covered by the runs' spans (first start to last end), overlaps counted once."""
     spans: dict[tuple[str, str], tuple[float, float]] = {}
-    for g in rows:
-        key = (g.run_id, g.target)
-        low, high = spans.get(key, (g.started_at, g.ended_at))
-        spans[key] = (min(low, g.started_at), max(high, g.ended_at))
+    for part in parts:
+        key = (part.run_id, part.target)
+        low, high = float(part.started.min()), float(part.ended.max())
+        if key in spans:
+            low, high = min(spans[key][0], low), max(spans[key][1], high)
+        spans[key] = (low, high)
     total, reach = 0.0, -math.inf
     for low, high in sorted(spans.values()):
         total += max(0.0, high - max(low, reach))
@@ -191,31 +202,38 @@ def _wall_clock(rows: list[Generation]) -> float:
 
 
 def build_unit(
-    label: str, target: str, rows_by_run: dict[str, list[Generation]], aggregate: bool = False
+    label: str, target: str, parts: Sequence[tuple[str, SliceColumns]], aggregate: bool = False
 ) -> Unit:
-    """Tally one unit (or aggregate) from its generations grouped by run, each in seq order."""
-    slices = [_slice(run_id, rows) for run_id, rows in rows_by_run.items() if rows]
-    everything = [g for rows in rows_by_run.values() for g in rows]
-    clean = [g for g in everything if g.ok]
-    collapses = sum(g.collapsed for g in clean)
+    """Tally one unit (or aggregate) from its slices, each named (the run id, or `run/target`
+    in an aggregate) and in order."""
+    slices = [_slice(name, part) for name, part in parts if part.requests]
+    columns = [part for _, part in parts]
+    clean = sum(int(p.ok.sum()) for p in columns)
+    collapses = sum(int(p.collapsed.sum()) for p in columns)
+    errors: Counter[str] = Counter()
+    for part in columns:
+        errors.update(part.errors_by_class)
+    tokens = sum(int(p.tokens[p.ok].sum()) for p in columns)
+    clean_tokens = sum(int(p.tokens[p.ok & ~p.collapsed].sum()) for p in columns)
     return Unit(
         label=label,
         target=target,
         aggregate=aggregate,
-        targets=tuple(sorted({g.target for g in everything})),
-        run_ids=tuple(dict.fromkeys(g.run_id for g in everything)),
-        requests=len(everything),
-        rate=summarize_rate(collapses, len(clean)) if clean else None,
-        errors_by_class=dict(Counter(g.error_class for g in everything if g.error_class)),
-        duration_s=_wall_clock(everything),
-        tokens=sum(g.completion_tokens or 0 for g in clean),
-        clean_tokens=sum(g.completion_tokens or 0 for g in clean if not g.collapsed),
+        targets=tuple(sorted({p.target for p in columns})),
+        run_ids=tuple(dict.fromkeys(p.run_id for p in columns)),
+        requests=sum(p.requests for p in columns),
+        rate=summarize_rate(collapses, clean) if clean else None,
+        errors_by_class=dict(errors),
+        duration_s=_wall_clock(columns),
+        tokens=tokens,
+        clean_tokens=clean_tokens,
         slices=slices,
-        sequence=np.array([g.collapsed for g in clean], dtype=bool) if clean else None,
+        sequence=np.concatenate([p.clean_sequence for p in columns]) if clean else None,
     )
 
 
-def _cluster(unit: Unit, options: ClusteringOptions) -> ClusteringResult | None:
+def cluster(unit: Unit, options: ClusteringOptions) -> ClusteringResult | None:
+    """The unit's descriptive clustering verdict (None without two clean generations)."""
     from soakgate.stats.clustering import clustering_verdict
 
     if unit.sequence is None or len(unit.sequence) < 2:
@@ -226,46 +244,19 @@ def _cluster(unit: Unit, options: ClusteringOptions) -> ClusteringResult | None:
     )  # fmt: skip
 
 
-def group_generations(
-    runs: list[Run], generations: Iterable[Generation]
-) -> dict[tuple[str, str], dict[str, list[Generation]]]:
-    """(label, target) -> run id -> generations, runs oldest first, each in seq order."""
-    order = {run.run_id: i for i, run in enumerate(runs)}
-    grouped: dict[tuple[str, str], dict[str, list[Generation]]] = {}
-    rows = sorted(generations, key=lambda g: (order.get(g.run_id, len(order)), g.run_id, g.seq))
-    for g in rows:
-        grouped.setdefault((g.label, g.target), {}).setdefault(g.run_id, []).append(g)
-    return grouped
-
-
-def analyze(
-    store: Store, options: ClusteringOptions | None = None, clustering: bool = True
-) -> Analysis:
-    """Read a store into units, aggregates, clustering verdicts and methodology warnings."""
-    from soakgate.report.checks import methodology_warnings
-    from soakgate.report.probes import find_probes
-    from soakgate.report.replays import probe_run_ids
-
-    options = options or ClusteringOptions()
-    runs = store.runs()
-    probe_runs = probe_run_ids(runs)  # `soakgate replay`'s runs are a probe, not units
-    rows = store.generations()
-    grouped = group_generations(runs, (g for g in rows if g.run_id not in probe_runs))
+def build_units(
+    columns: Columns, options: ClusteringOptions, clustering: bool = True
+) -> list[Unit]:
+    """Per label: its units (targets in order), then its aggregate when it has several."""
     units: list[Unit] = []
-    for label in dict.fromkeys(label for label, _ in grouped):
-        mine = sorted((key, rows) for key, rows in grouped.items() if key[0] == label)
-        for (_, target), rows_by_run in mine:
-            unit = build_unit(label, target, rows_by_run)
+    for label in dict.fromkeys(label for label, _ in columns.slices):
+        mine = sorted((key, group) for key, group in columns.slices.items() if key[0] == label)
+        for (_, target), group in mine:
+            unit = build_unit(label, target, [(s.run_id, s) for s in group])
             if clustering:
-                unit.clustering = _cluster(unit, options)
+                unit.clustering = cluster(unit, options)
             units.append(unit)
         if len(mine) > 1:
-            per_slice = {
-                f"{run_id}/{t}": rows for (_, t), by in mine for run_id, rows in by.items()
-            }
-            units.append(build_unit(label, AGGREGATE, per_slice, aggregate=True))
-    flat = {key: [g for rows in by.values() for g in rows] for key, by in grouped.items()}
-    analysis = Analysis(units, runs, store.events(), store.ledger(), flat)
-    analysis.warnings = methodology_warnings(analysis)
-    analysis.probes = find_probes(analysis)
-    return analysis
+            parts = [(f"{s.run_id}/{t}", s) for (_, t), group in mine for s in group]
+            units.append(build_unit(label, AGGREGATE, parts, aggregate=True))
+    return units

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from soakgate.probes.sweep import SweepLevel
+from soakgate.report.formatting import percent
 from soakgate.report.probes import DifferentialUnit, Look, Probes, Sweep
 from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
-from soakgate.report.tables import percent
 
 DIFFERENTIAL_HEADERS = (
     "unit", "compared", "divergent", "divergence rate [95% CI]", "median first divergence",

@@ -1,6 +1,6 @@
 """What the probes stored, read for the report: differential check, sweeps, spec-decode, looks.
 
-Everything here is computed from the rows and events the analysis already holds; nothing
+Everything here is computed from the columns and events the analysis already holds; nothing
 re-reads the database. A differential verdict is only a finding when the reference repeated
 itself in the baseline measured before the soak; otherwise it is shown as uninformative.
 """
@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from soakgate.probes.sweep import (
     SweepLevel,
     acceptance_collapses,
     saturation_point,
-    summarise_level,
+    summarise_level_columns,
 )
-from soakgate.records import Event, Generation
+from soakgate.records import Event
+from soakgate.report.formatting import percent
+from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, BoolArray, Unit
 from soakgate.report.replays import ReplayVerdict, replay_verdicts
-from soakgate.report.tables import percent
 from soakgate.stats.rates import RateSummary, summarize_rate
 
 SATURATION_GAIN = 0.10  # the sweep command's default --min-gain; the threshold is not stored
@@ -189,11 +192,6 @@ class Probes:
         return sorted((c for s in self.spec for c in s.collapses), key=lambda c: c.at)
 
 
-def _unit_rows(analysis: Analysis, unit: Unit) -> list[Generation]:
-    rows = [g for t in unit.targets for g in analysis.generations.get((unit.label, t), [])]
-    return sorted(rows, key=lambda g: g.started_at)
-
-
 def _baseline(events: Sequence[Event], run_ids: set[str]) -> ReferenceBaseline | None:
     mine = [e.data for e in events if e.kind == "reference_baseline" and e.run_id in run_ids]
     if not mine:
@@ -209,24 +207,24 @@ def _baseline(events: Sequence[Event], run_ids: set[str]) -> ReferenceBaseline |
 
 def differential_unit(analysis: Analysis, unit: Unit) -> DifferentialUnit | None:
     """The unit's differential figures, or None when no row of it was sent greedy to a reference."""
-    rows = _unit_rows(analysis, unit)
-    compared = [g for g in rows if g.reference_divergence is not None]
-    greedy = [g for g in rows if "differential" in g.details]
-    if not compared and not greedy:
+    parts = [s for t in unit.targets for s in analysis.slices(unit.label, t)]
+    if not any(len(s.compared) or s.greedy for s in parts):
         return None
-    positions = [d for g in compared if (d := g.reference_divergence) is not None and d >= 0]
-    flags = np.array([(g.reference_divergence or 0) >= 0 for g in compared], dtype=bool)
+    started = np.concatenate([s.started[s.compared] for s in parts])
+    divergence = np.concatenate([s.divergence for s in parts])[np.argsort(started, kind="stable")]
+    flags = divergence >= 0
+    compared = len(divergence)
+    runs = {s.run_id for s in parts if len(s.compared)} or {s.run_id for s in parts if s.greedy}
     return DifferentialUnit(
-        name=unit.name, aggregate=unit.aggregate, compared=len(compared),
+        name=unit.name, aggregate=unit.aggregate, compared=compared,
         divergent=int(flags.sum()),
-        rate=summarize_rate(int(flags.sum()), len(compared)) if compared else None,
-        median_position=float(np.median(positions)) if positions else None,
-        baseline=_baseline(analysis.events, {g.run_id for g in compared or greedy}),
-        sequence=flags,
+        rate=summarize_rate(int(flags.sum()), compared) if compared else None,
+        median_position=float(np.median(divergence[flags])) if flags.any() else None,
+        baseline=_baseline(analysis.events, runs), sequence=flags,
     )  # fmt: skip
 
 
-def _sweeps(analysis: Analysis, rows_by_run: dict[str, list[Generation]]) -> list[Sweep]:
+def _sweeps(analysis: Analysis, parts_by_run: dict[str, list[SliceColumns]]) -> list[Sweep]:
     grouped: dict[str, list[tuple[int, str]]] = {}
     labels: dict[str, str] = {}
     targets: dict[str, set[str]] = {}
@@ -245,12 +243,22 @@ def _sweeps(analysis: Analysis, rows_by_run: dict[str, list[Generation]]) -> lis
     found = []
     for sweep_id, members in grouped.items():
         levels = [
-            summarise_level(level, run_id, rows_by_run.get(run_id, []), events.get(run_id, []))
+            _level(level, run_id, parts_by_run.get(run_id, []), events.get(run_id, []))
             for level, run_id in sorted(members)
         ]
         where = tuple(sorted(targets[sweep_id]))
         found.append(Sweep(sweep_id, labels[sweep_id], where, levels, min_gain=gains[sweep_id]))
     return found
+
+
+def _level(level: int, run_id: str, parts: list[SliceColumns], events: list[Event]) -> SweepLevel:
+    def joined(name: str) -> npt.NDArray[Any]:
+        return np.concatenate([getattr(p, name) for p in parts]) if parts else np.zeros(0)
+
+    return summarise_level_columns(
+        level, run_id, joined("started"), joined("ended"), joined("ok").astype(bool),
+        joined("collapsed").astype(bool), joined("tokens").astype(np.int64), events,
+    )  # fmt: skip
 
 
 def _spec(
@@ -296,12 +304,12 @@ def _looks(events: Sequence[Event]) -> list[Look]:
 
 def find_probes(analysis: Analysis) -> Probes:
     """Every probe finding of an analysed database."""
-    rows_by_run: dict[str, list[Generation]] = {}
+    parts_by_run: dict[str, list[SliceColumns]] = {}
     label_of: dict[tuple[str, str], str] = {}
-    for (label, target), rows in analysis.generations.items():
-        for g in rows:
-            rows_by_run.setdefault(g.run_id, []).append(g)
-            label_of[(g.run_id, target)] = label
+    for (label, target), group in analysis.columns.slices.items():
+        for part in group:
+            parts_by_run.setdefault(part.run_id, []).append(part)
+            label_of[(part.run_id, target)] = label
     for run in analysis.runs:
         for target in run.targets:
             label_of.setdefault((run.run_id, target), run.label)
@@ -309,7 +317,7 @@ def find_probes(analysis: Analysis) -> Probes:
     spec, absent = _spec(analysis, label_of)
     return Probes(
         differential,
-        _sweeps(analysis, rows_by_run),
+        _sweeps(analysis, parts_by_run),
         spec,
         _looks(analysis.events),
         absent,

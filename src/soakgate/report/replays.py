@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from soakgate.probes.reproduce import MEANING, PROBE_RUNS
-from soakgate.records import Event, Run
+from soakgate.probes.reproduce import MEANING
+from soakgate.records import Event
 
 REPLAY_HEADERS = (
     "collapse", "unit", "alone greedy", "alone sampled", "under load", "verdict", "replay run",
@@ -60,11 +60,6 @@ def replay_verdicts(events: Iterable[Event]) -> list[ReplayVerdict]:
             _pair(d.get("alone_greedy")), _pair(d.get("alone_sampled")), _pair(d.get("under_load")),
         ))  # fmt: skip
     return found
-
-
-def probe_run_ids(runs: Sequence[Run]) -> set[str]:
-    """Runs that `soakgate replay` stored: shown as a probe, not analysed as units."""
-    return {r.run_id for r in runs if r.load.get("probe") in PROBE_RUNS}
 
 
 def _pair(value: object) -> tuple[int, int]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
+from collections.abc import Sequence
 from typing import Any
 
+from soakgate.report.comparisons import ComparisonReport, why_not_compared
+from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 
 COLUMNS = (
@@ -39,11 +41,6 @@ def unit_row(unit: Unit) -> dict[str, Any]:
 def summary_rows(analysis: Analysis) -> list[dict[str, Any]]:
     """Rows in report order: each label's units, then its aggregate."""
     return [unit_row(u) for u in analysis.units]
-
-
-def percent(value: float | None, digits: int = 3) -> str:
-    """A rate as a percentage string, '-' when absent."""
-    return "-" if value is None or math.isnan(value) else f"{100 * value:.{digits}f}%"
 
 
 def rate_cell(row: dict[str, Any]) -> str:
@@ -90,45 +87,87 @@ HEADERS = (
 
 
 NARROW = 150
-"""Below this many columns the table drops two columns and breaks long cells onto two lines."""
+"""Below this many columns the table drops two columns, shortens the errors cell and breaks
+long cells onto two lines."""
+VERY_NARROW = 110
+"""Below this many it drops tok/s as well and draws no vertical rules."""
 _NARROW_DROPPED = ("clean tok/s", "duration s")
 
 
-def render_table(analysis: Analysis, width: int | None = None) -> str:
-    """The rich table plus methodology warnings, as text `width` columns wide: by default the
-    terminal's width ($COLUMNS, then the terminal itself), 200 when output is not a terminal.
+def short_errors(row: dict[str, Any]) -> str:
+    """`total` or `total (commonest class: k, +m kinds)`: the errors cell of a narrow table."""
+    by_class = sorted(row["errors_by_class"].items(), key=lambda item: (-item[1], item[0]))
+    if not by_class:
+        return str(row["errors"])
+    (name, count), more = by_class[0], len(by_class) - 1
+    return f"{row['errors']}\n({name}: {count}" + (f", +{more} kinds)" if more else ")")
+
+
+def verdict_block(analysis: Analysis, comparisons: Sequence[ComparisonReport]) -> list[str]:
+    """What a report opens with: a heading, one line per comparison (or why there is none),
+    the note on the ratio intervals, and the methodology warnings beside them."""
+    from soakgate.report.verdicts import RATIO_NOTE, verdict_lines
+
+    lines = verdict_lines(list(comparisons), why_not_compared(analysis))
+    if comparisons:
+        base = comparisons[0].comparison.labels[0]
+        family = ", Holm-adjusted" if len(comparisons) > 1 else ""
+        lines = [f"verdict (every label against {base}{family}):", *lines]
+        lines.append(f"(ratio intervals: {RATIO_NOTE})")
+    count = len(analysis.warnings)
+    if count:
+        lines.append(f"{count} methodology warning(s):")
+    return lines + [f"warning: {w}" for w in analysis.warnings]
+
+
+def render_table(
+    analysis: Analysis, comparisons: Sequence[ComparisonReport] = (), width: int | None = None
+) -> str:
+    """The verdicts and methodology warnings, then the rich table, as text `width` columns wide:
+    by default the terminal's width ($COLUMNS, then the terminal itself), 200 when output is
+    not a terminal. Every line fits the width.
     Rich wraps cells within their columns; below NARROW columns the rate, target and
     clustering cells take two lines and `clean tok/s` and `duration s` are left to
     --format json/csv (said under the table)."""
     import shutil
 
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
     width = width or shutil.get_terminal_size((200, 24)).columns
-    narrow = width < NARROW
-    headers = [h for h in HEADERS if not (narrow and h in _NARROW_DROPPED)]
-    table = Table(title="soakgate report (n = clean generations; aggregates are not units)")
+    narrow, very = width < NARROW, width < VERY_NARROW
+    dropped = (*_NARROW_DROPPED, "tok/s") if very else _NARROW_DROPPED
+    headers = [h for h in HEADERS if not (narrow and h in dropped)]
+    table = Table(
+        title="soakgate report (n = clean generations; aggregates are not units)",
+        box=box.SIMPLE_HEAD if very else box.HEAVY_HEAD, pad_edge=not very,
+    )  # fmt: skip
     for header in headers:
         figure = header in ("n", "collapses", "tok/s", "clean tok/s", "duration s")
         table.add_column(header, overflow="fold", justify="right" if figure else "left")
-    for cells in display_rows(analysis):
+    for cells, figures in zip(display_rows(analysis), summary_rows(analysis), strict=True):
         row = dict(zip(HEADERS, cells, strict=True))
         if narrow:  # break at the natural places, so rich need not break words
+            row["errors"] = str(figures["errors"]) if very else short_errors(figures)
             row["target"] = row["target"].replace(" (", "\n(")
             row["rate [95% CI]"] = row["rate [95% CI]"].replace(" [", "\n[").replace(" (≤", "\n(≤")
             row["clustering"] = row["clustering"].replace(" (", "\n(")
+            if very:  # `CLUSTERED\n(deff 2.19)`: the effective n is in json/csv
+                row["clustering"] = row["clustering"].split(", n_eff")[0].replace(
+                    "no clustering", "none"
+                ) + (")" if ", n_eff" in row["clustering"] else "")
         style = "dim" if cells[1].startswith("ALL") else None
         table.add_row(*(row[h] for h in headers), style=style)
     console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    for line in verdict_block(analysis, comparisons):
+        console.print(line, markup=False, highlight=False)
     console.print(table)
     if narrow:
         console.print(
-            f"({' and '.join(_NARROW_DROPPED)}: --format json or csv, or a terminal of "
-            f"{NARROW}+ columns)", markup=False, highlight=False,
+            f"({', '.join(dropped)} and errors by class: --format json or csv, or a "
+            f"terminal of {NARROW}+ columns)", markup=False, highlight=False,
         )  # fmt: skip
-    for line in analysis.warnings:
-        console.print(f"warning: {line}", markup=False, highlight=False)
     if analysis.probes is not None:
         _print_probes(analysis, console)
     return console.export_text()
@@ -156,11 +195,14 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
         console.print(f"ALERT: {collapse.line()}", markup=False, highlight=False)
 
 
-def render_json(analysis: Analysis) -> str:
-    """Rows, warnings, probe findings and events as one JSON document."""
+def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
+    """Verdicts, rows, warnings, probe findings and events as one JSON document."""
     from soakgate.report.probe_tables import probes_json
+    from soakgate.report.verdicts import verdict_dict
 
     document = {
+        "comparisons": [verdict_dict(c) for c in comparisons],
+        "no_comparison": None if comparisons else why_not_compared(analysis),
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
@@ -172,7 +214,7 @@ def render_json(analysis: Analysis) -> str:
     return json.dumps(document, indent=2, default=str)
 
 
-def render_csv(analysis: Analysis) -> str:
+def render_csv(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """One CSV row per unit and aggregate; errors_by_class as JSON in its cell."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, COLUMNS, lineterminator="\n")
@@ -186,9 +228,14 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(analysis: Analysis) -> str:
-    """A GitHub-flavoured Markdown table plus warnings as a list."""
-    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
+    """The verdicts, then a GitHub-flavoured Markdown table, warnings as a list."""
+    from soakgate.report.verdicts import verdict_lines
+
+    lines = [f"**{_md_cell(v)}**" for v in verdict_lines(list(comparisons),
+                                                       why_not_compared(analysis))]  # fmt: skip
+    lines += [""] if lines else []
+    lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += [
         "| " + " | ".join(_md_cell(c) for c in cells) + " |" for cells in display_rows(analysis)
     ]

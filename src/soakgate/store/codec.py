@@ -66,6 +66,17 @@ MIGRATIONS = {
 """Schema version -> the statement that brings a database of the version before up to it."""
 COLUMN_DEFAULTS = {"attempts": "1"}
 """SQL for a column that a database of an older schema lacks, when it is read unmigrated."""
+
+
+def generation_select(present: set[str]) -> str:
+    """The SELECT list of GENERATION_FIELDS on a table with the columns `present`: a column that
+    an older, unmigrated database lacks reads as its default."""
+    return ", ".join(
+        name if name in present else f"{COLUMN_DEFAULTS[name]} AS {name}"
+        for name in GENERATION_FIELDS
+    )
+
+
 RUN_COLUMNS = (
     "run_id, label, targets, started_at, ended_at, status, load, detectors, software, "
     "plan_sha256, campaign"

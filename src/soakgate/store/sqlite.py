@@ -18,6 +18,7 @@ from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
+from soakgate.store.columns import Sqlite3Reader
 from soakgate.store.repair import storable, storable_event
 
 # What binding a value SQLite cannot hold raises: a lone surrogate in a text, an integer past
@@ -29,6 +30,9 @@ ABANDONED: list[sqlite3.Connection] = []
 """Connections that must never be closed: closing one whose `-shm` became immutable writes
 through its memory map, and the kernel kills the process with SIGBUS. A process holding one
 ends with `os._exit` (see cli.main)."""
+
+OPEN_FILES: dict[tuple[int, int], int] = {}
+"""(device, inode) -> SqliteStores of this process holding the file open (`open_in_process`)."""
 
 SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger", "prompts"})
 """The tables soakgate creates; any other table makes a database another program's."""
@@ -51,6 +55,7 @@ class SqliteStore:
             self._conn = connect_read_only(self.path)
             stat = os.stat(self.path)
             self._identity = (stat.st_dev, stat.st_ino)
+            OPEN_FILES[self._identity] = OPEN_FILES.get(self._identity, 0) + 1
             return
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -63,6 +68,7 @@ class SqliteStore:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
         self._identity = (stat.st_dev, stat.st_ino)
+        OPEN_FILES[self._identity] = OPEN_FILES.get(self._identity, 0) + 1
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -96,14 +102,14 @@ class SqliteStore:
                     (str(codec.SCHEMA_VERSION),),
                 )
 
+    def generation_columns(self) -> set[str]:
+        """The columns the generations table has (an unmigrated database lacks newer ones)."""
+        return {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}
+
     def _generation_select(self) -> str:
         """The SELECT list of the generation columns; a column that an older, unmigrated
         database lacks reads as its default."""
-        present = {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}
-        return ", ".join(
-            name if name in present else f"{codec.COLUMN_DEFAULTS[name]} AS {name}"
-            for name in codec.GENERATION_FIELDS
-        )
+        return codec.generation_select(self.generation_columns())
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
@@ -202,13 +208,20 @@ class SqliteStore:
         row = self._db.execute(sql, (request_id,)).fetchone()
         return codec.generation_from_row(row) if row is not None else None
 
-    def generations_overlapping(self, target: str, start: float, end: float) -> list[Generation]:
-        """Generations of a target (any run) in flight at some moment of [start, end]."""
+    def generations_overlapping(
+        self, target: str, windows: Sequence[tuple[float, float]]
+    ) -> list[Generation]:
+        """Generations of a target (any run) in flight at some moment of one of the (start,
+        end) windows: one scan of the table for all of them (no index covers these columns)."""
+        if not windows:
+            return []
+        overlaps = " OR ".join(["(started_at<=? AND ended_at>?)"] * len(windows))
         sql = (
             f"SELECT {self._generation_select()} FROM generations "
-            "WHERE target=? AND started_at<=? AND ended_at>? ORDER BY started_at"
+            f"WHERE target=? AND ({overlaps}) ORDER BY started_at"
         )
-        return [codec.generation_from_row(r) for r in self._db.execute(sql, (target, end, start))]
+        params = [target, *(bound for start, end in windows for bound in (end, start))]
+        return [codec.generation_from_row(r) for r in self._db.execute(sql, params)]
 
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""
@@ -261,10 +274,23 @@ class SqliteStore:
     def close(self) -> None:
         """Close the connection (a WAL checkpoint happens on the last close); a poisoned
         store's connection is abandoned instead, never closed."""
+        count = OPEN_FILES.pop(self._identity, 0) - 1
+        if count > 0:
+            OPEN_FILES[self._identity] = count
         if self.poisoned:
             ABANDONED.append(self._conn)
             return
         self._conn.close()
+
+    @property
+    def shared_in_process(self) -> bool:
+        """Another SqliteStore of this process holds the same file open (then no second SQLite
+        library may open it: see `store.columns`)."""
+        return OPEN_FILES.get(self._identity, 0) > 1
+
+    def column_reader(self) -> Sqlite3Reader:
+        """Columnar reads on this store's own connection (`store.columns`)."""
+        return Sqlite3Reader(self._db)
 
 
 class _Transaction:
@@ -343,22 +369,26 @@ def open_analysis(path: str | Path) -> SqliteStore:
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection to a soakgate database, checked by its metadata.
-
-    `mode=ro` always; `immutable=1` as well where the file cannot change (a read-only
-    filesystem without a write-ahead log), which is also what lets SQLite read a WAL-mode
-    database there at all. Nothing here writes the file."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    if _cannot_change(path):
-        uri += "&immutable=1"
+    """A read-only connection to a soakgate database (`read_only_uri`), checked by its
+    metadata. Nothing here writes the file."""
     try:
-        db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(
+            read_only_uri(path), uri=True, isolation_level=None, check_same_thread=False
+        )
         db.execute("PRAGMA query_only=ON")
         db.execute("PRAGMA busy_timeout=10000")
         _check_soakgate(db, path)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot read database {path}: {exc}") from None
     return db
+
+
+def read_only_uri(path: Path) -> str:
+    """`mode=ro` always; `immutable=1` as well where the file cannot change (a read-only
+    filesystem without a write-ahead log), which is also what lets SQLite read a WAL-mode
+    database there at all."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    return uri + "&immutable=1" if _cannot_change(path) else uri
 
 
 def _cannot_change(path: Path) -> bool:
