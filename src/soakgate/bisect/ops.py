@@ -10,7 +10,9 @@ dead to dead-code elimination (`soakgate audit` finds such schemas statically).
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,13 +105,22 @@ def capture_graphs(subject: Subject, backend: str) -> list[Any]:
         elif backend.startswith("aot_eager_decomp_partition"):
             subject(torch.compile(subject.model, backend=_decomp_partition(keep)))
         else:
-            from soakgate.bisect.stages import bisectable_custom_passes
-
-            with bisectable_custom_passes(extra_post_grad=graphs.append):
+            with _reading_post_grad_graph(graphs.append):
                 subject(torch.compile(subject.model))
     finally:
         torch._dynamo.reset()
     return graphs
+
+
+@contextlib.contextmanager
+def _reading_post_grad_graph(record: Callable[[Any], None]) -> Iterator[None]:
+    """Append `record` (a pass that only reads the graph) after the user's post-grad passes."""
+    from torch._inductor import config
+
+    current = config.post_grad_custom_post_pass
+    passes = list(current) if isinstance(current, list | tuple) else [current] if current else []
+    with config.patch(post_grad_custom_post_pass=[*passes, record]):
+        yield
 
 
 def _decomp_partition(keep: Any) -> Any:

@@ -7,35 +7,26 @@ backends `eager` (Dynamo's graph only), `aot_eager` (AOTAutograd: functionalizat
 post-grad passes, config changes, lowerings) and bisects over their applications. `fn` here is
 soakgate's check: the compiled model's outputs within tolerance of eager's.
 
-Adapted to torch 2.13 after reading its source: a user's custom inductor passes
-(`post_grad_custom_post_pass` and the other `*_custom_*pass` settings) run through a
-GraphTransformObserver without a subsystem, so the bisector could never disable them and would
-stop at "inductor" with no subsystem. Each is wrapped here into the subsystem of its phase
-(`post_grad_passes` for the post-grad ones), so the bisector names it; the bisector's own state
-lives in a temporary folder that it removes.
+Read against torch 2.13's source: `do_bisect` takes a check without arguments, `get_backend()`
+and `get_subsystem()` say what is being tried, and the result carries `backend`, `subsystem`,
+`bisect_number` and `debug_info`. A user's custom inductor passes (`post_grad_custom_post_pass`
+and the other `*_custom_*pass` settings) already run as applications of their phase's
+subsystem there (`post_grad_passes` for the post-grad ones), so the bisector names them itself.
+It prints its progress on stdout: kept for `--verbose`, never mixed into the finding.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from soakgate.bisect.compare import Difference, Tolerance, compare
 from soakgate.bisect.model import Subject, leaves
 
-CUSTOM_PASSES = {
-    "pre_grad_custom_pass": "pre_grad_passes",
-    "joint_custom_pre_pass": "joint_graph_passes",
-    "joint_custom_post_pass": "joint_graph_passes",
-    "post_grad_custom_pre_pass": "post_grad_passes",
-    "post_grad_custom_post_pass": "post_grad_passes",
-}
-"""inductor config setting -> the bisector subsystem its pass belongs to."""
 STAGE_MEANING = {
     "eager": "Dynamo graph capture",
     "aot_eager": "AOTAutograd: functionalization",
@@ -99,7 +90,7 @@ def first_failing_stage(
         return difference.matches
 
     output = io.StringIO()
-    with bisectable_custom_passes(), contextlib.redirect_stdout(output):
+    with contextlib.redirect_stdout(output):
         result = CompilerBisector.do_bisect(check)
     for line in output.getvalue().splitlines():
         log(f"bisect: {line}")
@@ -129,42 +120,6 @@ def run_compiled(
     except Exception as exc:  # a stage that cannot compile or run the model fails the check
         return Difference(False, float("inf"), f"raised {type(exc).__name__}: {str(exc)[:200]}")
     return compare(expected, actual, tolerance)
-
-
-@contextlib.contextmanager
-def bisectable_custom_passes(
-    extra_post_grad: Callable[[Any], None] | None = None,
-) -> Iterator[None]:
-    """Wrap the user's custom inductor passes into the bisector's subsystems for the duration
-    (and append `extra_post_grad`, a pass that only reads the post-grad graph)."""
-    from torch._inductor import config
-
-    patches: dict[str, Any] = {}
-    for setting, subsystem in CUSTOM_PASSES.items():
-        current = getattr(config, setting, None)
-        passes = (
-            list(current) if isinstance(current, list | tuple) else [current] if current else []
-        )
-        wrapped = [_bisectable(p, setting, subsystem) for p in passes]
-        if setting == "post_grad_custom_post_pass" and extra_post_grad is not None:
-            wrapped.append(extra_post_grad)
-        if wrapped:
-            patches[setting] = wrapped if len(wrapped) > 1 else wrapped[0]
-    with config.patch(patches):
-        yield
-
-
-def _bisectable(custom_pass: Any, setting: str, subsystem: str) -> Any:
-    """The pass, skipped whenever the bisector disables this application of its subsystem."""
-    from torch._inductor.compiler_bisector import CompilerBisector
-
-    @functools.wraps(custom_pass)
-    def run(graph: Any) -> Any:
-        if CompilerBisector.disable_subsystem("inductor", subsystem, lambda: setting):
-            return None
-        return custom_pass(graph)
-
-    return run
 
 
 def log_to_stderr(line: str) -> None:
