@@ -18,7 +18,7 @@ from markdown_it import MarkdownIt
 
 REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = ("README.md", *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")))
-PROGRAMS = ("soakgate", "python", "pip", "bash", "export", "mkdir", "curl", "kill", "cp")
+PROGRAMS = ("soakgate", "python", "python3", "pip", "bash", "export", "mkdir", "curl", "kill", "cp")
 """First words of a command line (after `VAR=value` assignments); `scripts/...` too."""
 NOT_COMMANDS = ("toml", "diff", "json", "text")
 """Fence languages that hold data, not commands."""

@@ -249,6 +249,12 @@ COMMANDS: dict[str, Entry] = {
     "bash scripts/gpu/transformers_serve_campaign.sh .model --configs compiled,compiled-dropped-op": Covered(
         GPU, "gpu"
     ),
+    # docs/real-servers.md: the GPU script run again (2026-12-01)
+    "PYTHONPATH=/tmp/site:src python3 scripts/gpu_nvml_probe.py --seconds 8": Covered(
+        "tests/realservers/test_gpu_scripts.py::test_the_nvml_probe_reads_the_gpu", "gpu"
+    ),
+    "bash scripts/gpu/transformers_serve_campaign.sh .model --configs compiled,compiled-dropped-op "
+    "--concurrency 32 --budget 470": Covered(GPU, "gpu"),
     "OUT=/tmp/vw/gpuout bash scripts/gpu/transformers_serve_campaign.sh "
     "/work/shared/models/tiny-llama-8k --mock --minutes 0.3 --configs "
     "eager,compiled,compiled-dropped-op --budget 240": Covered(
