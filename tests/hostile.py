@@ -102,7 +102,8 @@ class Hostile:
             for k, v in re.findall(rb"\r\n([^:\r]+): *([^\r]*)", request.head)
         )
         line = {"connection": request.connection, "nth": request.nth, "rid": request.rid,
-                "text": text, "headers": headers}  # fmt: skip
+                "text": text, "headers": headers, "body": request.body,
+                "path": request.head.split(b" ", 2)[1].decode()}  # fmt: skip
         if self.log is not None:
             self.log.write(json.dumps(line) + "\n")
 

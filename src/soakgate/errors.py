@@ -10,7 +10,8 @@
     │   └── StoreFailedError      a soak stopped because its rows could not be stored
     ├── PlanError                 a pre-registration missing, altered or registered after the data
     ├── ServerError               a managed server failed to start or stay up (campaigns)
-    └── AuditError                a source or library cannot be audited
+    ├── AuditError                a source or library cannot be audited
+    └── BisectError               a model cannot be loaded, run eager or compiled for `bisect`
 
 Every one of them means "the command could not do its job" and exits 2: exit code 1 is kept for
 findings (a DIFFER verdict with --fail-on-differ, audit findings, a failed campaign block), which
@@ -70,3 +71,7 @@ class ServerError(SoakgateError):
 
 class AuditError(SoakgateError):
     """A source tree or library cannot be audited."""
+
+
+class BisectError(SoakgateError):
+    """A model cannot be loaded, run eagerly or compiled for `soakgate bisect`."""

@@ -136,3 +136,33 @@ def test_a_database_damaged_mid_file_is_one_line_and_exit_2(
         assert result.returncode == 2, (command, result.stdout[-500:], result.stderr)
         line = one_error_line(result)
         assert "malformed" in line or "not a database" in line, line
+
+
+def test_a_schema_2_database_is_read_and_its_builtin_prompts_replayed_without_migrating(
+    finished_db: Path, tmp_path: Path
+) -> None:
+    from soakgate.probes.replayable import known_prompts, stored_request
+    from soakgate.prompts import builtin_prompts
+    from soakgate.store import open_analysis
+
+    db = tmp_path / "v2.sqlite"
+    shutil.copy(finished_db, db)
+    with sqlite3.connect(db) as old:
+        old.execute("DROP TABLE prompts")
+        old.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    old.close()
+    digest = sha256(db)
+    report, compare = (_run(command, db, tmp_path) for command in ANALYSES[:2])
+    assert report.returncode == 0 and "graph" in report.stdout, report.stderr
+    assert compare.returncode == 1, compare.stderr
+    store = open_analysis(db)
+    try:
+        run = store.runs()[0]
+        assert store.prompts(run.run_id) == {}  # schema 2 kept only prompt ids
+        row = next(store.generations(run.run_id))
+        prompt = stored_request(run, row, known_prompts(run, {})).prompt
+        assert prompt in builtin_prompts() and prompt.prompt_id == row.prompt_id
+    finally:
+        store.close()
+    assert sha256(db) == digest
+    assert "prompts" not in tables(db)

@@ -62,6 +62,27 @@ PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_sizes_with_the_long_rang
 RESUME = "tests/load/test_resume_settings.py::test_resume_refuses_differing_flags_then_continues_with_the_stored_settings"
 CAMPAIGN_RESUME = "tests/campaign/test_campaign_resume.py::test_sigkill_then_resume_reruns_nothing_and_loses_nothing"
 EXTRAS = "tests/docs/test_documented_commands.py::test_documented_pip_extras_exist"
+COLLAPSE = (
+    "tests/report/test_collapse_context.py::"
+    "test_the_context_names_the_requests_in_flight_the_server_load_and_its_uptime"
+)
+REPLAY_LOAD = (
+    "tests/probes/test_replay.py::test_collapses_that_need_load_replay_only_under_load_or_never"
+)
+REPLAY_PROMPTS = (
+    "tests/probes/test_replay.py::"
+    "test_a_database_from_before_stored_prompts_replays_with_its_prompts_file"
+)
+DROPPED_REPLAY = (
+    "tests/bisect/test_controls.py::test_the_dropped_op_collapses_replay_as_input_triggered"
+)
+DROPPED_BISECT = (
+    "tests/bisect/test_controls.py::test_bisect_names_the_module_the_stage_and_the_dropped_op"
+)
+WRONG_PASS = (
+    "tests/bisect/test_controls.py::"
+    "test_bisect_blames_inductors_post_grad_passes_for_a_wrong_custom_pass"
+)
 SHORT = (("--duration 2h", "--duration 3s"), ("--max-tokens 512", "--max-tokens 32"))
 
 COMMANDS: dict[str, Entry] = {
@@ -110,6 +131,43 @@ COMMANDS: dict[str, Entry] = {
     "--prompt-count 20": Run((("--prompt-count 20", "--prompt-count 3"),)),
     "soakgate run --target compiled=http://127.0.0.1:8001 --reference eager=http://127.0.0.1:8000 "
     "--requests 5000": Run((("--requests 5000", "--requests 40"),)),
+    # README.md and docs/trace.md: from a collapse to its cause
+    "soakgate report runs.sqlite --collapse ID": Covered(COLLAPSE),
+    "soakgate replay runs.sqlite --collapsed --target URL": Covered(REPLAY_LOAD),
+    "soakgate bisect MODEL": Names("soakgate bisect "),
+    "soakgate bisect": Names("soakgate bisect "),
+    "soakgate report DB --html FILE": Names("soakgate report "),
+    "soakgate report DB --collapse ID": Covered(COLLAPSE),
+    "soakgate replay DB --collapsed --target URL": Covered(REPLAY_LOAD),
+    "soakgate replay DB --collapsed [--run R] --target [NAME=]URL [--repeats N] [--max-rows M] "
+    "[--prompts FILE] [--model NAME]": Covered(REPLAY_PROMPTS),
+    "soakgate bisect MODEL [--prompt TEXT | --from-db DB --request ID] [--import MODULE] "
+    "[--layers N] [--rtol R] [--atol A] [--verbose]": Covered(DROPPED_BISECT, "torch"),
+    "soakgate mock-server --port 8000 --seed 7 --tokens-per-s 800 --burst-enter 0.3 "
+    "--burst-exit 0.1 --burst-collapse-rate 0.9 --burst-min-in-flight 4": Serve(
+        (("--port 8000", "--port 0"),)
+    ),
+    "soakgate run --target gpu0=http://127.0.0.1:8000 --label compiled --duration 30s "
+    "--concurrency 8 --max-tokens 48 --db runs.sqlite": Run((("--duration 30s", "--duration 3s"),)),
+    "soakgate report runs.sqlite --collapse 1ad8dbb20aea-1064": Covered(COLLAPSE),
+    "soakgate replay runs.sqlite --collapsed --target gpu0=http://127.0.0.1:8000": Run(
+        (("--collapsed", "--collapsed --repeats 1 --max-rows 2"),)  # the clean mock: never
+    ),
+    "python -m tests.hfserve ../shared/models/tiny-llama-8k --dropped-op --port 8000": Covered(
+        DROPPED_REPLAY, "torch"
+    ),
+    "soakgate run --target cpu0=http://127.0.0.1:8000 --label compiled --requests 6 "
+    "--concurrency 3 --max-tokens 16 --no-stream --db control.sqlite": Covered(
+        DROPPED_REPLAY, "torch"
+    ),
+    "soakgate replay control.sqlite --collapsed --target cpu0=http://127.0.0.1:8000 --repeats 2 "
+    "--max-rows 2": Covered(DROPPED_REPLAY, "torch"),
+    "soakgate bisect ../shared/models/tiny-llama-8k --import "
+    "examples/bisect/dropped_op_transformers.py --layers 2 --from-db control.sqlite --request "
+    "0de01712ce6f-0": Covered(DROPPED_BISECT, "torch"),
+    "soakgate bisect examples/bisect/wrong_post_grad_pass.py:model --verbose": Covered(
+        WRONG_PASS, "torch"
+    ),
     # README.md: audit, mock server
     "soakgate audit": Names("soakgate audit "),
     "soakgate audit path/to/kernels/": Run((("path/to/kernels/", "kernels/"),), code=1),

@@ -71,38 +71,35 @@ def test_absent_counters_are_noted_once(
 
 
 def test_a_sustained_fall_is_flagged_but_a_single_low_window_is_not() -> None:
-    import asyncio
-
-    from soakgate.probes import specwatch
-
-    acceptance = iter([0.40, 0.40, 0.10, 0.40, 0.10, 0.10, 0.40])
-    state = {"accepted": 0.0, "drafted": 0.0, "at": 0.0}
-
-    stop = asyncio.Event()
-
-    async def scrape(session: object, url: str) -> specwatch.Sample:
-        rate = next(acceptance, None)
-        if rate is None:
-            stop.set()
-        else:
-            state["accepted"] += 100 * rate
-            state["drafted"] += 100
-            state["at"] += 1
-        return specwatch.Sample(state["at"], state["accepted"], state["drafted"], state["at"] * 50)
+    from soakgate.probes.specwatch import Sample, SpecDecodeWatch
 
     records: list[tuple[str, dict[str, object]]] = []
-
-    async def run() -> None:
-        original = specwatch._scrape
-        specwatch._scrape = scrape  # type: ignore[assignment]
-        try:
-            task = asyncio.create_task(
-                specwatch.watch(None, "u", stop, lambda k, d: records.append((k, d)), 0.001)  # type: ignore[arg-type]
-            )
-            await asyncio.wait_for(task, timeout=5)
-        finally:
-            specwatch._scrape = original  # type: ignore[assignment]
-
-    asyncio.run(run())
+    watch = SpecDecodeWatch("u", lambda k, d: records.append((k, d)))
+    accepted = drafted = 0.0
+    for at, rate in enumerate([0.40, 0.40, 0.10, 0.40, 0.10, 0.10, 0.40], start=1):
+        accepted, drafted = accepted + 100 * rate, drafted + 100
+        assert watch.observe(Sample(at, accepted, drafted, at * 50))
     collapses = [d for k, d in records if k == "spec_decode_collapse"]
     assert len(collapses) == 1 and "acceptance 10%" in str(collapses[0]["reason"])
+
+
+def test_the_server_load_is_recorded_on_every_scrape_beside_the_absent_spec_counters(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock("--tokens-per-s", "200")
+    config = SoakConfig(
+        targets=[TargetSpec.parse(mock.url)], label="load", request=RequestSpec(max_tokens=64),
+        load=LoadSpec(6, duration_s=2.0), db=tmp_path / "l.sqlite", metrics_interval_s=0.25,
+    )  # fmt: skip
+    run_id = run_soak(config).run.run_id
+    store = open_store(config.db)
+    events = store.events(run_id)
+    store.close()
+    kinds = [e.kind for e in events]
+    assert kinds.count("spec_decode_absent") == 1 and "spec_decode" not in kinds
+    loads = [e.data for e in events if e.kind == "server_load"]
+    assert len(loads) >= 4, kinds
+    assert max(float(d["running"]) for d in loads) == 6.0  # the mock's own in-flight gauge
+    assert all(set(d) == {"running", "waiting", "kv_cache_usage", "process_start", "at"}
+               for d in loads)  # fmt: skip
+    assert all(float(d["process_start"]) < float(d["at"]) for d in loads)

@@ -49,3 +49,14 @@ def test_picker_round_robin_and_seeded_random() -> None:
     assert set(picks) == {"0", "1", "2", "3", "4"}
     with pytest.raises(ConfigError):
         PromptPicker(prompts, "shuffled")
+
+
+def test_two_different_prompts_under_one_id_are_refused(tmp_path: Path) -> None:
+    from soakgate.errors import ConfigError
+
+    file = tmp_path / "p.jsonl"
+    file.write_text('{"id": "a", "prompt": "one"}\n{"id": "a", "prompt": "two"}\n')
+    with pytest.raises(ConfigError, match="id 'a' names two different prompts"):
+        load_prompts(file)
+    file.write_text('{"id": "a", "prompt": "one"}\n{"id": "a", "prompt": "one"}\n')
+    assert len(load_prompts(file)) == 2  # the same prompt twice is no conflict

@@ -51,13 +51,24 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-clustering", action="store_true", help="skip the clustering tests (fast)"
     )
+    parser.add_argument(
+        "--collapse", metavar="ID",
+        help="instead of the report, what surrounded one generation (its request id): requests "
+        "in flight on its target, server incarnation and uptime, the server's load, nearby events",
+    )  # fmt: skip
     add_clustering_arguments(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print the report; write the HTML file when asked."""
+    """Print the report (or one generation's context); write the HTML file when asked."""
     from soakgate.report.api import report
+
+    if args.collapse is not None:
+        from soakgate.report.api import collapse_report
+
+        print(collapse_report(args.db, args.collapse))
+        return 0
 
     text = report(args.db, args.format, args.html, clustering_options(args), not args.no_clustering)
     print(text.rstrip("\n"))

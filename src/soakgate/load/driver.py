@@ -193,6 +193,7 @@ async def soak(
             shared.references = await _reference_clients(sessions[""], differential, targets)
         run.software["models"] = {c.target.name: c.model for c in clients}
         writer.store.save_run(run)
+        writer.store.save_prompts(run.run_id, picker.prompts)  # what a replay sends again
         ticker = asyncio.create_task(_tick(shared, on_tick, started))
         stopped_by = await _drive(shared, clients)
         ticker.cancel()

@@ -25,6 +25,7 @@ from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
 from soakgate.probes.differential import Baseline, measure_baseline
+from soakgate.probes.serverload import ServerLoadWatch
 from soakgate.probes.specwatch import watch
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Event, Run
@@ -340,12 +341,12 @@ def _start_watchers(
 
         return record
 
-    tasks = [
-        asyncio.create_task(
-            watch(session, f"{t.url}/metrics", done, recorder(t.name), config.metrics_interval_s)
-        )
-        for t in config.targets
-    ]
+    def watcher(target: TargetSpec) -> Coroutine[Any, Any, None]:
+        record, url = recorder(target.name), f"{target.url}/metrics"
+        load = ServerLoadWatch(record)  # the server's own load, beside the spec-decode watch
+        return watch(session, url, done, record, config.metrics_interval_s, also=[load])
+
+    tasks = [asyncio.create_task(watcher(t)) for t in config.targets]
 
     async def stop() -> None:
         done.set()

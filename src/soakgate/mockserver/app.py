@@ -124,7 +124,7 @@ class MockServer:
             message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"
             return _json_response(error_body(message, "BadRequestError", 400), 400)
         request_id = request.headers.get("X-Request-Id") or f"mock-{self.pid}-{self.seq}"
-        decision = self.injector.decide()
+        decision = self.injector.decide(self.metrics.in_flight + 1)
         plan = make_plan(self.config, request_id, sampling, decision, self.injector.rng)
         self._log(plan, endpoint)
         metrics = self.metrics

@@ -49,6 +49,9 @@ class MockConfig:
     """Per-request probability of leaving the burst state."""
     burst_collapse_rate: float = 0.5
     """Collapse probability per request while in the burst state."""
+    burst_min_in_flight: int = 0
+    """Bursts need load: with fewer requests in flight (this one included) the model is kept
+    in the clean state, so collapses depend on the load, not on the prompt (0: off)."""
     collapse_kinds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(COLLAPSE_KINDS, 1.0)
     )
@@ -101,6 +104,8 @@ class MockConfig:
         )
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be 0..65535, got {self.port}")
+        if self.burst_min_in_flight < 0:
+            raise UsageError(f"--burst-min-in-flight must be >= 0, got {self.burst_min_in_flight}")
         if self.max_model_len < 1:
             raise UsageError(f"--max-model-len must be >= 1, got {self.max_model_len}")
         if self.output_tokens is not None and self.output_tokens < 1:
@@ -185,6 +190,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="collapse P in burst",
     )
     add(
+        "--burst-min-in-flight",
+        type=int,
+        default=d.burst_min_in_flight,
+        help="bursts only with at least this many requests in flight (0: any load)",
+    )
+    add(
         "--collapse-kinds", default=",".join(COLLAPSE_KINDS), help="kinds[=weight], comma separated"
     )
     add("--fault-rate", default="", help="NAME=RATE[,NAME=RATE...] over " + ",".join(FAULT_KINDS))
@@ -235,6 +246,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         burst_enter=args.burst_enter,
         burst_exit=args.burst_exit,
         burst_collapse_rate=args.burst_collapse_rate,
+        burst_min_in_flight=args.burst_min_in_flight,
         collapse_kinds=kinds,
         fault_rates=parse_weights(args.fault_rate, FAULT_KINDS, "--fault-rate", 0.0),
         stall_s=args.stall_s,

@@ -47,8 +47,10 @@ class Injector:
             self._faults or config.collapse_rate or config.burst_enter or config.perturb_rate
         )
 
-    def decide(self) -> Decision:
-        """Advance the burst state, then draw fault, else collapse, else perturbation."""
+    def decide(self, in_flight: int = 1) -> Decision:
+        """Advance the burst state, then draw fault, else collapse, else perturbation.
+        `in_flight` counts the requests being served, this one included: below
+        `burst_min_in_flight` the model is held in (or returned to) the clean state."""
         if self._idle:
             return CLEAN
         config, rng = self._config, self.rng
@@ -56,6 +58,8 @@ class Injector:
             self._burst = rng.random() >= config.burst_exit
         else:
             self._burst = rng.random() < config.burst_enter
+        if in_flight < config.burst_min_in_flight:
+            self._burst = False
         draw = rng.random()
         for name, rate in self._faults:
             if draw < rate:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from soakgate.mockserver.config import MockConfig
 
+KV_CACHE_SEQUENCES = 64
+"""Requests in flight that the mock's stand-in KV cache holds when full (its usage gauge)."""
 NUM_SPECULATIVE_TOKENS = 3
 """Draft length per speculation step, as in a typical `num_speculative_tokens=3` setup."""
 
@@ -22,6 +25,8 @@ class Metrics:
     spec_drafts: float = 0.0
     spec_draft_tokens: float = 0.0
     spec_accepted_tokens: float = 0.0
+    started_at: float = field(default_factory=time.time)
+    """When the server process started (Prometheus' `process_start_time_seconds`)."""
 
     def generated(self, tokens: int) -> None:
         """Count generated tokens; spec-decode counters advance at the in-flight acceptance rate."""
@@ -56,6 +61,12 @@ class Metrics:
             "gauge",
             "Number of requests waiting to be processed.",
             [("", 0)],
+        )
+        metric(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV-cache usage. 1 means 100 percent usage.",
+            [("", min(1.0, self.in_flight / KV_CACHE_SEQUENCES))],
         )
         metric(
             "vllm:prompt_tokens_total",
@@ -94,4 +105,7 @@ class Metrics:
                 "Number of accepted tokens.",
                 [("", self.spec_accepted_tokens)],
             )
+        lines.append("# HELP process_start_time_seconds Start time of the process since epoch.")
+        lines.append("# TYPE process_start_time_seconds gauge")
+        lines.append(f"process_start_time_seconds {self.started_at!r}")
         return "\n".join(lines) + "\n"

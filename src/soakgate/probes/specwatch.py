@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -86,48 +86,79 @@ def collapse_reason(history: list[Window], latest: Window, ratio: float = 0.5) -
     return None
 
 
+class SpecDecodeWatch:
+    """The speculative-decoding observer of a metrics scrape: `spec_decode` windows, and one
+    `spec_decode_collapse` when two consecutive windows fall below half of the best earlier one;
+    `spec_decode_absent` (and nothing more) when the first scrape has no such counters."""
+
+    def __init__(self, metrics_url: str, record: Callable[[str, dict[str, object]], None]) -> None:
+        self._url = metrics_url
+        self._record = record
+        self._previous: Sample | None = None
+        self._history: list[Window] = []
+        self._low_before = False  # one low window can be a ramp or the drain; two in a row count
+        self._in_episode = False
+
+    def observe(self, current: Sample | None) -> bool:
+        """Take one scrape's sample (None: failed or no counters); False once done watching."""
+        previous, record = self._previous, self._record
+        if current is None and previous is None:
+            record("spec_decode_absent", {"url": mask_url(self._url)})
+            return False
+        if current is not None and previous is not None:
+            latest = window(previous, current)
+            reason = collapse_reason(self._history, latest)
+            figures = {"acceptance": latest.acceptance, "tokens_per_s": latest.tokens_per_s}
+            record("spec_decode", {**figures, "start": latest.start})
+            if reason and self._low_before and not self._in_episode:
+                record("spec_decode_collapse", {"reason": reason, "start": latest.start})
+                self._in_episode = True  # one event per episode, until a window recovers
+            self._in_episode = self._in_episode and reason is not None
+            self._low_before = reason is not None
+            self._history.append(latest)
+        self._previous = current or previous
+        return True
+
+
 async def watch(
     session: aiohttp.ClientSession,
     metrics_url: str,
     stop: asyncio.Event,
     record: Callable[[str, dict[str, object]], None],
     interval_s: float = 5.0,
+    also: Sequence[Callable[[str | None, float], bool]] = (),
 ) -> None:
-    """Scrape until `stop`; record `spec_decode` windows, and `spec_decode_collapse` when two
-    consecutive windows fall below half of the best earlier one."""
-    previous: Sample | None = None
-    history: list[Window] = []
-    low_before = False  # one low window can be a ramp or the drain at the end; two in a row count
-    in_episode = False
-    while not stop.is_set():
-        current = await _scrape(session, metrics_url)
-        if current is None and previous is None:
-            record("spec_decode_absent", {"url": mask_url(metrics_url)})
-            return
-        if current is not None and previous is not None:
-            latest = window(previous, current)
-            reason = collapse_reason(history, latest)
-            figures = {"acceptance": latest.acceptance, "tokens_per_s": latest.tokens_per_s}
-            record("spec_decode", {**figures, "start": latest.start})
-            if reason and low_before and not in_episode:
-                record("spec_decode_collapse", {"reason": reason, "start": latest.start})
-                in_episode = True  # one event per episode, until a window recovers
-            in_episode = in_episode and reason is not None
-            low_before = reason is not None
-            history.append(latest)
-        previous = current or previous
+    """Scrape until `stop` (or until no observer is left); the spec-decode watch sees every
+    scrape, and so does each of `also` (other observers of the same page: `text` is None when
+    the scrape failed; an observer returning False is not called again)."""
+    spec: SpecDecodeWatch | None = SpecDecodeWatch(metrics_url, record)
+    others = list(also)
+    while not stop.is_set() and (spec is not None or others):
+        text, at = await _scrape(session, metrics_url)
+        if spec is not None and not spec.observe(_sample(text, at)):
+            spec = None
+        others = [observer for observer in others if observer(text, at)]
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
         except TimeoutError:
             continue
 
 
-async def _scrape(session: aiohttp.ClientSession, url: str) -> Sample | None:
-    """One scrape; any failure reads as no sample."""
+def _sample(text: str | None, at: float) -> Sample | None:
+    if text is None:
+        return None
+    try:
+        return sample_of(text, at)
+    except ValueError:  # not Prometheus text
+        return None
+
+
+async def _scrape(session: aiohttp.ClientSession, url: str) -> tuple[str | None, float]:
+    """One scrape: the page's text (None on any failure) and when it was read."""
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
             if response.status != 200:
-                return None
-            return sample_of(await response.text(), time.time())
+                return None, time.time()
+            return await response.text(), time.time()
     except (aiohttp.ClientError, TimeoutError, ValueError):
-        return None
+        return None, time.time()

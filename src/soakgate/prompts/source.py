@@ -39,7 +39,21 @@ def load_prompts(path: str | Path) -> list[Prompt]:
     prompts = [_parse_line(line, file, n) for n, line in enumerate(lines, 1) if line.strip()]
     if not prompts:
         raise ConfigError(f"prompts file {file} has no prompts")
+    _check_unique_ids(prompts, file)
     return prompts
+
+
+def _check_unique_ids(prompts: list[Prompt], file: Path) -> None:
+    """A ConfigError when two different prompts share an id: each row stores only the id, so
+    the prompt it was sent could not be told (`soakgate replay` sends it again)."""
+    seen: dict[str, Prompt] = {}
+    for prompt in prompts:
+        first = seen.setdefault(prompt.prompt_id, prompt)
+        if first != prompt:
+            raise ConfigError(
+                f"prompts file {file}: id {prompt.prompt_id!r} names two different prompts "
+                "(give each prompt its own id)"
+            )
 
 
 def _parse_line(line: str, file: Path, number: int) -> Prompt:

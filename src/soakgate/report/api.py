@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport
     from soakgate.stats.planning import PilotEstimate
 
-__all__ = ["compare", "default_comparisons", "export", "load_analysis", "load_pilot", "report"]
+__all__ = [
+    "collapse_report", "compare", "default_comparisons", "export", "load_analysis",
+    "load_pilot", "report",
+]  # fmt: skip
 
 
 @contextmanager
@@ -39,14 +42,18 @@ def existing_store(db: str | Path) -> Iterator[SqliteStore]:
 
 
 def load_analysis(
-    db: str | Path, options: ClusteringOptions | None = None, clustering: bool = True
+    db: str | Path,
+    options: ClusteringOptions | None = None,
+    clustering: bool = True,
+    contexts: bool = False,
 ) -> Analysis:
-    """Analyse a database file (read-only, columns only; see `load.load_path`)."""
+    """Analyse a database file (read-only, columns only; see `load.load_path`); `contexts`: also
+    what surrounded each exemplar, for the HTML report."""
     from soakgate.report.analyze import analyze_columns
     from soakgate.report.load import load_path
 
     try:
-        columns = load_path(db)
+        columns = load_path(db, contexts)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot read database {db}: {exc}") from None
     analysis = analyze_columns(columns, options, clustering)
@@ -68,7 +75,7 @@ def report(
 
     if fmt not in RENDERERS:
         raise UsageError(f"unknown format {fmt!r}; choose from {', '.join(RENDERERS)}")
-    analysis = load_analysis(db, options, clustering)
+    analysis = load_analysis(db, options, clustering, contexts=html is not None)
     # The comparisons' own clustering tests are shown only in the HTML page's details; the
     # verdicts never depend on them.
     comparisons = default_comparisons(analysis, options, clustering and html is not None)
@@ -78,6 +85,20 @@ def report(
         title = f"soakgate report: {Path(db).name}"
         write_html(html, render_html(analysis, comparisons, title=title))
     return RENDERERS[fmt](analysis, comparisons)
+
+
+def collapse_report(db: str | Path, request_id: str) -> str:
+    """`soakgate report DB --collapse ID`: what surrounded one stored generation, as text
+    (report/collapse.py)."""
+    from soakgate.report.collapse import collapse_context
+
+    with existing_store(db) as store:
+        context = collapse_context(store, request_id)
+    lines = context.lines()
+    lines.append(
+        f"  replay it: soakgate replay {db} --collapsed --run {context.row.run_id} --target URL"
+    )
+    return "\n".join(lines)
 
 
 def default_comparisons(

@@ -26,9 +26,9 @@ EVENT_SLOTS = 48
 """Events closer than 1/EVENT_SLOTS of the axis share one line and one label."""
 QUIET_EVENTS = frozenset(
     {"ended", "started", "telemetry", "note", "spec_decode_absent", "spec_decode",
-     "reference_baseline"}
+     "reference_baseline", "server_load"}
 )  # fmt: skip
-"""Bookkeeping events: kept in the events table, left off the timelines."""
+"""Bookkeeping and per-scrape events: kept in the events table, left off the timelines."""
 
 
 def time_scale(span_s: float) -> tuple[float, str]:

@@ -46,6 +46,8 @@ class Exemplar:
     """The generated text, cut to EXEMPLAR_CHARS; untrusted."""
     truncated: bool
     """Whether the text was cut."""
+    context: tuple[str, ...] = ()
+    """What surrounded it (`soakgate report DB --collapse ID`, report/collapse.py)."""
 
 
 def _when(at: float) -> str:
@@ -84,6 +86,7 @@ def exemplars(analysis: Analysis) -> list[Exemplar]:
                 found.append(Exemplar(
                     unit.name, g.request_id, _when(g.started_at), ", ".join(g.flags),
                     json.dumps(g.details, default=str)[:300], text, cut,
+                    analysis.columns.contexts.get(int(row_id), ()),
                 ))  # fmt: skip
     return found
 
@@ -178,6 +181,7 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
     from soakgate.report import figures
     from soakgate.report import probe_tables as pt
     from soakgate.report.probes import Probes, SpecSeries
+    from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
 
     probes = analysis.probes or Probes()
     by_target: dict[str, list[SpecSeries]] = {}
@@ -206,6 +210,11 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
             ],
         },
         "looks": {"headers": pt.LOOK_HEADERS, "rows": [pt.look_cells(x) for x in probes.looks]},
+        "replays": {
+            "headers": REPLAY_HEADERS,
+            "note": REPLAY_NOTE,
+            "rows": [r.cells() for r in probes.replays],
+        },
     }
 
 

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +20,9 @@ import numpy.typing as npt
 from soakgate.records import Event, Generation, Run
 from soakgate.store.base import LedgerEntry, Store
 from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader
+
+if TYPE_CHECKING:
+    from soakgate.store.sqlite import SqliteStore
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -81,6 +85,8 @@ class Columns:
     """(label, target) -> its runs' slices, runs oldest first; keys in order of appearance."""
     exemplars: dict[int, Generation] = field(default_factory=dict)
     """The whole rows the report shows, by row id."""
+    contexts: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """What surrounded each exemplar (row id -> report/collapse.py's lines), where asked for."""
 
     def run_slices(self, run_id: str) -> list[SliceColumns]:
         """Every slice of one run."""
@@ -168,11 +174,16 @@ def load_columns(
 ) -> Columns:
     """Read every run's rows (up to the newest row at the start) into slices, and the rows
     shown as exemplars."""
+    from soakgate.probes.reproduce import PROBE_RUNS
+
     upto = reader.max_row_id()
     greedy_runs = {e.run_id for e in events if e.kind == "reference_baseline"}
+    probe_runs = {r.run_id for r in runs if r.load.get("probe") in PROBE_RUNS}  # replay's: no units
     slices: dict[tuple[str, str], list[SliceColumns]] = {}
     records = {run.run_id: run for run in runs}
     for run_id in _run_order(runs, reader.run_ids()):
+        if run_id in probe_runs:
+            continue
         pieces = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs)
         for (label, target), piece in pieces.items():
             slices.setdefault((label, target), []).append(piece.join(run_id, label, target))
@@ -194,21 +205,27 @@ def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[i
     return chosen
 
 
-def load_store(store: Store) -> Columns:
-    """Columns of an open store: on a SQLite store's own connection, else from its rows."""
+def load_store(store: Store, contexts: bool = False) -> Columns:
+    """Columns of an open store: on a SQLite store's own connection, else from its rows; with
+    `contexts`, what surrounded each exemplar (a SQLite store only)."""
     from soakgate.store.columns import reader_for
+    from soakgate.store.sqlite import SqliteStore
 
     reader = reader_for(store)
     try:
-        return load_columns(reader, store.runs(), store.events(), store.ledger())
+        columns = load_columns(reader, store.runs(), store.events(), store.ledger())
     finally:
         reader.close()
+    if contexts and isinstance(store, SqliteStore):
+        _add_contexts(store, columns)
+    return columns
 
 
-def load_path(path: str | Path) -> Columns:
+def load_path(path: str | Path, contexts: bool = False) -> Columns:
     """Columns of a database file, read-only: metadata through sqlite3, then the rows through the
     Arrow reader once sqlite3 has closed the file (two SQLite libraries must not hold one file
-    open in a process), or through sqlite3 where Arrow cannot be used."""
+    open in a process), or through sqlite3 where Arrow cannot be used; with `contexts`, what
+    surrounded each exemplar (sqlite3 again, once Arrow has closed the file)."""
     from soakgate.store.columns import ArrowReader, arrow_available
     from soakgate.store.sqlite import open_analysis, read_only_uri
 
@@ -216,11 +233,27 @@ def load_path(path: str | Path) -> Columns:
     try:
         runs, events, ledger = store.runs(), store.events(), store.ledger()
         if not arrow_available() or store.shared_in_process:
-            return load_columns(store.column_reader(), runs, events, ledger)
+            columns = load_columns(store.column_reader(), runs, events, ledger)
+            if contexts:
+                _add_contexts(store, columns)
+            return columns
     finally:
         store.close()
     reader = ArrowReader(read_only_uri(Path(path)), str(path))
     try:
-        return load_columns(reader, runs, events, ledger)
+        columns = load_columns(reader, runs, events, ledger)
     finally:
         reader.close()
+    if contexts and columns.exemplars:
+        store = open_analysis(path)
+        try:
+            _add_contexts(store, columns)
+        finally:
+            store.close()
+    return columns
+
+
+def _add_contexts(store: SqliteStore, columns: Columns) -> None:
+    from soakgate.report.collapse import exemplar_contexts
+
+    columns.contexts = exemplar_contexts(store, columns.exemplars, columns.runs, columns.events)

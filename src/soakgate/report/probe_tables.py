@@ -7,6 +7,7 @@ from typing import Any
 from soakgate.probes.sweep import SweepLevel
 from soakgate.report.formatting import percent
 from soakgate.report.probes import DifferentialUnit, Look, Probes, Sweep
+from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
 
 DIFFERENTIAL_HEADERS = (
     "unit", "compared", "divergent", "divergence rate [95% CI]", "median first divergence",
@@ -126,6 +127,7 @@ def probes_json(probes: Probes) -> dict[str, Any]:
         "spec_decode_absent": probes.spec_absent,
         "spec_decode_collapses": [c.line() for c in probes.spec_collapses],
         "looks": [dict(zip(LOOK_HEADERS, look_cells(look), strict=True)) for look in probes.looks],
+        "replays": [replay.as_dict() for replay in probes.replays],
     }  # fmt: skip
 
 
@@ -143,6 +145,9 @@ def probe_sections(probes: Probes) -> list[Section]:
     if probes.looks:
         rows = [look_cells(look) for look in probes.looks]
         sections.append(("sequential looks", LOOK_HEADERS, rows, ""))
+    if probes.replays:
+        rows = [replay.cells() for replay in probes.replays]
+        sections.append(("replayed collapses", REPLAY_HEADERS, rows, REPLAY_NOTE))
     return sections
 
 

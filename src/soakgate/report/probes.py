@@ -24,6 +24,7 @@ from soakgate.records import Event
 from soakgate.report.formatting import percent
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, BoolArray, Unit
+from soakgate.report.replays import ReplayVerdict, replay_verdicts
 from soakgate.stats.rates import RateSummary, summarize_rate
 
 SATURATION_GAIN = 0.10  # the sweep command's default --min-gain; the threshold is not stored
@@ -182,6 +183,8 @@ class Probes:
     looks: list[Look] = field(default_factory=list)
     spec_absent: list[str] = field(default_factory=list)
     """`label@target` of targets whose /metrics had no speculative-decoding counters."""
+    replays: list[ReplayVerdict] = field(default_factory=list)
+    """`soakgate replay`'s verdicts (report/replays.py)."""
 
     @property
     def spec_collapses(self) -> list[SpecCollapse]:
@@ -313,5 +316,10 @@ def find_probes(analysis: Analysis) -> Probes:
     differential = [d for u in analysis.units if (d := differential_unit(analysis, u))]
     spec, absent = _spec(analysis, label_of)
     return Probes(
-        differential, _sweeps(analysis, parts_by_run), spec, _looks(analysis.events), absent
+        differential,
+        _sweeps(analysis, parts_by_run),
+        spec,
+        _looks(analysis.events),
+        absent,
+        replay_verdicts(analysis.events),
     )

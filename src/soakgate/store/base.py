@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 
 
@@ -76,6 +77,12 @@ class Store(Protocol):
 
     def generations(self, run_id: str | None = None) -> Iterator[Generation]:
         """Generations in (run, seq) order, optionally of one run."""
+
+    def save_prompts(self, run_id: str, prompts: Sequence[Prompt]) -> None:
+        """Store each distinct prompt of a run once (what `soakgate replay` sends again)."""
+
+    def prompts(self, run_id: str) -> dict[str, Prompt]:
+        """Prompt id -> the prompt a run sent."""
 
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""

@@ -10,10 +10,16 @@ import orjson
 
 from soakgate.records import Event, Generation, Run
 
-SCHEMA_VERSION = 2
-"""1: the first schema. 2: `generations.attempts` (times a request was sent)."""
+SCHEMA_VERSION = 3
+"""1: the first schema. 2: `generations.attempts` (times a request was sent). 3: `prompts`
+(each distinct prompt of a run, once, so that every row can be sent again: `soakgate replay`)."""
 
-SCHEMA = """
+PROMPTS_TABLE = """CREATE TABLE IF NOT EXISTS prompts (
+    run_id TEXT NOT NULL, prompt_id TEXT NOT NULL, text TEXT NOT NULL, system TEXT,
+    PRIMARY KEY (run_id, prompt_id)
+)"""
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, label TEXT NOT NULL, targets TEXT NOT NULL,
@@ -38,6 +44,7 @@ CREATE TABLE IF NOT EXISTS events (
     target TEXT, data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_run_at ON events (run_id, at);
+{PROMPTS_TABLE};
 CREATE TABLE IF NOT EXISTS ledger (
     idx INTEGER PRIMARY KEY, at REAL NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL,
     prev_hash TEXT NOT NULL, entry_hash TEXT NOT NULL
@@ -54,6 +61,7 @@ GENERATION_FIELDS = tuple(name.strip() for name in GENERATION_COLUMNS.split(",")
 """The column names of GENERATION_COLUMNS, in order."""
 MIGRATIONS = {
     2: "ALTER TABLE generations ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1",
+    3: PROMPTS_TABLE,
 }
 """Schema version -> the statement that brings a database of the version before up to it."""
 COLUMN_DEFAULTS = {"attempts": "1"}

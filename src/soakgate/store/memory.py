@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from soakgate.errors import StoreError
+from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
 from soakgate.store.repair import storable, storable_event
@@ -21,6 +22,7 @@ class MemoryStore:
         self._request_ids: set[str] = set()
         self._events: list[Event] = []
         self._ledger: list[LedgerEntry] = []
+        self._prompts: dict[str, dict[str, Prompt]] = {}
 
     def save_run(self, run: Run) -> None:
         """Insert or update a run record."""
@@ -36,6 +38,16 @@ class MemoryStore:
         self._request_ids.update(ids)
         self._generations.extend(rows)
         self._events.extend(storable_event(copy.deepcopy(e)) for e in events)
+
+    def save_prompts(self, run_id: str, prompts: Sequence[Prompt]) -> None:
+        """Keep each distinct prompt of a run once (a prompt already kept stays)."""
+        mine = self._prompts.setdefault(run_id, {})
+        for prompt in prompts:
+            mine.setdefault(prompt.prompt_id, prompt)
+
+    def prompts(self, run_id: str) -> dict[str, Prompt]:
+        """Prompt id -> the prompt a run sent."""
+        return dict(self._prompts.get(run_id, {}))
 
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from soakgate.errors import StoreError, StoreLost
+from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
@@ -33,8 +34,10 @@ ends with `os._exit` (see cli.main)."""
 OPEN_FILES: dict[tuple[int, int], int] = {}
 """(device, inode) -> SqliteStores of this process holding the file open (`open_in_process`)."""
 
-SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger"})
+SOAKGATE_TABLES = frozenset({"meta", "runs", "generations", "events", "ledger", "prompts"})
 """The tables soakgate creates; any other table makes a database another program's."""
+_FIRST_TABLES = SOAKGATE_TABLES - {"prompts"}
+"""The tables of schema versions 1 and 2."""
 
 
 class SqliteStore:
@@ -174,6 +177,51 @@ class SqliteStore:
         cursor = self._db.cursor()
         for row in cursor.execute(sql + " ORDER BY run_id, seq", params):
             yield codec.generation_from_row(row)
+
+    def save_prompts(self, run_id: str, prompts: Sequence[Prompt]) -> None:
+        """Store each distinct prompt of a run once (a prompt already stored is kept)."""
+        rows = {p.prompt_id: (run_id, p.prompt_id, p.text, p.system) for p in prompts}
+        with self._transaction():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO prompts (run_id, prompt_id, text, system) VALUES (?,?,?,?)",
+                list(rows.values()),
+            )
+
+    def prompts(self, run_id: str) -> dict[str, Prompt]:
+        """Prompt id -> the prompt a run sent (empty for a run stored before schema 3)."""
+        if not self._has_table("prompts"):  # an older database, read without migrating it
+            return {}
+        rows = self._db.execute(
+            "SELECT prompt_id, text, system FROM prompts WHERE run_id=?", (run_id,)
+        )
+        return {prompt_id: Prompt(prompt_id, text, system) for prompt_id, text, system in rows}
+
+    def _has_table(self, name: str) -> bool:
+        found = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)
+        ).fetchone()
+        return found is not None
+
+    def generation(self, request_id: str) -> Generation | None:
+        """The generation of one request id, if stored."""
+        sql = f"SELECT {self._generation_select()} FROM generations WHERE request_id=?"
+        row = self._db.execute(sql, (request_id,)).fetchone()
+        return codec.generation_from_row(row) if row is not None else None
+
+    def generations_overlapping(
+        self, target: str, windows: Sequence[tuple[float, float]]
+    ) -> list[Generation]:
+        """Generations of a target (any run) in flight at some moment of one of the (start,
+        end) windows: one scan of the table for all of them (no index covers these columns)."""
+        if not windows:
+            return []
+        overlaps = " OR ".join(["(started_at<=? AND ended_at>?)"] * len(windows))
+        sql = (
+            f"SELECT {self._generation_select()} FROM generations "
+            f"WHERE target=? AND ({overlaps}) ORDER BY started_at"
+        )
+        params = [target, *(bound for start, end in windows for bound in (end, start))]
+        return [codec.generation_from_row(r) for r in self._db.execute(sql, params)]
 
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""
@@ -397,6 +445,6 @@ def _foreign_tables(path: Path) -> list[str]:
     except sqlite3.DatabaseError as exc:
         _raise_if_not_sqlite(exc, path)
         raise StoreError(f"cannot open database {path}: {exc}") from None
-    if versioned or names == SOAKGATE_TABLES:  # the latter: created, then killed before versioning
+    if versioned or names in (SOAKGATE_TABLES, _FIRST_TABLES):  # created, killed before versioning
         return sorted(names - SOAKGATE_TABLES)
     return sorted(names)

@@ -1,0 +1,179 @@
+"""The controls of `soakgate bisect` and `soakgate replay`, through the real CLI on torch CPU.
+
+- dropped op: the op of examples/vllm-dropped-op-plugin patched into the shared tiny Llama
+  (transformers, from that path only): bisect names the module (`model.norm`), the stage
+  (`aot_eager`) and the op (`soakgate_ctl::copy_into`); served compiled, its collapses replay as
+  input-triggered.
+- inductor stage: a custom post-grad pass that drops one add: bisect names inductor's post-grad
+  passes, not an earlier stage.
+- a model compiled correctly: no divergence, exit 0.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tests.cli.helpers import one_error_line, soakgate
+from tests.realservers.helpers import model_dir
+
+from soakgate.mockserver.process import MockProcess
+
+REPO = Path(__file__).resolve().parents[2]
+CONTROL = "examples/bisect/dropped_op_transformers.py"
+WRONG_PASS = "examples/bisect/wrong_post_grad_pass.py:model"
+
+pytestmark = pytest.mark.torch
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="torch is not installed: pip install -e '.[torch]'",
+)
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None,
+    reason="transformers is not installed: pip install -e '.[transformers]'",
+)
+
+
+def _model() -> Path:
+    model = model_dir()
+    if not (model / "config.json").is_file():
+        pytest.skip(f"the shared model is not at {model}")
+    return model
+
+
+@pytest.mark.slow
+@needs_transformers
+def test_bisect_names_the_module_the_stage_and_the_dropped_op(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    db = tmp_path / "runs.sqlite"  # the input: the prompt of a stored generation
+    soaked = soakgate("run", "--target", f"gpu0={start_mock().url}", "--requests", "3",
+                      "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    assert soaked.returncode == 0, soaked.stderr
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        (request_id,) = check.execute("SELECT request_id FROM generations WHERE seq=2").fetchone()
+    done = soakgate("bisect", str(_model()), "--import", str(REPO / CONTROL), "--layers", "2",
+                    "--from-db", str(db), "--request", request_id, cwd=tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.strip() == (
+        "first divergent module: model.norm; first failing stage: aot_eager (AOTAutograd: "
+        "functionalization); missing op: soakgate_ctl::copy_into (schema declares no write and "
+        "returns nothing: run soakgate audit)"
+    )
+
+
+@pytest.mark.slow
+@needs_torch
+def test_bisect_blames_inductors_post_grad_passes_for_a_wrong_custom_pass(tmp_path: Path) -> None:
+    done = soakgate("bisect", str(REPO / WRONG_PASS), "--verbose", cwd=tmp_path, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    for backend in ("eager", "aot_eager", "aot_eager_decomp_partition"):  # each checked, each clean
+        assert f"bisect: {backend} : matches eager" in done.stderr, done.stderr
+    # PyTorch's own bisector says it: the custom pass is an application of post_grad_passes
+    assert "Disabling post_grad_passes fixed the issue." in done.stderr
+    assert "Debug info: post_grad_custom_post_pass" in done.stderr
+    line = done.stdout.strip()
+    assert "first failing stage: inductor (post_grad_passes: post_grad_custom_post_pass" in line
+    assert line.startswith("first divergent module: <root> (Residual);"), line
+    assert line.endswith("missing op: none")
+
+
+CORRECT = """
+import torch
+
+def model():
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+    return block, (torch.randn(4, 16),)
+"""
+
+
+@pytest.mark.slow
+@needs_torch
+def test_a_correctly_compiled_model_is_no_finding(tmp_path: Path) -> None:
+    (tmp_path / "correct.py").write_text(CORRECT)
+    done = soakgate("bisect", "correct.py:model", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().startswith("no divergence: compiled matches eager at every stage")
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("no/such/dir", "is neither a model directory nor module:function"),
+        ("correct.py:not_a_model", "must return (model, example_inputs)"),
+        ("missing.py:model", "no file missing.py"),
+    ],
+)
+def test_what_cannot_be_bisected_is_one_line_and_exit_2(
+    tmp_path: Path, model: str, message: str
+) -> None:
+    (tmp_path / "correct.py").write_text(CORRECT + "\ndef not_a_model():\n    return 3\n")
+    done = soakgate("bisect", model, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and message in one_error_line(done)
+
+
+@needs_torch
+def test_a_stored_prompt_that_is_not_there_is_one_line_and_exit_2(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    (tmp_path / "correct.py").write_text(CORRECT)
+    db = tmp_path / "runs.sqlite"
+    soaked = soakgate("run", "--target", f"gpu0={start_mock().url}", "--requests", "2",
+                      "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    assert soaked.returncode == 0, soaked.stderr
+    for flags, message in (
+        (("--from-db", str(db), "--request", "nope-1"), "no generation with request id 'nope-1'"),
+        (("--from-db", str(db)), "--from-db and --request go together"),
+    ):
+        done = soakgate("bisect", "correct.py:model", *flags, cwd=tmp_path, timeout=120)
+        assert done.returncode == 2 and message in one_error_line(done), done.stderr
+
+
+@pytest.fixture
+def compiled_server() -> Iterator[str]:
+    """The dropped-op tiny Llama, compiled, behind an OpenAI-compatible server (tests/hfserve)."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.hfserve", str(_model()), "--dropped-op"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert server.stdout is not None
+    try:
+        line = server.stdout.readline()
+        assert "listening on " in line, "tests.hfserve did not start"
+        yield line.split("listening on ")[1].strip()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        server.stdout.close()
+
+
+@pytest.mark.slow
+@needs_transformers
+def test_the_dropped_op_collapses_replay_as_input_triggered(
+    compiled_server: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "control.sqlite"  # the soak as docs/trace.md shows it (/metrics watched)
+    soaked = soakgate(
+        "run", "--target", f"cpu0={compiled_server}", "--label", "compiled", "--requests", "6",
+        "--concurrency", "3", "--max-tokens", "16", "--no-stream", "--db", str(db), cwd=tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    assert soaked.returncode == 0, soaked.stderr
+    done = soakgate("replay", str(db), "--collapsed", "--target", f"cpu0={compiled_server}",
+                    "--repeats", "2", "--max-rows", "2", cwd=tmp_path, timeout=300)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        verdicts = [json.loads(d) for (d,) in check.execute(
+            "SELECT data FROM events WHERE kind='replay_verdict'")]  # fmt: skip
+        texts = {t for (t,) in check.execute("SELECT text FROM generations")}
+    assert [v["verdict"] for v in verdicts] == ["input-triggered"] * 2
+    assert all(v["alone_greedy"] == [2, 2, 0] and v["alone_sampled"] == [2, 2, 0] for v in verdicts)
+    assert texts == {"!" * 16}  # token id 0, every answer, alone and under load
