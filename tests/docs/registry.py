@@ -244,6 +244,19 @@ COMMANDS: dict[str, Entry] = {
     '"node$JOB_COMPLETION_INDEX-gpu1=http://127.0.0.1:8001" --label b31-graph --duration 2h --db '
     '"/shards/shard-$JOB_COMPLETION_INDEX.sqlite"': Covered(INDEXED_JOB),
     "soakgate merge": Names("soakgate merge "),
+    # docs/monitoring.md
+    "soakgate run --target gpu0=http://127.0.0.1:8000 --target gpu1=http://127.0.0.1:8001 "
+    "--label baseline --duration 2h --db runs.sqlite --metrics-port 9400": Run(
+        (("--duration 2h", "--duration 3s"), ("--metrics-port 9400", "--metrics-port 0"))
+    ),
+    "soakgate campaign examples/mock-campaign.toml --db /tmp/mock-campaign.sqlite "
+    "--metrics-port 9400": Run(
+        (
+            ("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),
+            ("--metrics-port 9400", "--metrics-port 0"),
+        ),
+        creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
+    ),
     "soakgate merge /shards/shard-*.sqlite --into /shards/all.sqlite": Covered(INDEXED_JOB),
     "soakgate report /shards/all.sqlite": Covered(INDEXED_JOB),
     "soakgate merge all.sqlite late.sqlite --into all2.sqlite": Covered(INDEXED_JOB),
