@@ -100,6 +100,9 @@ def merge(inputs: Sequence[Path], into: Path) -> MergeResult:
     handle, name = tempfile.mkstemp(prefix=f".{into.name}.", suffix=".merging", dir=into.parent)
     os.close(handle)
     temp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temp, 0o666 & ~umask)  # as any new file (mkstemp makes it 0600)
     try:
         result = _write(shards, temp)
         _link_into_place(temp, into)
