@@ -21,6 +21,7 @@ from tests.docs.extract import documented_commands
 from soakgate.mockserver.process import MockProcess
 from soakgate.store import open_analysis
 from soakgate.store.base import verify_chain
+from soakgate.store.lock import RunLock
 from soakgate.store.merge import SHARD_ENTRY, shard_chains_intact
 
 TEXTS = {c.text for c in documented_commands()}
@@ -277,3 +278,23 @@ def test_the_indexed_job_recipe_runs_as_documented(tmp_path: Path) -> None:
         }  # fmt: skip
     finally:
         store.close()
+
+
+def test_a_shard_whose_run_is_still_being_written_is_refused(shards: list[Path]) -> None:
+    """A pod still soaking: its run's lock is held, so its rows are not all there yet."""
+    folder = shards[0].parent
+    with RunLock(shards[1], _run_ids(shards[1])[0]):
+        done = soakgate("merge", shards[0].name, shards[1].name, "--into", "all.sqlite",
+                        cwd=folder)  # fmt: skip
+    assert done.returncode == 2 and "still being written" in done.stderr, done.stderr
+    assert not (folder / "all.sqlite").exists()
+    assert soakgate("merge", shards[0].name, shards[1].name, "--into", "all.sqlite",
+                    cwd=folder).returncode == 0  # fmt: skip
+
+
+def _run_ids(path: Path) -> list[str]:
+    db = sqlite3.connect(path)
+    try:
+        return [run_id for (run_id,) in db.execute("SELECT run_id FROM runs")]
+    finally:
+        db.close()

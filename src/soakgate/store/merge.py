@@ -16,6 +16,7 @@ the same folder and linked into place only once complete; an existing file there
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import sqlite3
@@ -64,10 +65,31 @@ def _read_shard(path: Path) -> _Shard:
         raise StoreError(f"cannot read database {path}: {exc}") from None
     finally:
         store.close()
+    _check_not_being_written(path, run_ids)
     broken = verify_chain(ledger)
     if broken is not None:
         raise StoreError(f"{path}: its ledger is broken at entry {broken} (it was rewritten)")
     return _Shard(path, version, run_ids, ledger)
+
+
+def _check_not_being_written(path: Path, run_ids: Sequence[str]) -> None:
+    """UsageError when a soakgate process still holds a run of the shard (`store.lock`): its
+    rows are not all there yet. The lock file is only opened, never created."""
+    for run_id in run_ids:
+        lock = path.with_name(f"{path.name}.{run_id}.lock")
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"run {run_id} of {path} is still being written by a soakgate process; merge "
+                "once it has finished (nothing written)"
+            ) from None
+        finally:
+            os.close(fd)
 
 
 def _check_no_duplicate_runs(shards: Sequence[_Shard]) -> None:
