@@ -61,6 +61,7 @@ PREREGISTERED = (
 PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_sizes_with_the_long_range_design_effect"
 RESUME = "tests/load/test_resume_settings.py::test_resume_refuses_differing_flags_then_continues_with_the_stored_settings"
 CAMPAIGN_RESUME = "tests/campaign/test_campaign_resume.py::test_sigkill_then_resume_reruns_nothing_and_loses_nothing"
+INDEXED_JOB = "tests/store/test_merge.py::test_the_indexed_job_recipe_runs_as_documented"
 EXTRAS = "tests/docs/test_documented_commands.py::test_documented_pip_extras_exist"
 COLLAPSE = (
     "tests/report/test_collapse_context.py::"
@@ -300,6 +301,29 @@ COMMANDS: dict[str, Entry] = {
         "tests/campaign/test_campaign_faults.py::test_guard_records_the_fault_restarts_and_the_soak_completes"
     ),
     "soakgate campaign campaign.toml --db runs.sqlite --resume": Covered(CAMPAIGN_RESUME),
+    "soakgate merge shard-0.sqlite shard-1.sqlite shard-2.sqlite --into all.sqlite": Covered(
+        "tests/store/test_merge.py::test_three_shards_merge_into_the_sum_of_their_reports"
+    ),
+    'soakgate run --target "node$JOB_COMPLETION_INDEX-gpu0=http://127.0.0.1:8000" --target '
+    '"node$JOB_COMPLETION_INDEX-gpu1=http://127.0.0.1:8001" --label b31-graph --duration 2h --db '
+    '"/shards/shard-$JOB_COMPLETION_INDEX.sqlite"': Covered(INDEXED_JOB),
+    "soakgate merge": Names("soakgate merge "),
+    # docs/monitoring.md
+    "soakgate run --target gpu0=http://127.0.0.1:8000 --target gpu1=http://127.0.0.1:8001 "
+    "--label baseline --duration 2h --db runs.sqlite --metrics-port 9400": Run(
+        (("--duration 2h", "--duration 3s"), ("--metrics-port 9400", "--metrics-port 0"))
+    ),
+    "soakgate campaign examples/mock-campaign.toml --db /tmp/mock-campaign.sqlite "
+    "--metrics-port 9400": Run(
+        (
+            ("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),
+            ("--metrics-port 9400", "--metrics-port 0"),
+        ),
+        creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
+    ),
+    "soakgate merge /shards/shard-*.sqlite --into /shards/all.sqlite": Covered(INDEXED_JOB),
+    "soakgate report /shards/all.sqlite": Covered(INDEXED_JOB),
+    "soakgate merge all.sqlite late.sqlite --into all2.sqlite": Covered(INDEXED_JOB),
     "soakgate compare": Names("soakgate compare "),
     "soakgate run --reference": Names(
         "soakgate run --target compiled=http://127.0.0.1:8001 --reference"

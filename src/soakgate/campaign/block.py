@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ class BlockContext:
     logs: Path
     stop: asyncio.Event
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None
+    on_event: Callable[[str, Event], None] | None = None
+    """Shown each event of a block with the block's label (live metrics)."""
 
 
 async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockResult:
@@ -74,6 +77,8 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
                  for s in [*specs, *references.values()]]  # fmt: skip
     ledger = FaultLedger()
     writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
+    if ctx.on_event is not None:
+        writer.on_event = functools.partial(ctx.on_event, block.label)
     sidecar = writer.spill = Sidecar(ctx.db, run)
     run.status, run.ended_at = "running", None
     ctx.store.save_run(run)

@@ -51,10 +51,12 @@ def run_campaign(
     on_block: Callable[[Block, str], None] | None = None,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
     allow_foreign_tables: bool = False,
+    on_event: Callable[[str, Event], None] | None = None,
 ) -> CampaignResult:
     """Run (or resume) a campaign file against the database `db`; SIGINT/SIGTERM stop it
     cleanly after the current block's in-flight requests, with everything stored.
-    `allow_foreign_tables` writes into an SQLite file that holds other programs' tables."""
+    `allow_foreign_tables` writes into an SQLite file that holds other programs' tables;
+    `on_tick` and `on_event(label, event)` watch the blocks' soaks (live metrics)."""
     campaign = load_campaign(path)
     check_block_plans(campaign)
     blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
@@ -65,7 +67,8 @@ def run_campaign(
         statuses = block_statuses(store, blocks)
         reap_orphans(store, [s.run for s in statuses if s.run is not None and s.outcome is None])
         result = CampaignResult(campaign, blocks, skipped=[s for s in statuses if s.outcome])
-        run_async(_walk(store, Path(db), campaign, statuses, result, on_block, on_tick))
+        hooks = (on_block, on_tick, on_event)
+        run_async(_walk(store, Path(db), campaign, statuses, result, *hooks))
         kind = "campaign_interrupted" if result.interrupted else "campaign_completed"
         final = block_statuses(store, blocks)
         result.failures = {
@@ -86,13 +89,14 @@ async def _walk(
     store: Store, db: Path, campaign: Campaign, statuses: list[BlockStatus],
     result: CampaignResult, on_block: Callable[[Block, str], None] | None,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None,
+    on_event: Callable[[str, Event], None] | None = None,
 ) -> None:  # fmt: skip
     """Run the blocks that are not done, in plan order, until done or stopped."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    ctx = BlockContext(campaign, store, db, log_root(db, campaign), stop, on_tick)
+    ctx = BlockContext(campaign, store, db, log_root(db, campaign), stop, on_tick, on_event)
     try:
         for status in statuses:
             if status.outcome or stop.is_set():

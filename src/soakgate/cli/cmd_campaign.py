@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
+
 
 def register(subparsers: Any) -> None:
     """Add the `campaign` command."""
@@ -21,6 +23,7 @@ def register(subparsers: Any) -> None:
         "--allow-foreign-tables", action="store_true",
         help="write into an SQLite file that also holds other programs' tables",
     )  # fmt: skip
+    add_metrics_arguments(parser)
     parser.set_defaults(func=main)
 
 
@@ -44,10 +47,19 @@ def main(args: argparse.Namespace) -> int:
 
     campaign = load_campaign(args.file)
     warn_detector_budget(detector_config(campaign), campaign.load.max_tokens)
-    result = run_campaign(
-        args.file, args.db, resume=args.resume, on_block=on_block,
-        allow_foreign_tables=args.allow_foreign_tables,
-    )  # fmt: skip
+    metrics = start_metrics(args, guarded=True)  # a port in use is refused before any server
+    try:
+        result = run_campaign(
+            args.file, args.db, resume=args.resume, on_block=on_block,
+            allow_foreign_tables=args.allow_foreign_tables,
+            on_tick=metrics.on_tick if metrics else None,
+            on_event=metrics.on_event if metrics else None,
+        )  # fmt: skip
+    except BaseException:
+        finish_metrics(metrics, args, interrupted=True)
+        raise
+    if metrics is not None:
+        metrics.close(None)
     table = Table(title=f"campaign {result.campaign.name}")
     for column in ("block", "label", "run", "outcome", "requests", "errors", "collapses", "faults"):
         table.add_column(column)
@@ -71,6 +83,7 @@ def main(args: argparse.Namespace) -> int:
         f"stored in {args.db}"
         + ("; interrupted: rerun with --resume" if result.interrupted else "")
     )
+    finish_metrics(metrics, args, interrupted=result.interrupted)
     if result.interrupted:
         return exits.INTERRUPTED
     return exits.FINDING if result.failures else exits.OK

@@ -20,6 +20,7 @@ from soakgate.cli.args import (
     top_p,
     track_explicit,
 )
+from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
 
 
 def register(subparsers: Any) -> None:
@@ -58,6 +59,7 @@ def register(subparsers: Any) -> None:
         "--report-every", type=duration, metavar="DURATION",
         help="refresh the --html report this often during the soak, e.g. 10m",
     )  # fmt: skip
+    add_metrics_arguments(parser)
     track_explicit(parser)  # --resume refuses explicit settings that differ from the stored run
     parser.set_defaults(func=main)
 
@@ -252,7 +254,13 @@ def main(args: argparse.Namespace) -> int:
     if labels and args.label == "default":
         config.label = " vs ".join(dict.fromkeys(labels.values()))
     observers = live_report(args)
-    result = execute(config, args.quiet, observers)
+    metrics = start_metrics(args)  # a port in use is refused here, before any load
+    try:
+        result = execute(config, args.quiet, [*observers, *([metrics] if metrics else [])])
+    except BaseException:
+        finish_metrics(metrics, args, interrupted=True)
+        raise
+    finish_metrics(metrics, args, interrupted=result.stopped_by == "stop")
     for observer in observers:
         if observer.refreshes:
             print(f"soakgate: wrote {args.html} (refreshed {observer.refreshes} time(s))",

@@ -58,6 +58,10 @@ class TargetTally:
     clean_tokens: int = 0
     in_flight: int = 0
     errors_by_class: dict[str, int] = field(default_factory=dict)
+    label: str = ""
+    """The label this target's rows carry in this soak."""
+    last_collapse_at: float | None = None
+    """When the last collapsed answer ended (Unix time)."""
 
     def count(self, generation: Generation) -> None:
         """Add one finished generation."""
@@ -71,6 +75,7 @@ class TargetTally:
         self.tokens += tokens
         if generation.collapsed:
             self.collapses += 1
+            self.last_collapse_at = generation.ended_at
         else:
             self.clean_tokens += tokens
 
@@ -172,7 +177,8 @@ async def soak(
         stop=stop or asyncio.Event(),
         next_seq=max((c.next_seq for c in counts.values()), default=0),
         issued={t.name: counts[t.name].requests if t.name in counts else 0 for t in targets},
-        tallies={t.name: TargetTally(t.name) for t in targets},
+        tallies={t.name: TargetTally(t.name, label=(labels or {}).get(t.name, run.label))
+                 for t in targets},
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         reference_fraction=differential.fraction if differential else 0.0,
@@ -428,7 +434,10 @@ async def _tick(
     on_tick: Callable[[dict[str, TargetTally], float], None] | None,
     started: float,
 ) -> None:
-    """Flush the writer and refresh progress a few times a second."""
+    """Flush the writer and refresh progress a few times a second (and once at the start, before
+    any row is counted, so an observer holds the tallies of the whole soak: live metrics)."""
+    if on_tick is not None:
+        on_tick(shared.tallies, time.monotonic() - started)
     while True:
         await asyncio.sleep(0.25)
         shared.writer.maybe_flush()

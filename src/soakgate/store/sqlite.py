@@ -102,6 +102,12 @@ class SqliteStore:
                     (str(codec.SCHEMA_VERSION),),
                 )
 
+    def schema_version(self) -> int:
+        """The schema version the database records (an unmigrated one may be older)."""
+        return int(
+            self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+        )
+
     def generation_columns(self) -> set[str]:
         """The columns the generations table has (an unmigrated database lacks newer ones)."""
         return {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}

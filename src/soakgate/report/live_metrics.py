@@ -1,0 +1,203 @@
+"""Live Prometheus metrics of a soak (`--metrics-port`): an observer of the soak (`on_tick`,
+`close`) that a Prometheus/Grafana stack scrapes, so a collapse can page someone while the soak
+runs.
+
+The observer does no work per generation: the driver's own per-target tallies (counted as rows
+are stored) are read when Prometheus scrapes, from prometheus-client's server thread. It holds a
+reference to each soak's tallies from the soak's first tick (before any row is counted); a new
+tallies object (the next campaign block or segment) folds the finished one into the totals. So
+at any scrape, and exactly once the soak has stored its last row, the counters equal the rows
+this process stored. A private CollectorRegistry: nothing enters prometheus-client's global one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+
+from soakgate.errors import UsageError
+from soakgate.records import Event
+from soakgate.stats.rates import clopper_pearson
+
+CONFIDENCE = 0.95
+"""Confidence of the one-sided upper bound exported with each collapse rate."""
+SERIES = {
+    "soakgate_generations_total": "counter: generations stored, by label, target, outcome "
+    "(clean, collapsed, error) and error_class (empty unless outcome is error)",
+    "soakgate_collapse_rate": "gauge: collapsed / scored (clean + collapsed) generations",
+    "soakgate_collapse_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
+    "bound of the collapse rate",
+    "soakgate_scored_generations": "gauge: generations the collapse rate is over (n)",
+    "soakgate_requests_in_flight": "gauge: requests sent and not yet answered",
+    "soakgate_last_collapse_timestamp_seconds": "gauge: Unix time the last collapsed answer "
+    "ended (absent before the first collapse)",
+    "soakgate_guard_faults_total": "counter: engine faults the campaign guard recorded",
+    "soakgate_soak_active": "gauge: 1 while a soak sends load, 0 once it has ended",
+}
+"""Every series exported, with its type and meaning (README, *Live metrics*)."""
+
+
+@dataclass(slots=True)
+class _Totals:
+    """One unit's counts from soaks that have ended (folded from their tallies)."""
+
+    clean: int = 0
+    collapsed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    last_collapse_at: float | None = None
+
+
+def _latest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+class LiveMetrics:
+    """Serves the soak's metrics at http://HOST:PORT/metrics from `start()` until `stop()`."""
+
+    def __init__(self, host: str, port: int, guarded: bool = False) -> None:
+        self.host, self.port, self.guarded = host, port, guarded
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)  # a collector: prometheus-client calls collect()
+        self._lock = threading.Lock()
+        self._done: dict[tuple[str, str], _Totals] = {}
+        self._current: dict[str, Any] | None = None
+        self._faults: dict[tuple[str, str], int] = {}
+        self._active = False
+        self._bounds: dict[tuple[int, int], float] = {}
+        self._server: Any = None
+
+    def start(self) -> str:
+        """Bind and serve (a port in use is a UsageError: exit 2 before any load); the URL."""
+        try:
+            server, _thread = start_http_server(self.port, self.host, registry=self.registry)
+        except OSError as exc:
+            raise UsageError(
+                f"--metrics-port {self.port}: cannot listen on {self.host}: {exc.strerror or exc}"
+            ) from None
+        self._server = server
+        self.port = int(server.server_address[1])
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        """Stop serving."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def on_tick(self, tallies: dict[str, Any], elapsed_s: float) -> None:
+        """A soak's progress: keep its tallies (read at scrape time); fold the previous soak's."""
+        if tallies is self._current:
+            return
+        with self._lock:
+            self._fold()
+            self._current, self._active = tallies, True
+
+    def close(self, stopped_by: str | None) -> None:
+        """The soak (a run, or a whole campaign) ended: its tallies are final; they go on being
+        served until `stop()`."""
+        self._active = False
+
+    def on_event(self, label: str, event: Event) -> None:
+        """An event of a campaign block: count the guard's engine faults."""
+        if event.kind != "engine_fault" or event.target is None:
+            return
+        with self._lock:
+            key = (label, event.target)
+            self._faults[key] = self._faults.get(key, 0) + 1
+
+    def _fold(self) -> None:
+        for tally in (self._current or {}).values():
+            totals = self._done.setdefault((tally.label, tally.target), _Totals())
+            totals.clean += tally.requests - tally.errors - tally.collapses
+            totals.collapsed += tally.collapses
+            for kind, count in tally.errors_by_class.items():
+                totals.errors[kind] = totals.errors.get(kind, 0) + count
+            totals.last_collapse_at = _latest(totals.last_collapse_at, tally.last_collapse_at)
+        self._current = None
+
+    def _snapshot(self) -> tuple[dict[tuple[str, str], _Totals], dict[tuple[str, str], int]]:
+        """Totals per (label, target): ended soaks plus the current one's live tallies."""
+        with self._lock:
+            units = {k: _Totals(v.clean, v.collapsed, dict(v.errors), v.last_collapse_at)
+                     for k, v in self._done.items()}  # fmt: skip
+            in_flight: dict[tuple[str, str], int] = {}
+            for tally in list((self._current or {}).values()):
+                key = (tally.label, tally.target)
+                totals = units.setdefault(key, _Totals())
+                requests, errors, collapses = tally.requests, tally.errors, tally.collapses
+                totals.clean += requests - errors - collapses
+                totals.collapsed += collapses
+                for kind, count in list(tally.errors_by_class.items()):
+                    totals.errors[kind] = totals.errors.get(kind, 0) + count
+                totals.last_collapse_at = _latest(totals.last_collapse_at, tally.last_collapse_at)
+                in_flight[key] = tally.in_flight
+            for key in self._faults:
+                units.setdefault(key, _Totals())
+        return units, in_flight
+
+    def _upper_bound(self, collapsed: int, n: int) -> float:
+        """The exact one-sided upper bound: the upper end of the two-sided Clopper-Pearson
+        interval at 1 - 2(1 - CONFIDENCE) (cached: scrapes repeat the same counts)."""
+        if (collapsed, n) not in self._bounds:
+            if len(self._bounds) > 10_000:
+                self._bounds.clear()
+            self._bounds[collapsed, n] = clopper_pearson(collapsed, n, 1 - 2 * (1 - CONFIDENCE))[1]
+        return self._bounds[collapsed, n]
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families (prometheus-client calls this at each scrape)."""
+        units, in_flight = self._snapshot()
+        names = ["label", "target"]
+        generations = CounterMetricFamily("soakgate_generations", SERIES[
+            "soakgate_generations_total"], labels=[*names, "outcome", "error_class"])  # fmt: skip
+        rate, upper, scored, flying, last = (
+            GaugeMetricFamily(n, SERIES[n], labels=names) for n in (
+                "soakgate_collapse_rate", "soakgate_collapse_rate_upper_bound",
+                "soakgate_scored_generations", "soakgate_requests_in_flight",
+                "soakgate_last_collapse_timestamp_seconds"))  # fmt: skip
+        faults = CounterMetricFamily("soakgate_guard_faults", SERIES[
+            "soakgate_guard_faults_total"], labels=names)  # fmt: skip
+        for (label, target), totals in sorted(units.items()):
+            unit = [label, target]
+            generations.add_metric([*unit, "clean", ""], totals.clean)
+            generations.add_metric([*unit, "collapsed", ""], totals.collapsed)
+            for kind, count in sorted(totals.errors.items()):
+                generations.add_metric([*unit, "error", kind], count)
+            n = totals.clean + totals.collapsed
+            scored.add_metric(unit, n)
+            if n:
+                rate.add_metric(unit, totals.collapsed / n)
+                upper.add_metric(unit, self._upper_bound(totals.collapsed, n))
+            flying.add_metric(unit, in_flight.get((label, target), 0))
+            if totals.last_collapse_at is not None:
+                last.add_metric(unit, totals.last_collapse_at)
+            if self.guarded:
+                faults.add_metric(unit, self._faults.get((label, target), 0))
+        active = GaugeMetricFamily("soakgate_soak_active", SERIES["soakgate_soak_active"])
+        active.add_metric([], 1.0 if self._active else 0.0)
+        yield from (generations, rate, upper, scored, flying, last, faults, active)
+
+
+def linger(seconds: float, announce: Iterable[str] = ()) -> None:
+    """Keep serving the final metrics for `seconds` (a last scrape after the soak), ended early
+    by SIGINT/SIGTERM."""
+    import signal
+    import sys
+
+    done = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: done.set()) for sig in
+                (signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+    try:
+        for line in announce:
+            print(line, file=sys.stderr, flush=True)
+        done.wait(seconds)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
