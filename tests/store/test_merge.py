@@ -21,6 +21,7 @@ from tests.docs.extract import documented_commands
 from soakgate.mockserver.process import MockProcess
 from soakgate.store import open_analysis
 from soakgate.store.base import verify_chain
+from soakgate.store.codec import SCHEMA_VERSION
 from soakgate.store.lock import RunLock
 from soakgate.store.merge import SHARD_ENTRY, shard_chains_intact
 
@@ -113,6 +114,7 @@ def test_three_shards_merge_into_the_sum_of_their_reports(shards: list[Path]) ->
     try:
         ledger, runs = store.ledger(), {r.run_id for r in store.runs()}
         rows = sorted(g.request_id for g in store.generations())
+        prompts = {run: store.prompts(run) for run in runs}
     finally:
         store.close()
     originals = []
@@ -121,6 +123,8 @@ def test_three_shards_merge_into_the_sum_of_their_reports(shards: list[Path]) ->
         try:
             originals.append((shard.ledger(), {r.run_id for r in shard.runs()}))
             rows_of = sorted(g.request_id for g in shard.generations())
+            for run in originals[-1][1]:  # what `soakgate replay` sends again is merged too
+                assert shard.prompts(run) and prompts[run] == shard.prompts(run)
         finally:
             shard.close()
         assert set(rows_of) <= set(rows)
@@ -226,7 +230,8 @@ def test_a_schema_1_shard_merges_with_its_rows_attempted_once(shards: list[Path]
             (SHARD_ENTRY,))]  # fmt: skip
     finally:
         merged.close()
-    assert version == ("2",) and attempts[0] == 120 and entry["schema_version"] == 1
+    assert version == (str(SCHEMA_VERSION),) and attempts == (120, 120)
+    assert entry["schema_version"] == 1
     assert _report(folder, "all.sqlite")["units"]
 
 

@@ -173,8 +173,8 @@ def _write(shards: Sequence[_Shard], temp: Path) -> MergeResult:
 
 
 def _copy_rows(db: sqlite3.Connection, schema: str, shard: _Shard) -> None:
-    """Copy one attached shard's runs, generations (oldest row first) and events. A column an
-    older shard lacks takes its default, as a migration would give it."""
+    """Copy one attached shard's runs, generations (oldest row first), events and stored
+    prompts. A column an older shard lacks takes its default, as a migration would give it."""
     present = {row[1] for row in db.execute(f"PRAGMA {schema}.table_info(generations)")}
     clash = db.execute(
         f"SELECT request_id FROM {schema}.generations WHERE request_id IN "
@@ -195,6 +195,12 @@ def _copy_rows(db: sqlite3.Connection, schema: str, shard: _Shard) -> None:
         "INSERT INTO main.events (run_id, at, kind, target, data) "
         f"SELECT run_id, at, kind, target, data FROM {schema}.events ORDER BY id"
     )
+    tables = {row[0] for row in db.execute(f"SELECT name FROM {schema}.sqlite_master")}
+    if "prompts" in tables:  # schema 3: what `soakgate replay` sends again (run ids are unique)
+        db.execute(
+            "INSERT INTO main.prompts (run_id, prompt_id, text, system) "
+            f"SELECT run_id, prompt_id, text, system FROM {schema}.prompts"
+        )
 
 
 def _append(ledger: list[LedgerEntry], at: float, kind: str, payload: dict[str, object]) -> None:
