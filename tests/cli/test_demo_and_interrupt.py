@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -118,12 +119,20 @@ def test_a_second_resume_of_a_run_being_written_is_refused_in_one_line(
     store.close()
     assert run.status == "interrupted"
     resume = [*command, "--resume", run.run_id]
-    writer = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lock = tmp_path / f"r.sqlite.{run.run_id}.lock"
-    deadline = time.monotonic() + 20
-    while not lock.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second = subprocess.run(resume, capture_output=True, text=True, timeout=60)
+    # The server stands still while the second resume tries, so the first is surely still
+    # writing then (it once finished the rest of the run before the second had started).
+    os.kill(mock.pid, signal.SIGSTOP)
+    try:
+        writer = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)  # fmt: skip
+        lock = tmp_path / f"r.sqlite.{run.run_id}.lock"
+        deadline = time.monotonic() + 20
+        while not lock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = subprocess.run(resume, capture_output=True, text=True, timeout=60)
+        assert writer.poll() is None, "the first resume ended while its server stood still"
+    finally:
+        os.kill(mock.pid, signal.SIGCONT)
     _, writer_stderr = writer.communicate(timeout=60)
     assert writer.returncode == 0, writer_stderr
     assert second.returncode == 2
