@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -9,6 +10,15 @@ import pytest
 
 from soakgate.mockserver.process import MockProcess
 from tests.hostile import HostileProcess
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite runs on two pytest-xdist workers (pyproject's addopts), whose environment holds
+    COLUMNS=80 from the controller; soakgate sizes its terminal report from $COLUMNS, so every
+    `soakgate report` a test starts would print the narrow layout that a serial run does not."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.pop("COLUMNS", None)
+        os.environ.pop("LINES", None)
 
 
 @pytest.fixture

@@ -93,6 +93,7 @@ COMMANDS: dict[str, Entry] = {
     "soakgate demo": Covered(DEMO),
     "soakgate report soakgate-demo.sqlite --html report.html": Run(creates=("report.html",)),
     "python -m pytest": Collect(),
+    "python -m pytest -n 0": Collect(),
     "bash .ci/run": Covered("tests/docs/test_documented_commands.py::test_ci_runs_the_suite"),
     # README.md: soaking and measuring
     "soakgate run --target gpu0=http://127.0.0.1:8000 --target gpu1=http://127.0.0.1:8001 "

@@ -37,7 +37,7 @@ def test_table_and_markdown_mark_aggregates(two_label_db: Path, fast: Clustering
     markdown = render_markdown(analysis).splitlines()
     assert markdown[0].startswith("| label | target | n |")
     assert sum("ALL (aggregate)" in line for line in markdown) == 2
-    assert "ALL (aggregate)" in render_table(analysis)
+    assert "ALL (aggregate)" in render_table(analysis, width=200)
 
 
 def test_report_cli_formats_and_missing_db(

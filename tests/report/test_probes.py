@@ -103,7 +103,7 @@ def test_differential_appears_in_every_output(differential_db: tuple[Path, int])
     rows = {row["unit"]: row for row in document["probes"]["differential"]}
     assert rows["shaky@gpu0"]["informative"] is False
     assert rows["compiled@gpu0"]["baseline"]["divergent"] == 0
-    text, markdown = render_table(analysis), render_markdown(analysis)
+    text, markdown = render_table(analysis, width=200), render_markdown(analysis)
     for output in (text, markdown):
         assert "differential check" in output and "uninformative" in output
         assert "DIVERGES" in output
@@ -153,7 +153,9 @@ def test_sweep_levels_and_saturation_from_stored_runs() -> None:
     assert top.collapses > 0 and top.collapse_rate.ci_low < top.collapse_rate.rate
     rows = json.loads(render_json(analysis))["probes"]["sweeps"][0]
     assert rows["saturation_point"] == 4 and len(rows["levels"]) == 4
-    assert "saturation point (throughput gain < 10%): concurrency 4" in render_table(analysis)
+    assert "saturation point (throughput gain < 10%): concurrency 4" in render_table(
+        analysis, width=200
+    )
     page = render_html(analysis)
     assert 'id="sweep-table-1"' in page and page.count('class="sweep wide"') == 1
 
@@ -176,7 +178,7 @@ def test_spec_decode_acceptance_and_collapses_in_the_report(tmp_path: Path) -> N
     series = analysis.probes.spec
     assert len(series) == 2 and all(s.target == "gpu1" for s in series)
     assert min(series[0].accepted) > 0.3 > 0.15 > max(series[1].accepted)
-    assert "% (COLLAPSED)" in render_table(analysis)
+    assert "% (COLLAPSED)" in render_table(analysis, width=200)
     page = render_html(analysis)
     assert page.count('class="acceptance wide"') == 1  # one plot per target
     assert 'id="spec-collapses"' not in page  # no collapse event within a run: none claimed
@@ -205,7 +207,7 @@ def test_spec_collapse_events_are_listed_prominently_and_escaped() -> None:
     (collapse,) = analysis.probes.spec_collapses
     assert collapse.at == 1_700_000_003.0 and collapse.label == "spec"
     assert f"ALERT: run {run_id} (spec@gpu0): speculative decoding collapsed" in render_table(
-        analysis
+        analysis, width=200
     )
     assert "**Speculative-decoding collapses**" in render_markdown(analysis)
     page = render_html(analysis)
