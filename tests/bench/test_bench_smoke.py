@@ -118,6 +118,19 @@ def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> N
     assert len(rows) >= 4 and all("±" in row for row in rows[1:])
 
 
+def test_bench_drift_window_prints_how_far_apart_drifting_servers_are() -> None:
+    out = run_bench("bench_drift_window.py", "--reps", "4", "--ratio-reps", "200")
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("drift")]
+    assert [row[:2] for row in rows] == [
+        ["drift", "13,000"], ["drift", "40,000"], ["drift-strong", "13,000"],
+        ["drift-strong", "40,000"],
+    ]  # fmt: skip
+    for row in rows:
+        beyond_12, beyond_15 = float(row[2]), float(row[3])
+        assert 0.0 <= beyond_15 <= beyond_12 <= 100.0 and row[5] == "±"
+    assert float(rows[3][2]) > float(rows[0][2])  # the stronger, longer drift is further apart
+
+
 def test_bench_report_prints_every_command_the_html_size_and_the_floor() -> None:
     out = run_bench("bench_report.py", "--sizes", "1000", timeout_s=240)
     for label in ("report ", "report --html", "compare ", "export parquet", "HTML size"):
