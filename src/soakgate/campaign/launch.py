@@ -13,7 +13,7 @@ from soakgate.errors import ServerError, TargetError
 from soakgate.prompts import Prompt
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance, free_port, render_command
-from soakgate.servers.command import Device
+from soakgate.servers.command import Device, render_env
 from soakgate.store import BatchWriter
 from soakgate.targets import Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
@@ -38,9 +38,9 @@ def launch_spec(
         "label": config.label, "instance": name, "host": server.host,
     }  # fmt: skip
     host = f"[{server.host}]" if ":" in server.host else server.host
+    env = {**render_env(server.env, values), **render_env(config.env, values), **device.env()}
     return LaunchSpec(
-        name=name, argv=render_command(server.command, values),
-        env={**server.env, **config.env, **device.env()}, url=f"http://{host}:{port}",
+        name=name, argv=render_command(server.command, values), env=env, url=f"http://{host}:{port}",
         log_dir=log_dir, health_paths=server.health_paths, stop_grace_s=server.stop_grace_s,
     )  # fmt: skip
 
@@ -132,3 +132,17 @@ async def start_all(
     """Start every instance concurrently; the ones that came up."""
     started = await asyncio.gather(*(launcher.start_or_record(i) for i in instances))
     return [i for i, ok in zip(instances, started, strict=True) if ok]
+
+
+async def start_in_waves(
+    launcher: Launcher, waves: Sequence[Sequence[ServerInstance]]
+) -> list[ServerInstance]:
+    """Start each wave's instances concurrently and the waves one after another, so two instances
+    sharing a device (a target and its reference) never start at the same moment: vLLM sizes its
+    KV cache from the whole device's free memory while it starts, so a neighbour loading at the
+    same time is charged to it and one of them fails or starts with a shrunken cache
+    (vllm-project/vllm#55827); the ones that came up."""
+    up: list[ServerInstance] = []
+    for wave in waves:
+        up += await start_all(launcher, wave) if wave else []
+    return up
