@@ -287,6 +287,10 @@ COMMANDS: dict[str, Entry] = {
         "tests/audit/test_verify_cwd.py::test_verify_imports_a_module_from_the_current_folder",
         "torch",
     ),
+    "python bench/bench_capacity.py --rounds 3": Covered(
+        "tests/bench/test_bench_smoke.py::"
+        "test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_shape"
+    ),
     "python bench/bench_audit.py [--macros]": Covered(
         "tests/bench/test_bench_smoke.py::test_bench_audit_prints_the_scan_time_and_finds_every_op"
     ),
