@@ -135,9 +135,10 @@ def test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_sha
     assert "CPU-ms/req" in out and "in-flight" in out and "load average" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("2x4 ", "3x2 "))]
     assert [row[0] for row in rows] == ["2x4", "3x2"], out
-    for shape, mocks, asked, in_flight, lowest, rate, cpu, client, rss, *rest in rows:
+    for shape, mocks, asked, in_flight, lowest, rate, cpu, spread, client, rss, *rest in rows:
         mock_max, mock_total, stored, errors = rest
         assert int(mocks) == 2 and int(asked) == {"2x4": 8, "3x2": 6}[shape]
+        assert [float(x) for x in spread.split("-")] == [float(cpu)] * 2  # one round
         assert 0 < float(in_flight) <= int(asked) and 0 <= int(lowest) <= float(in_flight)
         assert float(rate) > 0 and 0 < float(cpu) < 1000 and float(client.rstrip("%")) > 0
         assert float(rss) > 10 and float(mock_max.rstrip("%")) <= float(mock_total.rstrip("%"))
