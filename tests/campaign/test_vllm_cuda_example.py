@@ -4,11 +4,13 @@ memory share that lets two fit on one GPU."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,11 +18,15 @@ from typing import Any
 import pytest
 import tomli_w
 
-from soakgate.campaign.launch import launch_spec
+from soakgate.campaign.launch import Launcher, launch_spec
 from soakgate.campaign.model import load_campaign
 from soakgate.campaign.reference import reference_specs
-from soakgate.servers import LaunchSpec
-from soakgate.store import open_store
+from soakgate.campaign.soakcfg import request_spec
+from soakgate.prompts.builtin import builtin_prompts
+from soakgate.records import Run
+from soakgate.servers import LaunchSpec, ServerInstance
+from soakgate.store import BatchWriter, open_store
+from soakgate.store.memory import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vllm-cuda-campaign.toml"
@@ -137,3 +143,39 @@ def test_the_example_runs_eight_gpus_against_a_vllm_that_keeps_vllms_memory_rule
     assert compared.returncode == 0 and "compiled" in compared.stdout, compared.stderr[-2000:]
     baseline = [e for e in events["compiled"] if e.kind == "reference_baseline"]
     assert len(baseline) == 1 and baseline[0].data["instances"] == [f"eager@{g}" for g in GPUS]
+
+
+def test_two_instances_brought_up_at_once_on_one_gpu_start_one_after_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guard restarts an instance through `Launcher.bring_up`; when a device fault kills
+    both instances of a GPU, both are brought up at once. They must not size their memory at
+    the same moment (the stand-in vllm fails the second, as vLLM can)."""
+    state = tmp_path / "fake-vllm"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_VLLM_STATE", str(state))
+    campaign = load_campaign(_small_copy(tmp_path))
+    compiled, eager = campaign.configs[1], campaign.configs[0]
+    cuda0, log_dir = campaign.devices[0], tmp_path / "logs"
+    specs = [launch_spec(campaign, compiled, cuda0, 0, log_dir),
+             launch_spec(campaign, eager, cuda0, 8, log_dir, "eager@cuda:0")]  # fmt: skip
+    for spec in specs:  # the stand-in instead of `vllm` (no shim on PATH in this process)
+        spec.argv[:1] = [sys.executable, str(FAKE_VLLM)]
+    instances = [ServerInstance(spec) for spec in specs]
+    run = Run("r", "compiled", [s.name for s in specs], time.time())
+    launcher = Launcher(campaign, run, BatchWriter(MemoryStore()), request_spec(campaign),
+                        builtin_prompts())  # fmt: skip
+
+    async def bring_up_both() -> list[BaseException | None]:
+        try:
+            return await asyncio.gather(
+                *(launcher.bring_up(i) for i in instances), return_exceptions=True
+            )
+        finally:
+            for instance in instances:
+                await instance.stop()
+
+    outcomes = asyncio.run(bring_up_both())
+    assert outcomes == [None, None], [i.log_tail(400) for i in instances]
+    starts = [json.loads(line) for line in (state / "starts.jsonl").read_text().splitlines()]
+    assert [(s["gpu"], s["eager"]) for s in starts] == [("0", False), ("0", True)]

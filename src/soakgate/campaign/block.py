@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soakgate.campaign.blocks import Block
-from soakgate.campaign.launch import Launcher, launch_spec, start_in_waves
+from soakgate.campaign.launch import Launcher, launch_spec, start_all
 from soakgate.campaign.model import Campaign
 from soakgate.campaign.reference import reference_specs, start_differential
 from soakgate.campaign.soakcfg import block_run, soak_config
@@ -91,7 +91,7 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
     launcher = Launcher(campaign, run, writer, soak_cfg.request, soak_cfg.prompts)
     result = BlockResult(block, run.run_id, "failed")
     try:
-        up = await start_in_waves(launcher, [instances[: len(specs)], instances[len(specs) :]])
+        up = await start_all(launcher, instances)
         if any(i.name in target_names for i in up):
             differential = await start_differential(
                 soak_cfg, run, writer, campaign.reference, references, up, launcher.models
