@@ -170,7 +170,19 @@ def render_table(
         )  # fmt: skip
     if analysis.probes is not None:
         _print_probes(analysis, console)
+    _print_placement(analysis, console)
     return console.export_text()
+
+
+def _print_placement(analysis: Analysis, console: Any) -> None:
+    """The node each unit ran on (Ray campaigns)."""
+    from soakgate.report.placement import placement_lines
+
+    lines = placement_lines(analysis)
+    if lines:
+        console.print("placement (Ray node and GPU of each unit):", markup=False, highlight=False)
+    for line in lines:
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_probes(analysis: Analysis, console: Any) -> None:
@@ -197,6 +209,7 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
 
 def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """Verdicts, rows, warnings, probe findings and events as one JSON document."""
+    from soakgate.report.placement import placements
     from soakgate.report.probe_tables import probes_json
     from soakgate.report.verdicts import verdict_dict
 
@@ -206,6 +219,11 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
+        "placement": [
+            {"label": p.label, "target": p.target, "run_id": p.run_id, "node_id": p.node_id,
+             "hostname": p.hostname, "gpu_ids": list(p.gpu_ids)}
+            for p in placements(analysis)
+        ],  # fmt: skip
         "events": [
             {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
             for e in analysis.events
