@@ -1,8 +1,9 @@
 """The driver side of a Ray campaign: each unit of a block gets an actor that Ray places on a
-node with a free GPU (Ray's resources; soft node affinity keeps a unit on the node it ran on
-before), its rows are drained in batches into the block's one writer (the campaign's single
-SQLite store), and a node or actor lost mid-block is a fault window, as the guard records a
-dead server: `engine_fault`, a new placement (a restart), `fault_window`, `instance_retired`."""
+node with a free GPU (a one-bundle placement group of Ray's resources, softly aimed at the node
+the unit ran on before); its rows are drained in batches into the block's one writer (the
+campaign's single SQLite store); and a node or actor lost mid-block is a fault window, as the
+guard records a dead server: `engine_fault`, a new placement (a restart), `fault_window`, and
+`instance_retired` when no node takes it."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ class RayEngine:
         self.homes: dict[str, str] = {}
         """Target -> the node it last ran on (asked for again, softly, in the next block)."""
 
+    def describe(self) -> dict[str, Any]:
+        """The cluster as the campaign found it: address, the driver's node, each node's GPUs."""
+        nodes = [{"node_id": n["NodeID"], "hostname": n.get("NodeManagerHostname", ""),
+                  "alive": n.get("Alive", False), "gpus": n.get("Resources", {}).get("GPU", 0)}
+                 for n in self.ray.nodes()]  # fmt: skip
+        driver = self.ray.get_runtime_context().get_node_id()
+        return {"address": self.settings.address, "driver_node_id": driver, "nodes": nodes}
+
     async def __call__(self, ctx: BlockContext, block: Block, opened: OpenBlock) -> BlockResult:
         run = opened.run
         ctx.store.save_prompts(run.run_id, opened.cfg.prompts)
@@ -78,6 +87,8 @@ class _Unit:
         self.position, self.device, self.tally, self.tick = position, device, tally, tick
         self.models: dict[str, str] = {}
         self.last_drained = time.time()
+        self.groups: dict[int, Any] = {}
+        """Actor -> the placement group holding its GPU(s) (removed with the actor)."""
 
     @property
     def run_record(self) -> Run:
@@ -100,28 +111,40 @@ class _Unit:
         return "lost"
 
     async def _place(self, attempt: int) -> Any:
-        """An actor on a node with free GPU(s), or None (recorded) when none was found in time."""
-        ray, settings, name = self.engine.ray, self.engine.settings, self.device.name
-        options: dict[str, Any] = {"num_gpus": settings.devices_per_instance, "num_cpus": 0,
-                                   "max_restarts": 0}  # fmt: skip
-        home = self.engine.homes.get(name)
-        if home is not None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        """An actor on a node with free GPU(s), or None (recorded) when none was found in time.
 
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(home, soft=True)
-        actor = ray.remote(UnitHost).options(**options).remote()
+        A placement group reserves the GPU(s) first (bounded by `placement_timeout`: no node
+        had them free), then the actor starts in it (bounded by the server's start-up timeout:
+        a slow worker start is not a missing GPU)."""
+        ray, settings, name = self.engine.ray, self.engine.settings, self.device.name
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        gpus = settings.devices_per_instance
+        group = placement_group([{"GPU": gpus}], strategy="STRICT_PACK",
+                                _soft_target_node_id=self.engine.homes.get(name))  # fmt: skip
+        actor = None
         try:
+            error = f"{name}: no Ray node had {gpus} free GPU(s) within "
+            error += f"{settings.placement_timeout_s:g} s"
+            await asyncio.wait_for(_wait(group.ready()), settings.placement_timeout_s)
+            strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+            actor = ray.remote(UnitHost).options(num_gpus=gpus, num_cpus=0, max_restarts=0,
+                                                 scheduling_strategy=strategy).remote()  # fmt: skip
+            error = f"{name}: its Ray actor did not start within "
+            error += f"{self.ctx.campaign.server.startup_timeout_s:g} s"
             where = await asyncio.wait_for(_wait(actor.where.remote()),
-                                           settings.placement_timeout_s)  # fmt: skip
+                                           self.ctx.campaign.server.startup_timeout_s)  # fmt: skip
         except (TimeoutError, *_lost_errors(ray)) as exc:  # type: ignore[misc]
-            ray.kill(actor)
-            gpus = settings.devices_per_instance
-            error = (f"{name}: no Ray node had {gpus} free GPU(s) within "
-                     f"{settings.placement_timeout_s:g} s") if isinstance(exc, TimeoutError) else (
-                     f"{name}: its actor died before it started: {_first_line(exc)}")  # fmt: skip
-            kind = "server_start_failed" if attempt == 0 else "restart_failed"
-            self._event(kind, error=error, attempt=attempt)
+            if not isinstance(exc, TimeoutError):
+                error = f"{name}: its Ray actor died before it started: {_first_line(exc)}"
+            if actor is not None:
+                ray.kill(actor)
+            remove_placement_group(group)
+            self._event("server_start_failed" if attempt == 0 else "restart_failed",
+                        error=error, attempt=attempt)  # fmt: skip
             return None
+        self.groups[id(actor)] = group
         self.engine.homes[name] = str(where["node_id"])
         self._event("unit_placed", attempt=attempt, **where)
         return actor
@@ -159,6 +182,9 @@ class _Unit:
             if not pending.done():
                 pending.cancel()
             ray.kill(actor)
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.groups.pop(id(actor)))
 
     async def _drain(self, actor: Any) -> None:
         """Store what the unit scored since the last drain (through the block's one writer)."""

@@ -75,6 +75,9 @@ def _run(
     store = open_store(db, allow_foreign_tables)
     try:
         begin(store, campaign, blocks, resume)
+        if (describe := getattr(engine, "describe", None)) is not None:  # the Ray cluster
+            run_id = campaign_run_id(campaign.name)
+            store.add([], [Event(run_id, time.time(), "cluster", None, describe())])
         statuses = block_statuses(store, blocks)
         reap_orphans(store, [s.run for s in statuses if s.run is not None and s.outcome is None])
         result = CampaignResult(campaign, blocks, skipped=[s for s in statuses if s.outcome])

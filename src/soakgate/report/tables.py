@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Sequence
@@ -219,11 +220,7 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
-        "placement": [
-            {"label": p.label, "target": p.target, "run_id": p.run_id, "node_id": p.node_id,
-             "hostname": p.hostname, "gpu_ids": list(p.gpu_ids)}
-            for p in placements(analysis)
-        ],  # fmt: skip
+        "placement": [dataclasses.asdict(p) for p in placements(analysis)],
         "events": [
             {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
             for e in analysis.events
