@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -105,7 +106,7 @@ requests = 30
 
 [[configs]]
 label = "graph"
-flags = "--tokens-per-s 4000 --collapse-rate 0.05"
+flags = "--tokens-per-s 20 --collapse-rate 0.05"
 requests = 10
 
 [load]
@@ -138,46 +139,88 @@ def cluster() -> Any:
         made.shutdown()
 
 
-def test_a_node_removed_mid_block_is_a_fault_window_and_the_campaign_completes(
+def test_a_node_removed_mid_block_is_a_fault_window_and_resume_completes_the_campaign(
     tmp_path: Path, cluster: Any
 ) -> None:
     path = tmp_path / "lost.toml"
     path.write_text(FAULT_CAMPAIGN.format(address=cluster.address))
     db = tmp_path / "runs.sqlite"
     command = [sys.executable, "-m", "soakgate", "campaign", str(path), "--db", str(db)]
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        victim, lost = _remove_a_worker_node_once_it_serves(cluster, db)
-        output, _ = process.communicate(timeout=200)
-    finally:
-        process.kill()
-    assert process.returncode == 0, output
+    with subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:  # fmt: skip
+        try:
+            victim, lost = _remove_a_worker_node_once_it_serves(cluster, db)
+            _wait_for_rows(db, "graph", 2)  # then stop it mid-block, as a user's Ctrl-C does
+            process.send_signal(signal.SIGINT)
+            output, _ = process.communicate(timeout=200)
+        finally:
+            process.kill()
+    assert process.returncode == 130, output
     (eager, _), (graph, _) = query(db, "SELECT run_id, label FROM runs ORDER BY started_at")
-    events = query(db, "SELECT run_id, kind, target, data FROM events WHERE target IS NOT NULL")
-    of = {(r, k, t): json.loads(d) for r, k, t, d in events}
-    for target in lost:  # the removed node's two units: a fault window each, then retired
-        assert of[(eager, "engine_fault", target)]["cause"] == "node_lost"
-        window = of[(eager, "fault_window", target)]
-        assert window["recovered"] is False and window["end"] is None
-        assert "no Ray node had 1 free GPU" in of[(eager, "restart_failed", target)]["error"]
-        assert (eager, "instance_retired", target) in of
-    counts = dict(query(db, "SELECT target, COUNT(*) FROM generations WHERE run_id = ? "
-                            "GROUP BY 1", eager))  # fmt: skip
-    assert all(counts[t] == 30 for t in counts if t not in lost) and len(counts) == 6
-    assert all(counts[t] < 30 for t in lost)
-    # The next block finds 4 GPUs for 6 units: two start-up failures, four units soaked.
-    failed = [t for (r, k, t) in of if r == graph and k == "server_start_failed"]
-    placed = {t: d["node_id"] for (r, k, t), d in of.items() if r == graph and k == "unit_placed"}
-    assert len(failed) == 2 and len(placed) == 4 and victim not in placed.values()
-    graph_counts = query(db, "SELECT COUNT(*) FROM generations WHERE run_id = ?", graph)
-    assert graph_counts == [(40,)]
+    _check_the_lost_node(db, eager, lost, victim)
+    resumed = soakgate("campaign", str(path), "--db", str(db), "--resume", cwd=tmp_path,
+                       timeout=200)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    _check_the_resumed_block(db, graph, victim)
     assert query(db, "SELECT COUNT(*) FROM events WHERE kind = 'campaign_completed'") == [(1,)]
     _check_rows_against_truth(db, tmp_path / "runs.logs")
-    for _, kind, _, data in events:  # no server outlived its actor, lost node or not
-        if kind == "server_started":
-            started = json.loads(data)
-            assert not process_matches(started["pid"], started["argv"])
+    for (data,) in query(db, "SELECT data FROM events WHERE kind = 'server_started'"):
+        started = json.loads(data)  # no server outlived its actor, lost node or not
+        assert not process_matches(started["pid"], started["argv"])
+
+
+def _check_the_lost_node(db: Path, eager: str, lost: list[str], victim: str) -> None:
+    """The removed node's two units: a fault window each; the unit is placed again on another
+    node and finishes (a GPU freed up), or none had one free in time and it is retired."""
+    events = query(db, "SELECT kind, target, data FROM events WHERE run_id = ?", eager)
+    of = {(k, t): json.loads(d) for k, t, d in events}
+    counts = dict(query(db, "SELECT target, COUNT(*) FROM generations WHERE run_id = ? "
+                            "GROUP BY 1", eager))  # fmt: skip
+    assert len(counts) == 6 and all(counts[t] == 30 for t in counts if t not in lost)
+    for target in lost:
+        assert of[("engine_fault", target)]["cause"] == "node_lost"
+        window = of[("fault_window", target)]
+        assert window["start"] <= window["detected_at"]
+        if window["recovered"]:
+            again = of[("unit_placed", target)]
+            assert again["attempt"] == 1 and again["node_id"] != victim
+            assert window["end"] >= window["detected_at"] and window["incarnation_after"] == 1
+            assert counts[target] == 30
+        else:
+            assert window["end"] is None
+            assert "no Ray node had 1 free GPU" in of[("restart_failed", target)]["error"]
+            assert ("instance_retired", target) in of and counts[target] < 30
+    assert ("block_completed", None) in of
+
+
+def _check_the_resumed_block(db: Path, graph: str, victim: str) -> None:
+    """4 GPUs for 6 units: a unit that finds none free within the placement timeout is a
+    start-up failure; the units placed after the resume finish their 10 requests, each numbered
+    on from its own range without a gap."""
+    events = query(db, "SELECT kind, target, data FROM events WHERE run_id = ? ORDER BY at",
+                   graph)  # fmt: skip
+    kinds = [k for k, _, _ in events]
+    assert "block_interrupted" in kinds and "resumed" in kinds
+    after = events[kinds.index("resumed") :]
+    placed = {t: json.loads(d)["node_id"] for k, t, d in after if k == "unit_placed"}
+    failed = {t for k, t, _ in after if k == "server_start_failed"}
+    assert len(placed) >= 4 and len(placed) + len(failed) == 6  # a GPU may free up in time
+    assert victim not in placed.values()
+    seqs: dict[str, list[int]] = {}
+    for target, seq in query(db, "SELECT target, seq FROM generations WHERE run_id = ?", graph):
+        seqs.setdefault(target, []).append(seq)
+    for target, numbers in seqs.items():
+        base = int(target.split(":")[1]) * 10**12
+        assert sorted(numbers) == list(range(base, base + len(numbers))), target
+        assert len(numbers) == 10 if target in placed else len(numbers) <= 10, target
+
+
+def _wait_for_rows(db: Path, label: str, count: int) -> None:
+    deadline = time.monotonic() + 120
+    sql = "SELECT COUNT(*) FROM generations g JOIN runs r USING (run_id) WHERE r.label = ?"
+    while query(db, sql, label)[0][0] < count:
+        assert time.monotonic() < deadline, f"no {label} rows in time"
+        time.sleep(0.3)
 
 
 def _remove_a_worker_node_once_it_serves(cluster: Any, db: Path) -> tuple[str, list[str]]:
@@ -185,6 +228,7 @@ def _remove_a_worker_node_once_it_serves(cluster: Any, db: Path) -> tuple[str, l
     its node id and the units it held."""
     workers = {node.node_id: node for node in cluster.list_all_nodes() if not node.head}
     deadline = time.monotonic() + 120
+    by_node: dict[str, list[str]] = {}
     while time.monotonic() < deadline:
         time.sleep(0.5)
         if not db.exists():
@@ -195,7 +239,7 @@ def _remove_a_worker_node_once_it_serves(cluster: Any, db: Path) -> tuple[str, l
             workers.pop(json.loads(data)["driver_node_id"], None)
         placed = query(db, "SELECT target, data FROM events WHERE kind = 'unit_placed'")
         rows = dict(query(db, "SELECT target, COUNT(*) FROM generations GROUP BY 1"))
-        by_node: dict[str, list[str]] = {}
+        by_node = {}
         for target, data in placed:
             by_node.setdefault(json.loads(data)["node_id"], []).append(target)
         for node_id, targets in by_node.items():
