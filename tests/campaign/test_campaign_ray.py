@@ -78,6 +78,12 @@ def test_the_readme_fleet_command_runs_six_units_per_config_each_on_its_recorded
     lines = report.stdout.split("placement (Ray node and GPU of each unit):")[1].splitlines()
     shown = [line.strip() for line in lines if line.strip()]
     assert len(shown) == 12 and all(" (node " in line and " GPU " in line for line in shown)
+    document = json.loads(
+        soakgate("report", "fleet.sqlite", "--format", "json", cwd=tmp_path).stdout
+    )
+    assert {(p["label"], p["target"]) for p in document["placement"]} == {
+        (label, f"cuda:{i}") for label in ("eager", "graph") for i in range(6)
+    }
     print(f"fleet campaign end to end: {time.monotonic() - started:.1f} s")
 
 
@@ -129,7 +135,7 @@ def cluster() -> Any:
     from ray.cluster_utils import Cluster
 
     args = {"num_cpus": 1, "num_gpus": 2, "node_ip_address": LOOPBACK}
-    made = Cluster(initialize_head=True, head_node_args=args)
+    made = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     try:
         for _ in range(2):
             made.add_node(**args)

@@ -145,7 +145,8 @@ def _start_local(ray: Any, nodes: int, gpus_per_node: int) -> Any:
     # One logical CPU per node: instances reserve none, and Ray starts no idle workers for more.
     # On loopback only: a cluster for trying soakgate out talks to nothing but this machine.
     args: dict[str, Any] = {"num_cpus": 1, "num_gpus": gpus_per_node, "node_ip_address": LOOPBACK}
-    cluster = Cluster(initialize_head=True, head_node_args=args)
+    # No dashboard: soakgate reads the cluster through Ray's API, and it is one process less.
+    cluster = Cluster(initialize_head=True, head_node_args={**args, "include_dashboard": False})
     for _ in range(nodes - 1):
         cluster.add_node(**args)
     cluster.wait_for_nodes()

@@ -72,6 +72,7 @@ class UnitHost:
         self._store: OutboxStore | None = None
         self._writer: ObservingWriter | None = None
         self._stop: asyncio.Event | None = None
+        self._stopped = False
 
     def where(self) -> dict[str, Any]:
         """The node this actor runs on and the GPUs Ray gave it."""
@@ -84,6 +85,8 @@ class UnitHost:
     async def run(self, order: UnitOrder) -> UnitReport:
         """Start the server on the assigned GPU(s), guard and soak it, stop it."""
         self._stop = asyncio.Event()
+        if self._stopped:  # a stop that came before the soak began still counts
+            self._stop.set()
         gpus = self.where()["gpu_ids"]
         device = Device(order.device.vendor, ",".join(gpus) or order.device.index,
                         order.device.name)  # fmt: skip
@@ -118,6 +121,7 @@ class UnitHost:
 
     def stop(self) -> None:
         """Stop the soak (the campaign was interrupted); in-flight requests finish as usual."""
+        self._stopped = True
         if self._stop is not None:
             self._stop.set()
 

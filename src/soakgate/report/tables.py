@@ -220,12 +220,13 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
-        "placement": [dataclasses.asdict(p) for p in placements(analysis)],
         "events": [
             {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
             for e in analysis.events
         ],
     }
+    if placed := placements(analysis):  # a Ray campaign: the node of each unit
+        document["placement"] = [dataclasses.asdict(p) for p in placed]
     return json.dumps(document, indent=2, default=str)
 
 
