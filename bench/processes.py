@@ -130,23 +130,32 @@ def prompt_heterogeneity(prompts: int = 300, shape: float = 0.3) -> Generator:
     return generate
 
 
+def drift_log_rate(
+    rng: np.random.Generator, reps: int, n: int, correlation: int, spread: float
+) -> npt.NDArray[np.float64]:
+    """reps x n log multipliers of the rate: an Ornstein-Uhlenbeck process from 0 at the run's
+    start (correlation time `correlation` requests, stationary sd `spread`), evaluated every
+    100 requests, each centred so the multiplier's mean is 1 at every request."""
+    step = 100  # the drift is smooth: evaluate it every 100 requests
+    points = -(-n // step)
+    keep = np.exp(-step / correlation)
+    noise = rng.standard_normal((reps, points)) * spread * np.sqrt(1.0 - keep * keep)
+    level = np.empty((reps, points))
+    level[:, 0] = noise[:, 0]
+    for i in range(1, points):
+        level[:, i] = keep * level[:, i - 1] + noise[:, i]
+    variance = spread * spread * (1.0 - keep ** (2.0 * np.arange(1, points + 1)))
+    log_rate: npt.NDArray[np.float64] = np.repeat(level - variance / 2.0, step, axis=1)[:, :n]
+    return log_rate
+
+
 def slow_drift(correlation: int = 20_000, spread: float = 0.4) -> Generator:
     """The log rate wanders from the run's start as an Ornstein-Uhlenbeck process (correlation
     time `correlation` requests, stationary standard deviation `spread`), independently in each
     run: both arms start at the same rate and drift apart, as servers do over hours."""
 
     def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
-        step = 100  # the drift is smooth: evaluate it every 100 requests
-        points = -(-n // step)
-        keep = np.exp(-step / correlation)
-        noise = rng.standard_normal((reps, points)) * spread * np.sqrt(1.0 - keep * keep)
-        level = np.empty((reps, points))
-        level[:, 0] = noise[:, 0]
-        for i in range(1, points):
-            level[:, i] = keep * level[:, i - 1] + noise[:, i]
-        variance = spread * spread * (1.0 - keep ** (2.0 * np.arange(1, points + 1)))
-        log_rate = np.repeat(level - variance / 2.0, step, axis=1)[:, :n]
-        return _bernoulli(rng, rate * np.exp(log_rate))
+        return _bernoulli(rng, rate * np.exp(drift_log_rate(rng, reps, n, correlation, spread)))
 
     generate.__name__ = "slow_drift"
     return generate

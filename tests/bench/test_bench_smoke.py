@@ -118,9 +118,42 @@ def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> N
     assert len(rows) >= 4 and all("±" in row for row in rows[1:])
 
 
+def test_bench_drift_window_prints_how_far_apart_drifting_servers_are() -> None:
+    out = run_bench("bench_drift_window.py", "--reps", "4", "--ratio-reps", "200")
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("drift")]
+    assert [row[:2] for row in rows] == [
+        ["drift", "13,000"], ["drift", "40,000"], ["drift-strong", "13,000"],
+        ["drift-strong", "40,000"],
+    ]  # fmt: skip
+    for row in rows:
+        beyond_12, beyond_15 = float(row[2]), float(row[3])
+        assert 0.0 <= beyond_15 <= beyond_12 <= 100.0 and row[5] == "±"
+    assert float(rows[3][2]) > float(rows[0][2])  # the stronger, longer drift is further apart
+
+
 def test_bench_report_prints_every_command_the_html_size_and_the_floor() -> None:
     out = run_bench("bench_report.py", "--sizes", "1000", timeout_s=240)
     for label in ("report ", "report --html", "compare ", "export parquet", "HTML size"):
         assert label in out, out
     assert "x the floor" in out or "sqlite3 command line not found" in out
     assert "load average" in out
+
+
+@pytest.mark.slow
+def test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_shape() -> None:
+    out = run_bench(
+        "bench_capacity.py", "--shapes", "2x4,3x2", "--mocks", "2", "--seconds", "2",
+        "--warmup", "0.5", "--max-tokens", "16",
+    )  # fmt: skip
+    assert "CPU-ms/req" in out and "in-flight" in out and "load average" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("2x4 ", "3x2 "))]
+    assert [row[0] for row in rows] == ["2x4", "3x2"], out
+    for shape, mocks, asked, in_flight, lowest, rate, cpu, spread, client, rss, *rest in rows:
+        mock_max, mock_total, stored, errors = rest
+        assert int(mocks) == 2 and int(asked) == {"2x4": 8, "3x2": 6}[shape]
+        assert [float(x) for x in spread.split("-")] == [float(cpu)] * 2  # one round
+        assert 0 < float(in_flight) <= int(asked) and 0 <= int(lowest) <= float(in_flight)
+        assert float(rate) > 0 and 0 < float(cpu) < 1000 and float(client.rstrip("%")) > 0
+        assert float(rss) > 10 and float(mock_max.rstrip("%")) <= float(mock_total.rstrip("%"))
+        assert int(stored) >= float(rate) and int(errors) == 0
+    assert out.count("one core of client completes at most") == 2

@@ -127,3 +127,47 @@ def test_unbounded_config_and_missing_tables_are_rejected(tmp_path: Path) -> Non
         load_campaign(_write(tmp_path, "name = "))
     with pytest.raises(ConfigError, match="cannot read"):
         load_campaign(tmp_path / "absent.toml")
+
+
+def test_environment_values_are_filled_per_instance_and_braces_can_be_doubled(
+    tmp_path: Path,
+) -> None:
+    from soakgate.campaign.launch import launch_spec
+
+    text = GOOD.replace(
+        'env = {VLLM_LOGGING_LEVEL = "INFO", FLAG = true}',
+        'env = {VLLM_CACHE_ROOT = "{log_dir}/{instance}/cache", JSON = "{{\\"gpu\\": {device}}}"}',
+    ).replace(
+        'flags = "--enforce-eager"', 'flags = "--enforce-eager"\nenv = {TAG = "{label}-{port}"}'
+    )
+    campaign = load_campaign(_write(tmp_path, text))
+    eager = campaign.configs[0]
+    specs = [
+        launch_spec(campaign, eager, d, i, tmp_path / "b") for i, d in enumerate(campaign.devices)
+    ]
+    assert [s.env["VLLM_CACHE_ROOT"] for s in specs] == [
+        f"{tmp_path}/b/cuda:0/cache", f"{tmp_path}/b/gpu1/cache",
+    ]  # fmt: skip
+    assert [s.env["JSON"] for s in specs] == ['{"gpu": 0}', '{"gpu": 1}']
+    assert [s.env["TAG"] for s in specs] == [f"eager-{s.url.rsplit(':', 1)[1]}" for s in specs]
+
+
+@pytest.mark.parametrize(
+    ("env", "where"),
+    [
+        (
+            '[server.env]\nCACHE = "/c/{instnace}"',
+            "server.env CACHE uses unknown placeholder(s) {instnace}",
+        ),
+        ('[server.env]\nX = "{flags}"', "server.env X uses unknown placeholder(s) {flags}"),
+        ('[server.env]\nX = "{"', "server.env X cannot be parsed"),
+    ],
+)
+def test_a_bad_placeholder_in_an_environment_value_is_one_line(
+    tmp_path: Path, env: str, where: str
+) -> None:
+    text = f'devices = ["cpu:0"]\n[server]\ncommand = "srv {{port}}"\n{env}\n'
+    text += '[[configs]]\nlabel = "a"\n[load]\nrequests = 5\n'
+    with pytest.raises(ConfigError, match=r"\(write \{\{ and \}\} for braces\)") as error:
+        load_campaign(_write(tmp_path, text))
+    assert str(error.value).startswith(where) and "\n" not in str(error.value)

@@ -54,6 +54,10 @@ DEMO = "tests/cli/test_demo_and_interrupt.py::test_demo_reports_an_exact_match"
 LLAMA = "tests/realservers/test_llamacpp.py::test_soak_parses_usage_and_logprob_token_ids"
 VLLM = "tests/realservers/test_vllm.py::test_campaign_eager_vs_compiled"
 VLLM_CONTROL = "tests/realservers/test_vllm.py::test_positive_control_dropped_op"
+CUDA_EXAMPLE = (
+    "tests/campaign/test_vllm_cuda_example.py::"
+    "test_the_example_runs_eight_gpus_against_a_vllm_that_keeps_vllms_memory_rules"
+)
 GPU = "tests/realservers/test_gpu_scripts.py::test_transformers_serve_campaign_on_a_gpu"
 PREREGISTERED = (
     "tests/load/test_readme_workflow.py::test_plan_run_until_verdict_compare_as_the_readme_shows"
@@ -223,6 +227,11 @@ COMMANDS: dict[str, Entry] = {
     "soakgate campaign examples/vllm-cpu-dropped-op-campaign.toml --db ~/soakgate-runs/control.sqlite": Covered(
         VLLM_CONTROL, "vllm"
     ),
+    # docs/campaigns.md: eight vLLMs on an 8-GPU node (a stand-in vllm keeps vLLM's memory rules)
+    "soakgate campaign examples/vllm-cuda-campaign.toml --db ~/soakgate-runs/vllm-cuda.sqlite": (
+        Covered(CUDA_EXAMPLE)
+    ),
+    "soakgate compare ~/soakgate-runs/vllm-cuda.sqlite eager compiled": Covered(CUDA_EXAMPLE),
     "python -m pytest -m vllm": Collect(),
     "python -m vllm.entrypoints.openai.api_server --help": Covered(VLLM, "vllm"),
     "python -m vllm.entrypoints.openai.api_server": Covered(VLLM, "vllm"),
@@ -284,6 +293,10 @@ COMMANDS: dict[str, Entry] = {
     "soakgate audit verify MODULE[:ns::op] --inputs SPEC": Covered(
         "tests/audit/test_verify_cwd.py::test_verify_imports_a_module_from_the_current_folder",
         "torch",
+    ),
+    "python bench/bench_capacity.py --rounds 3": Covered(
+        "tests/bench/test_bench_smoke.py::"
+        "test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_shape"
     ),
     "python bench/bench_audit.py [--macros]": Covered(
         "tests/bench/test_bench_smoke.py::test_bench_audit_prints_the_scan_time_and_finds_every_op"

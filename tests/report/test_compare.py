@@ -66,7 +66,9 @@ def test_one_run_per_arm_is_judged_by_batch_means_whatever_the_clustering_tests_
 ) -> None:
     assert main(["compare", str(two_label_db), "eager@gpu0", "graph@gpu0", *FAST_ARGS]) == 0
     out = capsys.readouterr().out
-    assert "verdict test: batch_means, because one run per arm: batch-means t(" in out
+    # 7 + few collapses: the check is judged at its sparse level and may withhold the verdict,
+    # but the test is the batch means either way
+    assert "verdict test: batch_means, because " in out and "(batch_means p = " in out
     assert "design: one run per arm (1 + 1 run(s) of a target)" in out
     assert "clustering (descriptive; the verdict does not depend on it)" in out
     assert "long-range design effect" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from soakgate.errors import ServerError, TargetError
 from soakgate.prompts import Prompt
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance, free_port, render_command
-from soakgate.servers.command import Device
+from soakgate.servers.command import Device, render_env
 from soakgate.store import BatchWriter
 from soakgate.targets import Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
@@ -38,9 +39,9 @@ def launch_spec(
         "label": config.label, "instance": name, "host": server.host,
     }  # fmt: skip
     host = f"[{server.host}]" if ":" in server.host else server.host
+    env = {**render_env(server.env, values), **render_env(config.env, values), **device.env()}
     return LaunchSpec(
-        name=name, argv=render_command(server.command, values),
-        env={**server.env, **config.env, **device.env()}, url=f"http://{host}:{port}",
+        name=name, argv=render_command(server.command, values), env=env, url=f"http://{host}:{port}",
         log_dir=log_dir, health_paths=server.health_paths, stop_grace_s=server.stop_grace_s,
     )  # fmt: skip
 
@@ -55,9 +56,28 @@ class Launcher:
         self.campaign, self.run, self.writer = campaign, run, writer
         self.request, self.prompts = request, list(prompts)
         self.models: dict[str, str] = {}
+        self._device_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._failed_exit: dict[str, int | None] = {}
 
     async def bring_up(self, instance: ServerInstance) -> None:
-        """Launch, wait until healthy (bounded), warm up; ServerError on any failure."""
+        """Launch, wait until healthy (bounded), warm up; ServerError on any failure.
+
+        Instances pinned to a common device start one at a time (first starts and the guard's
+        restarts alike), and one that fails is stopped before the next starts: vLLM sizes its
+        KV cache from the whole device's free memory while it starts, so a neighbour loading or
+        freeing memory then is charged to it (vllm-project/vllm#55827, #56830) and one of them
+        fails or starts with a shrunken cache."""
+        async with contextlib.AsyncExitStack() as held:
+            for key in _device_keys(instance):
+                await held.enter_async_context(self._device_locks.setdefault(key, asyncio.Lock()))
+            try:
+                await self._bring_up(instance)
+            except ServerError:
+                self._failed_exit[instance.name] = instance.poll()  # its own, before we stop it
+                await instance.stop()
+                raise
+
+    async def _bring_up(self, instance: ServerInstance) -> None:
         server = self.campaign.server
         instance.launch()
         self._event("server_started", instance, pid=instance.pid, argv=instance.spec.argv,
@@ -77,7 +97,8 @@ class Launcher:
             await self.bring_up(instance)
         except ServerError as exc:
             self._event("server_start_failed", instance, error=str(exc),
-                        exit_code=instance.poll(), incarnation=instance.incarnation,
+                        exit_code=self._failed_exit.pop(instance.name, instance.poll()),
+                        incarnation=instance.incarnation,
                         argv=instance.spec.argv, log_path=str(instance.log_path),
                         log_tail=instance.log_tail(self.campaign.guard.log_tail_chars))  # fmt: skip
             await self.stop(instance)
@@ -118,6 +139,12 @@ class Launcher:
     def _event(self, kind: str, instance: ServerInstance, **data: object) -> None:
         self.writer.add_event(Event(self.run.run_id, time.time(), kind, instance.name, dict(data)))
         self.writer.flush()
+
+
+def _device_keys(instance: ServerInstance) -> list[tuple[str, str]]:
+    """(variable, device) for each device the instance is pinned to, e.g. `cuda:0,1` gives two;
+    sorted, so instances that share devices take their locks in one order (no deadlock)."""
+    return sorted({(k, part) for k, v in _pins(instance).items() for part in v.split(",")})
 
 
 def _pins(instance: ServerInstance) -> dict[str, str]:

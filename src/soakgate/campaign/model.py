@@ -13,7 +13,7 @@ from soakgate.campaign.fields import Table
 from soakgate.errors import ConfigError
 from soakgate.guard.patterns import DEFAULT_FATAL_PATTERNS, compile_patterns
 from soakgate.guard.settings import GuardSettings
-from soakgate.servers.command import Device, check_flags, check_template
+from soakgate.servers.command import Device, check_env, check_flags, check_template
 from soakgate.servers.instance import DEFAULT_HEALTH_PATHS
 
 ORDERS = ("sequential", "interleaved")
@@ -199,6 +199,7 @@ def _server(table: Table) -> ServerTemplate:
         base_port=base_port, env=table.env("env"),
     )  # fmt: skip
     table.done()
+    check_env(server.env, "server.env")
     return server
 
 
@@ -264,6 +265,7 @@ def _config(
     entry = ConfigEntry(label=label, flags=table.text("flags", ""), env=table.env("env"),
                         requests=requests, duration_s=duration, plan=plan)  # fmt: skip
     table.done()
+    check_env(entry.env, f"env of config {label!r}:")
     return entry
 
 

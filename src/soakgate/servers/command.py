@@ -81,6 +81,35 @@ def check_template(
         raise ConfigError(f"{what} uses unknown placeholder(s) {used}; known: {names}")
 
 
+def check_env(env: Mapping[str, str], where: str) -> None:
+    """Raise ConfigError when an environment value uses an unknown placeholder or stray braces.
+
+    Values are templates like flags (`{instance}`, `{log_dir}` ...), so a per-instance path such
+    as a compile cache is one line; `{{` and `}}` are literal braces."""
+    for name, value in env.items():
+        what = f"{where} {name}"
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
+        except ValueError as exc:
+            braces = "(write {{ and }} for braces)"
+            raise ConfigError(f"{what} cannot be parsed: {exc} {braces}") from None
+        unknown = sorted(f for f in fields if f not in PLACEHOLDERS_IN_FLAGS)
+        if unknown:
+            used = ", ".join("{" + u + "}" for u in unknown)
+            names = ", ".join("{" + p + "}" for p in PLACEHOLDERS_IN_FLAGS)
+            raise ConfigError(
+                f"{what} uses unknown placeholder(s) {used}; known: {names} "
+                "(write {{ and }} for braces)"
+            )
+
+
+def render_env(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
+    """An instance's environment: each value filled like a flag (checked by `check_env`)."""
+    flag_values = {k: v for k, v in values.items() if k != "flags"}
+    check_env(env, "env")
+    return {name: value.format_map(flag_values) for name, value in env.items()}
+
+
 def check_flags(flags: str, label: str) -> None:
     """Raise ConfigError when a config's flags are malformed or use an unknown placeholder."""
     if flags.strip():

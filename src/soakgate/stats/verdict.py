@@ -7,7 +7,8 @@ The design, not a clustering pre-test, decides which test the verdict rests on:
   happens inside a block, as long as each block starts from a fresh state.
 - **one run per arm**: a Welch t over 12 long batches per arm. It is valid when failures
   forget their past within a batch; when counts in neighbouring stretches of the run are
-  correlated (an exact permutation check), the run cannot resolve its own dependence and the
+  correlated (an exact permutation check, at a level that is stricter the fewer failures the
+  pair has: `dependence.check_level`), the run cannot resolve its own dependence and the
   verdict is INDETERMINATE, never DIFFER.
 - **counts only** (no time order): the exact conditional test, assuming independence.
 
@@ -135,7 +136,8 @@ def _one_run_verdict(
         verdict = INDETERMINATE
         reason = (
             f"counts in neighbouring stretches of {stretch} requests are correlated "
-            f"(permutation p={check.p_value:.3g}): one run per arm cannot resolve this "
+            f"(permutation p={check.p_value:.3g} <= {check.level:.2g}): one run per arm cannot "
+            "resolve this "
             f"dependence, so it cannot separate the arms; the evidence is worth about "
             f"{_per_arm(a, b) / effect:,.0f} independent requests per arm. Run longer, or "
             "replicate with restarts (blocks: soakgate plan --blocks, then a campaign)"
@@ -145,7 +147,7 @@ def _one_run_verdict(
         reason = (
             f"one run per arm{runs_note}: batch-means t({result.df:.1f}) over {result.note}, "
             f"p={result.p_value:.4g} vs alpha {alpha:g}; no correlation between stretches of "
-            f"{stretch} requests (permutation p={check.p_value:.3g})"
+            f"{stretch} requests (permutation p={check.p_value:.3g} > {check.level:.2g})"
         )
     return Verdict(
         verdict, result.p_value, result.name, ONE_RUN, _per_arm(a, b) / effect, alpha,
