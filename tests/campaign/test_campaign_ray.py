@@ -129,9 +129,9 @@ telemetry = false
 
 
 @pytest.fixture
-def cluster() -> Any:
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Any:
     """A 3-node Ray cluster with 2 logical GPUs per node, on loopback, owned by the test."""
-    os.environ[LOOPBACK_SWITCH] = "0"  # before Ray is imported: it keeps to 127.0.0.1
+    monkeypatch.setenv(LOOPBACK_SWITCH, "0")  # before Ray is imported: it keeps to 127.0.0.1
     from ray.cluster_utils import Cluster
 
     args = {"num_cpus": 1, "num_gpus": 2, "node_ip_address": LOOPBACK}
