@@ -47,46 +47,6 @@ def _check_rows_against_truth(db: Path, logs: Path) -> None:
         assert bool(collapsed) == bool(truth[request_id]["injected"]), request_id
 
 
-def test_the_readme_fleet_command_runs_six_units_per_config_each_on_its_recorded_node(
-    tmp_path: Path,
-) -> None:
-    started = time.monotonic()
-    result = soakgate("campaign", str(FLEET), "--db", "fleet.sqlite", cwd=tmp_path, timeout=280)
-    assert result.returncode == 0, result.stdout + result.stderr
-    db = tmp_path / "fleet.sqlite"
-    runs = dict(query(db, "SELECT run_id, label FROM runs"))
-    assert sorted(runs.values()) == ["eager", "graph"]
-    per_unit = query(db, "SELECT run_id, target, COUNT(*) FROM generations GROUP BY 1, 2")
-    assert sorted((runs[r], t, n) for r, t, n in per_unit) == [
-        (label, f"cuda:{i}", 25) for label in ("eager", "graph") for i in range(6)
-    ]
-    placed = query(db, "SELECT run_id, target, data FROM events WHERE kind = 'unit_placed'")
-    nodes: dict[str, Counter[str]] = {}
-    for run_id, _target, data in placed:
-        where = json.loads(data)
-        assert where["hostname"] and len(where["gpu_ids"]) == 1
-        nodes.setdefault(runs[run_id], Counter())[where["node_id"]] += 1
-    assert len(placed) == 12  # each unit once: no node was lost
-    for label, count in nodes.items():  # 3 nodes x 2 GPUs: two units on each node
-        assert sorted(count.values()) == [2, 2, 2], (label, count)
-    _check_rows_against_truth(db, tmp_path / "fleet.logs")
-    collapses = dict(query(db, "SELECT r.label, SUM(g.collapsed) FROM generations g "
-                               "JOIN runs r USING (run_id) GROUP BY 1"))  # fmt: skip
-    assert collapses["graph"] > collapses["eager"]  # 8 % against 2 % injected
-    report = soakgate("report", "fleet.sqlite", cwd=tmp_path, env={"COLUMNS": "200"})
-    assert report.returncode == 0, report.stderr
-    lines = report.stdout.split("placement (Ray node and GPU of each unit):")[1].splitlines()
-    shown = [line.strip() for line in lines if line.strip()]
-    assert len(shown) == 12 and all(" (node " in line and " GPU " in line for line in shown)
-    document = json.loads(
-        soakgate("report", "fleet.sqlite", "--format", "json", cwd=tmp_path).stdout
-    )
-    assert {(p["label"], p["target"]) for p in document["placement"]} == {
-        (label, f"cuda:{i}") for label in ("eager", "graph") for i in range(6)
-    }
-    print(f"fleet campaign end to end: {time.monotonic() - started:.1f} s")
-
-
 FAULT_CAMPAIGN = """
 name = "lost-node"
 order = "sequential"
@@ -318,3 +278,45 @@ def _fleet_with(folder: Path, cluster_table: str) -> Path:
     path = folder / "fleet.toml"
     path.write_text(f"{head}[cluster]\n{cluster_table}\n{rest}")
     return path
+
+
+# Last in the file: pytest-xdist hands out tests in file order, so the two slow tests that each
+# start a Ray cluster land on different workers and overlap.
+def test_the_readme_fleet_command_runs_six_units_per_config_each_on_its_recorded_node(
+    tmp_path: Path,
+) -> None:
+    started = time.monotonic()
+    result = soakgate("campaign", str(FLEET), "--db", "fleet.sqlite", cwd=tmp_path, timeout=280)
+    assert result.returncode == 0, result.stdout + result.stderr
+    db = tmp_path / "fleet.sqlite"
+    runs = dict(query(db, "SELECT run_id, label FROM runs"))
+    assert sorted(runs.values()) == ["eager", "graph"]
+    per_unit = query(db, "SELECT run_id, target, COUNT(*) FROM generations GROUP BY 1, 2")
+    assert sorted((runs[r], t, n) for r, t, n in per_unit) == [
+        (label, f"cuda:{i}", 25) for label in ("eager", "graph") for i in range(6)
+    ]
+    placed = query(db, "SELECT run_id, target, data FROM events WHERE kind = 'unit_placed'")
+    nodes: dict[str, Counter[str]] = {}
+    for run_id, _target, data in placed:
+        where = json.loads(data)
+        assert where["hostname"] and len(where["gpu_ids"]) == 1
+        nodes.setdefault(runs[run_id], Counter())[where["node_id"]] += 1
+    assert len(placed) == 12  # each unit once: no node was lost
+    for label, count in nodes.items():  # 3 nodes x 2 GPUs: two units on each node
+        assert sorted(count.values()) == [2, 2, 2], (label, count)
+    _check_rows_against_truth(db, tmp_path / "fleet.logs")
+    collapses = dict(query(db, "SELECT r.label, SUM(g.collapsed) FROM generations g "
+                               "JOIN runs r USING (run_id) GROUP BY 1"))  # fmt: skip
+    assert collapses["graph"] > collapses["eager"]  # 8 % against 2 % injected
+    report = soakgate("report", "fleet.sqlite", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.split("placement (Ray node and GPU of each unit):")[1].splitlines()
+    shown = [line.strip() for line in lines if line.strip()]
+    assert len(shown) == 12 and all(" (node " in line and " GPU " in line for line in shown)
+    document = json.loads(
+        soakgate("report", "fleet.sqlite", "--format", "json", cwd=tmp_path).stdout
+    )
+    assert {(p["label"], p["target"]) for p in document["placement"]} == {
+        (label, f"cuda:{i}") for label in ("eager", "graph") for i in range(6)
+    }
+    print(f"fleet campaign end to end: {time.monotonic() - started:.1f} s")
