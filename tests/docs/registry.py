@@ -64,6 +64,10 @@ PREREGISTERED = (
 )
 PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_sizes_with_the_long_range_design_effect"
 RESUME = "tests/load/test_resume_settings.py::test_resume_refuses_differing_flags_then_continues_with_the_stored_settings"
+RAY_FLEET = (
+    "tests/campaign/test_campaign_ray.py::"
+    "test_the_readme_fleet_command_runs_six_units_per_config_each_on_its_recorded_node"
+)
 CAMPAIGN_RESUME = "tests/campaign/test_campaign_resume.py::test_sigkill_then_resume_reruns_nothing_and_loses_nothing"
 INDEXED_JOB = "tests/store/test_merge.py::test_the_indexed_job_recipe_runs_as_documented"
 EXTRAS = "tests/docs/test_documented_commands.py::test_documented_pip_extras_exist"
@@ -92,7 +96,7 @@ SHORT = (("--duration 2h", "--duration 3s"), ("--max-tokens 512", "--max-tokens 
 
 COMMANDS: dict[str, Entry] = {
     # README.md: quick start
-    "pip install -e '.[dev,torch,llamacpp,nvml]'": Covered(EXTRAS),
+    "pip install -e '.[dev,torch,llamacpp,nvml,ray]'": Covered(EXTRAS),
     "pip install -e .": Covered(EXTRAS),
     "soakgate demo": Covered(DEMO),
     "soakgate report soakgate-demo.sqlite --html report.html": Run(creates=("report.html",)),
@@ -125,6 +129,7 @@ COMMANDS: dict[str, Entry] = {
         "tests/load/test_kill_and_resume.py::test_kill_9_loses_at_most_a_second_and_resume_completes"
     ),
     # README.md: campaigns, sweeps, probes
+    "soakgate campaign examples/ray-mock-fleet.toml --db fleet.sqlite": Covered(RAY_FLEET),
     "soakgate campaign examples/mock-campaign.toml --db /tmp/mock-campaign.sqlite": Run(
         (("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),),
         creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
@@ -182,6 +187,8 @@ COMMANDS: dict[str, Entry] = {
     "soakgate mock-server --help": Run(),
     # README.md and docs/real-servers.md: llama.cpp
     "pip install -e '.[llamacpp]'": Covered(EXTRAS),
+    "pip install -e '.[ray]'": Covered(EXTRAS),
+    "soakgate report fleet.sqlite": Covered(RAY_FLEET),
     "python scripts/make_gguf.py /tmp/tiny-llama-8k.gguf": Covered(LLAMA, "llamacpp"),
     "python -m soakgate.servers.llamacpp --model /tmp/tiny-llama-8k.gguf --port 8090 --parallel 8 "
     "--threads 1 &": Covered(LLAMA, "llamacpp"),

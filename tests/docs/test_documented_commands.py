@@ -228,7 +228,7 @@ def test_documented_pip_extras_exist() -> None:
 def test_ci_runs_the_suite() -> None:
     """`bash .ci/run` installs the README's extras and runs the README's test command."""
     script = (REPO / ".ci" / "run").read_text()
-    assert "pip install -q -e '.[dev,torch,llamacpp,nvml]'" in script
+    assert "pip install -q -e '.[dev,torch,llamacpp,nvml,ray]'" in script
     assert re.search(r"^python -m pytest$", script, re.M)
 
 

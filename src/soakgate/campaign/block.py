@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.launch import Launcher, launch_spec, start_all
-from soakgate.campaign.model import Campaign
+from soakgate.campaign.model import Campaign, ConfigEntry
 from soakgate.campaign.reference import reference_specs, start_differential
 from soakgate.campaign.soakcfg import block_run, soak_config
 from soakgate.campaign.state import next_incarnation
@@ -24,7 +24,7 @@ from soakgate.load.preregistration import register_plan
 from soakgate.load.runner import SoakConfig, store_failed
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
-from soakgate.servers import ServerInstance
+from soakgate.servers import LaunchSpec, ServerInstance
 from soakgate.store import BatchWriter, Store
 from soakgate.store.unstored import Sidecar
 from soakgate.targets import TargetSpec
@@ -57,50 +57,44 @@ class BlockContext:
     on_tick: Callable[[dict[str, TargetTally], float], None] | None = None
     on_event: Callable[[str, Event], None] | None = None
     """Shown each event of a block with the block's label (live metrics)."""
+    engine: BlockSoak | None = None
+    """How a block's instances run and are soaked (None: local subprocesses)."""
+
+
+@dataclass(slots=True)
+class OpenBlock:
+    """A block's run record and its one writer, set up alike for every engine."""
+
+    config: ConfigEntry
+    cfg: SoakConfig
+    run: Run
+    resumed: bool
+    writer: ObservingWriter
+    ledger: FaultLedger
+    log_dir: Path
+    specs: list[LaunchSpec]
+    """The local engine's launch specs of the block's targets (one per device)."""
+
+
+BlockSoak = Callable[[BlockContext, Block, OpenBlock], Awaitable[BlockResult]]
+"""An engine: runs an opened block's instances and soak, every row through `OpenBlock.writer`."""
 
 
 async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockResult:
     """Run (or continue, when `run` is given) one block to its end."""
-    campaign = ctx.campaign
-    config = next(c for c in campaign.configs if c.label == block.label)
-    log_dir = ctx.logs / f"{block.index:03d}-{_safe(block.label)}-r{block.repetition}"
-    specs = [launch_spec(campaign, config, d, i, log_dir) for i, d in enumerate(campaign.devices)]
-    references = reference_specs(campaign, config, log_dir)
-    targets = [TargetSpec(s.url, s.name, model=campaign.server.model or None) for s in specs]
-    target_names = {t.name for t in targets}
-    soak_cfg = soak_config(campaign, config, block, targets, ctx.db)
-    resumed = run is not None
-    run = run or block_run(soak_cfg, campaign, config, block)
-    if not resumed and config.plan is not None:  # into the ledger before any request is sent
-        register_plan(ctx.store, config.plan, run, [block.label])
-    instances = [ServerInstance(s, next_incarnation(ctx.store, run if resumed else None, s.name))
-                 for s in [*specs, *references.values()]]  # fmt: skip
-    ledger = FaultLedger()
-    writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
-    if ctx.on_event is not None:
-        writer.on_event = functools.partial(ctx.on_event, block.label)
+    opened = _open(ctx, block, run)
+    writer, run = opened.writer, opened.run
     sidecar = writer.spill = Sidecar(ctx.db, run)
-    run.status, run.ended_at = "running", None
     ctx.store.save_run(run)
-    if resumed:
-        _replay_faults(ctx.store, run, ledger)
-    writer.add_event(_event(run, "resumed" if resumed else "block_started", block,
-                            devices=[d.name for d in campaign.devices]))  # fmt: skip
-    if warning := budget_warning(soak_cfg.detectors, soak_cfg.request.max_tokens):
+    if opened.resumed:
+        _replay_faults(ctx.store, run, opened.ledger)
+    writer.add_event(_event(run, "resumed" if opened.resumed else "block_started", block,
+                            devices=[d.name for d in ctx.campaign.devices]))  # fmt: skip
+    if warning := budget_warning(opened.cfg.detectors, opened.cfg.request.max_tokens):
         writer.add_event(_event(run, "detector_budget", block, message=warning))
-    launcher = Launcher(campaign, run, writer, soak_cfg.request, soak_cfg.prompts)
-    result = BlockResult(block, run.run_id, "failed")
     try:
-        up = await start_all(launcher, instances)
-        if any(i.name in target_names for i in up):
-            differential = await start_differential(
-                soak_cfg, run, writer, campaign.reference, references, up, launcher.models
-            )
-            result = await _guarded_soak(ctx, block, run, soak_cfg, launcher, up, ledger,
-                                         differential)  # fmt: skip
-    finally:  # never leave a server running, whatever happened
-        for instance in instances:
-            await launcher.stop(instance)
+        result = await (ctx.engine or _soak_here)(ctx, block, opened)
+    finally:
         if writer.failure is None:
             sidecar.close()
     if writer.failure is not None:  # the database failed: the campaign stops here
@@ -108,6 +102,62 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
         sidecar.close()
         raise error
     _finish(ctx.store, writer, run, block, result)
+    return result
+
+
+def _open(ctx: BlockContext, block: Block, run: Run | None) -> OpenBlock:
+    """The block's config, soak settings, run record (new or continued) and writer."""
+    campaign = ctx.campaign
+    config = next(c for c in campaign.configs if c.label == block.label)
+    log_dir = ctx.logs / f"{block.index:03d}-{_safe(block.label)}-r{block.repetition}"
+    specs = [launch_spec(campaign, config, d, i, log_dir) for i, d in enumerate(campaign.devices)]
+    targets = [TargetSpec(s.url, s.name, model=campaign.server.model or None) for s in specs]
+    soak_cfg = soak_config(campaign, config, block, targets, ctx.db)
+    resumed = run is not None
+    run = run or block_run(soak_cfg, campaign, config, block)
+    if not resumed and config.plan is not None:  # into the ledger before any request is sent
+        register_plan(ctx.store, config.plan, run, [block.label])
+    ledger = FaultLedger()
+    writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
+    if ctx.on_event is not None:
+        writer.on_event = functools.partial(ctx.on_event, block.label)
+    run.status, run.ended_at = "running", None
+    return OpenBlock(config, soak_cfg, run, resumed, writer, ledger, log_dir, specs)
+
+
+async def _soak_here(ctx: BlockContext, block: Block, opened: OpenBlock) -> BlockResult:
+    """The local engine: the instances are subprocesses of this process."""
+    run, cfg = opened.run, opened.cfg
+    references = reference_specs(ctx.campaign, opened.config, opened.log_dir)
+    instances = [ServerInstance(s, next_incarnation(ctx.store, run if opened.resumed else None,
+                                                    s.name))
+                 for s in [*opened.specs, *references.values()]]  # fmt: skip
+    launcher = Launcher(ctx.campaign, run, opened.writer, cfg.request, cfg.prompts)
+    return await soak_instances(ctx, block, run, cfg, launcher, instances, opened.ledger,
+                                references)  # fmt: skip
+
+
+async def soak_instances(
+    ctx: BlockContext, block: Block, run: Run, cfg: SoakConfig, launcher: Launcher,
+    instances: list[ServerInstance], ledger: FaultLedger,
+    references: Mapping[str, LaunchSpec] | None = None,
+) -> BlockResult:  # fmt: skip
+    """Start the instances, soak those that came up with the guard watching, stop them all
+    (here, or on a Ray node for that node's one unit)."""
+    result = BlockResult(block, run.run_id, "failed")
+    target_names = {t.name for t in cfg.targets}
+    try:
+        up = await start_all(launcher, instances)
+        if any(i.name in target_names for i in up):
+            differential = await start_differential(
+                cfg, run, launcher.writer, ctx.campaign.reference, references or {}, up,
+                launcher.models,
+            )  # fmt: skip
+            result = await _guarded_soak(ctx, block, run, cfg, launcher, up, ledger,
+                                         differential)  # fmt: skip
+    finally:  # never leave a server running, whatever happened
+        for instance in instances:
+            await launcher.stop(instance)
     return result
 
 

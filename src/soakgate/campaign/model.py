@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from soakgate.campaign.cluster import ClusterSettings, cluster_settings
 from soakgate.campaign.fields import Table
 from soakgate.errors import ConfigError
 from soakgate.guard.patterns import DEFAULT_FATAL_PATTERNS, compile_patterns
@@ -105,6 +106,8 @@ class Campaign:
     of it per device, and a sampled share of requests is compared with it token by token."""
     reference_fraction: float = 0.03
     """Share of requests sent greedy to both the target and its reference (`[differential]`)."""
+    cluster: ClusterSettings = field(default_factory=ClusterSettings)
+    """Where the instances run (`[cluster]`): local subprocesses, or Ray actors on a cluster."""
 
 
 def load_campaign(path: str | Path) -> Campaign:
@@ -142,6 +145,7 @@ def campaign_from_dict(data: dict[str, Any], path: Path, sha256: str = "") -> Ca
         repetitions=top.integer("repetitions", 1, minimum=1),
         reference=top.optional_str("reference"),
         reference_fraction=_fraction(differential),
+        cluster=cluster_settings(top.table("cluster")),
     )  # fmt: skip
     top.done()
     if differential.data and campaign.reference is None:
@@ -162,6 +166,8 @@ def _check(campaign: Campaign) -> None:
         raise ConfigError(f"devices: names must be unique, got {', '.join(names)}")
     if campaign.reference is not None and campaign.reference not in labels:
         raise ConfigError(f"reference {campaign.reference!r} is not a config label")
+    if campaign.reference is not None and campaign.cluster.engine == "ray":
+        raise ConfigError('reference: not supported with [cluster] engine = "ray" yet')
     if not campaign.name or any(c in campaign.name for c in "/\\:"):
         raise ConfigError(f"name {campaign.name!r} must be non-empty without / \\ or :")
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from soakgate.campaign.block import BlockContext, BlockResult, run_block
+from soakgate.campaign.block import BlockContext, BlockResult, BlockSoak, run_block
 from soakgate.campaign.blocks import Block, plan_blocks
 from soakgate.campaign.model import Campaign, load_campaign
 from soakgate.campaign.soakcfg import check_block_plans
@@ -61,14 +63,25 @@ def run_campaign(
     check_block_plans(campaign)
     blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
                          campaign.repetitions)  # fmt: skip
+    with _engine(campaign) as engine:  # connected (or started) before anything is stored
+        return _run(campaign, blocks, db, resume, allow_foreign_tables, engine,
+                    (on_block, on_tick, on_event))  # fmt: skip
+
+
+def _run(
+    campaign: Campaign, blocks: list[Block], db: str | Path, resume: bool,
+    allow_foreign_tables: bool, engine: BlockSoak | None, hooks: tuple[Any, Any, Any],
+) -> CampaignResult:  # fmt: skip
     store = open_store(db, allow_foreign_tables)
     try:
         begin(store, campaign, blocks, resume)
+        if (describe := getattr(engine, "describe", None)) is not None:  # the Ray cluster
+            run_id = campaign_run_id(campaign.name)
+            store.add([], [Event(run_id, time.time(), "cluster", None, describe())])
         statuses = block_statuses(store, blocks)
         reap_orphans(store, [s.run for s in statuses if s.run is not None and s.outcome is None])
         result = CampaignResult(campaign, blocks, skipped=[s for s in statuses if s.outcome])
-        hooks = (on_block, on_tick, on_event)
-        run_async(_walk(store, Path(db), campaign, statuses, result, *hooks))
+        run_async(_walk(store, Path(db), campaign, statuses, result, *hooks, engine))
         kind = "campaign_interrupted" if result.interrupted else "campaign_completed"
         final = block_statuses(store, blocks)
         result.failures = {
@@ -89,14 +102,15 @@ async def _walk(
     store: Store, db: Path, campaign: Campaign, statuses: list[BlockStatus],
     result: CampaignResult, on_block: Callable[[Block, str], None] | None,
     on_tick: Callable[[dict[str, TargetTally], float], None] | None,
-    on_event: Callable[[str, Event], None] | None = None,
+    on_event: Callable[[str, Event], None] | None = None, engine: BlockSoak | None = None,
 ) -> None:  # fmt: skip
     """Run the blocks that are not done, in plan order, until done or stopped."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    ctx = BlockContext(campaign, store, db, log_root(db, campaign), stop, on_tick, on_event)
+    ctx = BlockContext(campaign, store, db, log_root(db, campaign), stop, on_tick, on_event,
+                       engine)  # fmt: skip
     try:
         for status in statuses:
             if status.outcome or stop.is_set():
@@ -111,3 +125,16 @@ async def _walk(
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+@contextlib.contextmanager
+def _engine(campaign: Campaign) -> Iterator[BlockSoak | None]:
+    """None for the local engine; the Ray engine, connected, for `[cluster] engine = "ray"`
+    (imported only then: soakgate without the `ray` extra never imports Ray)."""
+    if campaign.cluster.engine == "local":
+        yield None
+        return
+    from soakgate.campaign.ray_block import ray_engine
+
+    with ray_engine(campaign) as engine:
+        yield engine

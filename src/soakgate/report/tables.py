@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Sequence
@@ -170,7 +171,19 @@ def render_table(
         )  # fmt: skip
     if analysis.probes is not None:
         _print_probes(analysis, console)
+    _print_placement(analysis, console)
     return console.export_text()
+
+
+def _print_placement(analysis: Analysis, console: Any) -> None:
+    """The node each unit ran on (Ray campaigns)."""
+    from soakgate.report.placement import placement_lines
+
+    lines = placement_lines(analysis)
+    if lines:
+        console.print("placement (Ray node and GPU of each unit):", markup=False, highlight=False)
+    for line in lines:
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_probes(analysis: Analysis, console: Any) -> None:
@@ -197,6 +210,7 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
 
 def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """Verdicts, rows, warnings, probe findings and events as one JSON document."""
+    from soakgate.report.placement import placements
     from soakgate.report.probe_tables import probes_json
     from soakgate.report.verdicts import verdict_dict
 
@@ -211,6 +225,8 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
             for e in analysis.events
         ],
     }
+    if placed := placements(analysis):  # a Ray campaign: the node of each unit
+        document["placement"] = [dataclasses.asdict(p) for p in placed]
     return json.dumps(document, indent=2, default=str)
 
 

@@ -41,6 +41,9 @@ class LaunchSpec:
     """Seconds between SIGTERM and SIGKILL when stopping."""
     log_stem: str = field(default="")
     """File name stem of the logs (default: the name with unsafe characters replaced)."""
+    die_with_parent: bool = False
+    """Linux: the server is killed when the process that started it dies (a Ray actor lost with
+    its node must not leave its server running)."""
 
 
 class ServerInstance:
@@ -78,6 +81,7 @@ class ServerInstance:
                 self._proc = subprocess.Popen(
                     self.spec.argv, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                    preexec_fn=_die_with_parent if self.spec.die_with_parent else None,
                 )  # fmt: skip
             except OSError as exc:
                 raise ServerError(f"{self.name}: cannot run {self.spec.argv[0]!r}: {exc}") from None
@@ -133,6 +137,16 @@ class ServerInstance:
         # Children the server left behind in its group die with it (e.g. engine core workers).
         signal_group(proc.pid, signal.SIGKILL)
         return proc.poll()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG; no
+    library wraps this one call)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
 
 
 async def probe_health(
