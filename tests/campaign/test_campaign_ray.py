@@ -197,7 +197,9 @@ def _remove_a_worker_node_once_it_serves(cluster: Any, db: Path) -> tuple[str, l
     by_node: dict[str, list[str]] = {}
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        if not db.exists():
+        if not db.exists() or not query(
+            db, "SELECT 1 FROM sqlite_master WHERE name IN ('events', 'generations')"
+        ):  # not there yet, or the file is made and its schema not yet committed
             continue
         for (data,) in query(db, "SELECT data FROM events WHERE kind = 'cluster'"):
             # Every node here is 127.0.0.1, so the driver may have joined through a worker's

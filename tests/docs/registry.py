@@ -129,7 +129,7 @@ COMMANDS: dict[str, Entry] = {
         "tests/load/test_kill_and_resume.py::test_kill_9_loses_at_most_a_second_and_resume_completes"
     ),
     # README.md: campaigns, sweeps, probes
-    "soakgate campaign examples/ray-mock-fleet.toml --db fleet.sqlite": Covered(RAY_FLEET),
+    "soakgate campaign examples/ray-mock-fleet.toml --db /tmp/fleet.sqlite": Covered(RAY_FLEET),
     "soakgate campaign examples/mock-campaign.toml --db /tmp/mock-campaign.sqlite": Run(
         (("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),),
         creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
@@ -188,7 +188,7 @@ COMMANDS: dict[str, Entry] = {
     # README.md and docs/real-servers.md: llama.cpp
     "pip install -e '.[llamacpp]'": Covered(EXTRAS),
     "pip install -e '.[ray]'": Covered(EXTRAS),
-    "soakgate report fleet.sqlite": Covered(RAY_FLEET),
+    "soakgate report /tmp/fleet.sqlite": Covered(RAY_FLEET),
     "python scripts/make_gguf.py /tmp/tiny-llama-8k.gguf": Covered(LLAMA, "llamacpp"),
     "python -m soakgate.servers.llamacpp --model /tmp/tiny-llama-8k.gguf --port 8090 --parallel 8 "
     "--threads 1 &": Covered(LLAMA, "llamacpp"),
