@@ -47,7 +47,11 @@ class Injector:
         self._kinds = [(name, w) for name, w in config.collapse_kinds.items() if w > 0]
         self._kind_total = sum(w for _, w in self._kinds)
         self._idle = not (
-            self._faults or config.collapse_rate or config.burst_enter or config.perturb_rate
+            self._faults
+            or config.collapse_rate
+            or config.burst_enter
+            or config.perturb_rate
+            or config.fluent_rate
         )
 
     def decide(self, in_flight: int = 1) -> Decision:

@@ -125,13 +125,14 @@ def sample_core(context: int, draw: float) -> int:
 
 
 def unlikely_word(context: int, following: int | None, rng: random.Random) -> int:
-    """An ordinary word outside `context`'s core, neither the context nor `following`, whose own
-    core does not hold `following` either: a fluent word the model finds implausible here."""
+    """An ordinary word outside `context`'s core, neither the context nor `following`; when the
+    following token is a word, one whose own core does not hold it either: a fluent word the
+    model finds implausible here (and, mostly, the word after it too)."""
     core = set(CORES[context % VOCAB_SIZE].ids)
-    choices = [
-        w
-        for w in WORD_IDS
-        if w not in core and w not in (context, following)
-        and (following is None or following not in CORES[w].ids)
-    ]  # fmt: skip
+    choices = [w for w in WORD_IDS if w not in core and w not in (context, following)]
+    if following in _WORD_SET:
+        choices = [w for w in choices if following not in CORES[w].ids] or choices
     return rng.choice(choices)
+
+
+_WORD_SET = frozenset(WORD_IDS)

@@ -95,7 +95,9 @@ class SqliteStore:
                     f"{codec.SCHEMA_VERSION}"
                 )
             for step in range(version + 1, codec.SCHEMA_VERSION + 1):
-                self._db.execute(codec.MIGRATIONS[step])
+                migration = codec.MIGRATIONS[step]
+                for statement in (migration,) if isinstance(migration, str) else migration:
+                    self._db.execute(statement)
             if version < codec.SCHEMA_VERSION:
                 self._db.execute(
                     "UPDATE meta SET value=? WHERE key='schema_version'",
