@@ -151,7 +151,7 @@ class HttpReference:
             raise ReferenceFailed("the reference client is closed")
         payload = {
             "model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
-            "echo": True, "prompt_logprobs": 0,
+            "prompt_logprobs": 0,
         }  # fmt: skip
         if isinstance(prompt, list):
             self.prefill_tokens += len(prompt)

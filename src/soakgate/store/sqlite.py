@@ -300,6 +300,19 @@ class SqliteStore:
         """Columnar reads on this store's own connection (`store.columns`)."""
         return Sqlite3Reader(self._db)
 
+    def reference_rows(self, run_id: str) -> list[tuple[Any, ...]]:
+        """Reference scoring of a run's rows that were chosen for it, in seq order: (row id,
+        label, target, started_at, suspect, reference_score, unscored reason)."""
+        if "suspect" not in self.generation_columns():
+            return []
+        return self._db.execute(
+            "SELECT id, label, target, started_at, suspect, reference_score, "
+            "CASE WHEN suspect IS NULL THEN json_extract(details, '$.reference.reason') END "
+            "FROM generations WHERE run_id = ? AND (suspect IS NOT NULL OR "
+            "instr(details, '\"reference\"') > 0) ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT/ROLLBACK around a block, translating sqlite3 errors."""
