@@ -61,6 +61,8 @@ class ReferenceUnit:
     """The calibration of the unit's (first) run: threshold, n, rate, quantiles."""
     worst: list[Generation]
     """The highest-scoring suspect rows, whole."""
+    scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Every scored row's score (for the distribution figure)."""
 
     @property
     def name(self) -> str:
@@ -158,7 +160,7 @@ def reference_units(
         units.append(ReferenceUnit(
             label, target, summarize_rate(int(suspect.sum()), len(suspect)) if len(suspect)
             else None, dict(unscored), quantiles, calibrations.get(group[0].run_id, {}),
-            [rows[i] for i in worst_ids(group) if i in rows],
+            [rows[i] for i in worst_ids(group) if i in rows], score,
         ))  # fmt: skip
     return units
 
