@@ -133,6 +133,7 @@ COMMANDS: dict[str, Entry] = {
     "--prompt-count 20": Run((("--prompt-count 20", "--prompt-count 3"),)),
     "soakgate run --target compiled=http://127.0.0.1:8001 --reference eager=http://127.0.0.1:8000 "
     "--requests 5000": Run((("--requests 5000", "--requests 40"),)),
+    "soakgate determinism": Names("soakgate determinism "),
     "soakgate run --target compiled=http://127.0.0.1:8001 --score-reference http://127.0.0.1:8000 "
     "--calibration 5000 --requests 5000": Run(
         (("--requests 5000", "--requests 40"), ("--calibration 5000", "--calibration 999"))
