@@ -75,4 +75,4 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
     assert all(c["n"] >= 95 for c in calibrations)  # the model's own samples, a few may fail
     # 5% calibrated: 3 expected of 60 (the threshold's own rate is random: at most ~9%, 95%)
     assert counts["same-model"] <= 15, counts
-    assert counts["two-layers"] >= 40, counts  # 126/137 (92%) in a longer run (README)
+    assert counts["two-layers"] >= 40, counts  # 183/200 (92%) in a longer run (README)
