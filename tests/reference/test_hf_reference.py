@@ -21,6 +21,7 @@ MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tiny
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(600),
     pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no model at {MODEL}"),
 ]
 
@@ -56,8 +57,8 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
         url = serve(layers)  # type: ignore[operator]
         result = soakgate(
             "run", "--target", f"cpu0={url}", "--label", label, "--reference-model", str(MODEL),
-            "--false-flag-rate", "0.05", "--calibration", "100", "--requests", "60",
-            "--max-tokens", "16", "--no-stream", "--concurrency", "4", "--db", str(db),
+            "--false-flag-rate", "0.05", "--calibration", "60", "--requests", "40",
+            "--max-tokens", "8", "--no-stream", "--concurrency", "4", "--db", str(db),
             "--quiet", "--no-watch-metrics", cwd=tmp_path, timeout=600,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
@@ -70,9 +71,9 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
                                     "'token_ids'").fetchone()[0]  # fmt: skip
         calibrations = [json.loads(d) for (d,) in connection.execute(
             "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
-    assert scored == 120  # every row, on the candidate's own ids
+    assert scored == 80  # every row, on the candidate's own ids
     assert [c["reference"]["kind"] for c in calibrations] == ["transformers"] * 2
-    assert all(c["n"] >= 95 for c in calibrations)  # the model's own samples, a few may fail
-    # 5% calibrated: 3 expected of 60 (the threshold's own rate is random: at most ~9%, 95%)
-    assert counts["same-model"] <= 15, counts
-    assert counts["two-layers"] >= 40, counts  # 183/200 (92%) in a longer run (README)
+    assert all(c["n"] >= 57 for c in calibrations)  # the model's own samples, a few may fail
+    # 5% calibrated: 2 expected of 40 (the threshold's own rate is random: below ~12%, 95%)
+    assert counts["same-model"] <= 12, counts
+    assert counts["two-layers"] >= 24, counts  # 183/200 (92%) in a longer run (README)
