@@ -47,6 +47,8 @@ def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     for process in started:
         process.terminate()
         process.wait(30)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
