@@ -83,6 +83,12 @@ class Generation:
     attempts: int = 1
     """Times the request was sent: more than 1 only when a retry provably never reached the
     server (a pooled connection found closed before the request was written)."""
+    reference_score: float | None = None
+    """Reference scoring: the generation's anomaly score under the reference (None: not scored;
+    `details["reference"]` says why when it was chosen but could not be scored)."""
+    suspect: bool | None = None
+    """Reference scoring: True when the score is above the calibrated threshold (None: not
+    scored). Independent of `collapsed`: a row can be both."""
 
     @property
     def ok(self) -> bool:

@@ -157,3 +157,10 @@ def test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_sha
         assert float(rss) > 10 and float(mock_max.rstrip("%")) <= float(mock_total.rstrip("%"))
         assert int(stored) >= float(rate) and int(errors) == 0
     assert out.count("one core of client completes at most") == 2
+
+
+def test_bench_reference_prints_the_scoring_cost_and_the_reference_load() -> None:
+    out = run_bench("bench_reference.py", "--requests", "60", "--rounds", "1", "--concurrency",
+                    "4", timeout_s=300)  # fmt: skip
+    assert "client CPU of scoring:" in out and "µs per generation" in out
+    assert "tokens sent per scored generation" in out and "60 rows scored" in out

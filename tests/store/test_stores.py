@@ -152,9 +152,11 @@ def test_batch_writer_prepares_each_batch_once_and_stores_it_even_if_preparing_f
 
 
 def _as_schema_v1(path: Path) -> None:
-    """Turn a database into what soakgate 0.1 with schema version 1 wrote (no `attempts`)."""
+    """Turn a database into what soakgate 0.1 with schema version 1 wrote (no `attempts`, nor
+    schema 4's `reference_score` and `suspect`)."""
     with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE generations DROP COLUMN attempts")
+        for column in ("attempts", "reference_score", "suspect"):
+            db.execute(f"ALTER TABLE generations DROP COLUMN {column}")
         db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
 
 

@@ -27,6 +27,11 @@ def register(subparsers: Any) -> None:
         "--fail-on-differ", action="store_true",
         help="exit 1 when a verdict is DIFFER (to gate a pipeline); 0 otherwise",
     )  # fmt: skip
+    parser.add_argument(
+        "--outcome", choices=("collapse", "suspect"), default="collapse",
+        help="what is compared: collapses among clean generations (default), or reference "
+        "scoring's suspect generations among scored ones",
+    )  # fmt: skip
     add_clustering_arguments(parser)
     parser.set_defaults(func=main)
 
@@ -44,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
         allow_unit_mismatch=args.allow_unit_mismatch,
         alpha=args.alpha,
         options=clustering_options(args),
+        outcome=args.outcome,
     )
     print(text)
     return 1 if differ and args.fail_on_differ else 0

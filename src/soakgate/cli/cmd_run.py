@@ -21,6 +21,7 @@ from soakgate.cli.args import (
     track_explicit,
 )
 from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
+from soakgate.cli.reference_args import add_reference_arguments, reference_scorer
 
 
 def register(subparsers: Any) -> None:
@@ -50,6 +51,7 @@ def register(subparsers: Any) -> None:
         "--reference-fraction", type=fraction, default=0.03,
         help="share of requests sent greedy to target and reference",
     )  # fmt: skip
+    add_reference_arguments(parser)
     parser.add_argument(
         "--html", type=Path, metavar="FILE",
         help="write the HTML report of the database here when the soak ends (and, with "
@@ -251,6 +253,11 @@ def main(args: argparse.Namespace) -> int:
     targets, labels = arm_targets(args.arm)
     config = soak_config(args, args.target + targets)
     config.labels = labels
+    config.scorer = reference_scorer(args, config)
+    if config.scorer is not None:  # the reference scores exactly the sampled ids, when it gets them
+        import dataclasses
+
+        config.request = dataclasses.replace(config.request, return_token_ids=True)
     if labels and args.label == "default":
         config.label = " vs ".join(dict.fromkeys(labels.values()))
     observers = live_report(args)

@@ -12,7 +12,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import StoreError
@@ -30,6 +30,19 @@ _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
 _CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset", "dropped"})
 STORE_FAILURE_GRACE_S = 5.0
 """Once the store has failed, how long in-flight requests may finish (their rows are spilled)."""
+
+
+class GenerationScorer(Protocol):
+    """A second look at chosen rows before they are stored (reference scoring, reference/):
+    the driver only asks it; the row waits at most `budget_s`, with at most `backlog` rows
+    waiting, and the worker goes on with its next request meanwhile."""
+
+    budget_s: float
+    backlog: int
+
+    def selects(self, target: str, seq: int) -> bool: ...
+    async def score(self, generation: Generation, outcome: Outcome, prompt: Prompt) -> None: ...
+    def unscored(self, generation: Generation, reason: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +75,12 @@ class TargetTally:
     """The label this target's rows carry in this soak."""
     last_collapse_at: float | None = None
     """When the last collapsed answer ended (Unix time)."""
+    scored: int = 0
+    """Rows scored under the reference."""
+    suspects: int = 0
+    """Scored rows the reference flagged `suspect`."""
+    unscored: int = 0
+    """Rows chosen for reference scoring that could not be scored."""
 
     def count(self, generation: Generation) -> None:
         """Add one finished generation."""
@@ -73,6 +92,11 @@ class TargetTally:
             return
         tokens = generation.completion_tokens or 0
         self.tokens += tokens
+        if generation.suspect is not None:
+            self.scored += 1
+            self.suspects += generation.suspect
+        elif "reference" in generation.details:
+            self.unscored += 1
         if generation.collapsed:
             self.collapses += 1
             self.last_collapse_at = generation.ended_at
@@ -120,6 +144,12 @@ class _Shared:
     """Why the store stopped taking rows, once it has."""
     backoffs: dict[str, TargetBackoff] = field(default_factory=dict)
     """Target name -> the back-off all its workers honour while it answers 429/503."""
+    scorer: GenerationScorer | None = None
+    """Reference scoring of chosen rows, if any."""
+    scoring: set[asyncio.Task[None]] = field(default_factory=set)
+    """Rows waiting for their reference score (at most `scorer.backlog`)."""
+    backlog: asyncio.Semaphore | None = None
+    """Places for rows waiting for their score (made in the soak's event loop)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +189,7 @@ async def soak(
     labels: dict[str, str] | None = None,
     on_generation: Callable[[Generation], None] | None = None,
     abort: asyncio.Event | None = None,
+    scorer: GenerationScorer | None = None,
 ) -> SoakResult:
     """Drive the soak to its end (count, time, `stop` being set, or the store failing) and
     flush every result; `abort` cancels what is in flight instead of waiting for it.
@@ -167,7 +198,8 @@ async def soak(
     e.g. while or after a server restart); `credit(target)` adds requests to the count limit
     (errors in a fault window do not use up the budget). `labels` overrides the run's label per
     target (two arms soaked side by side); `differential` adds the reference check;
-    `on_generation` sees every generation as it is queued for the store (sequential looks).
+    `on_generation` sees every generation as it is queued for the store (sequential looks);
+    `scorer` scores chosen rows under a reference before they are stored.
     """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
@@ -182,7 +214,7 @@ async def soak(
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         reference_fraction=differential.fraction if differential else 0.0,
-        abort=abort or asyncio.Event(),
+        abort=abort or asyncio.Event(), scorer=scorer,
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
     if differential is not None:
@@ -262,6 +294,7 @@ async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
     if shared.store_failure is not None:
         grace = min(grace, STORE_FAILURE_GRACE_S)
     await _drain(pending, grace, shared.abort)
+    await _drain(set(shared.scoring), grace, shared.abort)  # rows still waiting for a score
     waiter.cancel()
     for task in workers:
         if task.done() and not task.cancelled() and (error := task.exception()) is not None:
@@ -334,8 +367,16 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
             raise
         finally:
             tally.in_flight -= 1
-        generation = _store(shared, outcome, name, seq, prompt, request_id, divergence, sampled)
-        backoff = _next_backoff(backoff, generation.error_class)
+        error_class = outcome.error_class
+        scorer = shared.scorer
+        if scorer is not None and error_class is None and scorer.selects(name, seq):
+            await _score_then_store(
+                shared, outcome, name, seq, prompt, request_id, divergence, sampled
+            )
+        else:
+            row = _store(shared, outcome, name, seq, prompt, request_id, divergence, sampled)
+            error_class = row.error_class
+        backoff = _next_backoff(backoff, error_class)
         if backoff:
             await _pause(shared, backoff)
         if limiter.storm or outcome.error_class == "rate_limited":
@@ -344,11 +385,62 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
             await limiter.wait(shared.stop, shared.deadline)
 
 
+async def _score_then_store(
+    shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
+    divergence: int | None, sampled: bool,
+) -> None:  # fmt: skip
+    """Score a clean row under the reference in its own task, then store it. The worker waits
+    only for a place in the backlog (at most `budget_s`: a reference that falls behind slows
+    the loop to its pace, never more), not for the score; a backlog still full after the
+    budget, a blown budget or the soak's end store the row unscored, never clean-scored."""
+    scorer = shared.scorer
+    assert scorer is not None
+    generation = _row(shared, outcome, target, seq, prompt, request_id, divergence, sampled)
+    if shared.backlog is None:
+        shared.backlog = asyncio.Semaphore(scorer.backlog)
+    backlog = shared.backlog
+    try:
+        await asyncio.wait_for(backlog.acquire(), scorer.budget_s)
+    except TimeoutError:
+        scorer.unscored(generation, "backlog_full")
+        _queue(shared, generation)
+        return
+    except asyncio.CancelledError:  # the soak ended while the row waited: it is kept
+        scorer.unscored(generation, "soak_ended")
+        _queue(shared, generation)
+        raise
+
+    async def score() -> None:
+        try:
+            await asyncio.wait_for(scorer.score(generation, outcome, prompt), scorer.budget_s)
+        except TimeoutError:
+            scorer.unscored(generation, "budget_exceeded")
+        except asyncio.CancelledError:
+            scorer.unscored(generation, "soak_ended")
+        finally:
+            backlog.release()
+            _queue(shared, generation)
+
+    task = asyncio.create_task(score())
+    shared.scoring.add(task)
+    task.add_done_callback(shared.scoring.discard)
+
+
 def _store(
     shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
     divergence: int | None = None, sampled: bool = False,
 ) -> Generation:  # fmt: skip
     """Queue the outcome's row for the store; it is scored with its batch (`_score_batch`)."""
+    generation = _row(shared, outcome, target, seq, prompt, request_id, divergence, sampled)
+    _queue(shared, generation)
+    return generation
+
+
+def _row(
+    shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
+    divergence: int | None = None, sampled: bool = False,
+) -> Generation:  # fmt: skip
+    """The outcome's row (not yet scored by the detectors)."""
     if outcome.error_class == "cancelled" and not outcome.ended_at:
         outcome.ended_at = time.time()
     generation = unscored_generation(
@@ -363,16 +455,20 @@ def _store(
         shared.writer.add_event(event)
     if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
         generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
+    return generation
+
+
+def _queue(shared: _Shared, generation: Generation) -> None:
+    """Hand the row to the writer (scored with its batch, or at once for `on_generation`)."""
     if shared.on_generation is None:
         shared.writer.add_generation(generation)
-        return generation
+        return
     # sequential looks are judged row by row, so that a verdict stops the soak at once rather
     # than at the next batch (a fast target finishes hundreds of requests per batch)
     try:
         _score_batch(shared, [generation])
     finally:  # kept even when the observer fails on it
         shared.writer.add_generation(generation)
-    return generation
 
 
 def _score_batch(shared: _Shared, generations: list[Generation]) -> None:

@@ -21,7 +21,15 @@ from soakgate import __version__
 from soakgate.detectors import DetectorConfig, budget_warning
 from soakgate.errors import SoakgateError, StoreFailedError, StoreLost, UsageError
 from soakgate.load import resume
-from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, note, soak
+from soakgate.load.driver import (
+    Differential,
+    GenerationScorer,
+    LoadSpec,
+    SoakResult,
+    TargetTally,
+    note,
+    soak,
+)
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
 from soakgate.probes.differential import Baseline, measure_baseline
@@ -37,6 +45,15 @@ from soakgate.targets import RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
 
 T = TypeVar("T")
+
+
+class SoakScorer(GenerationScorer, Protocol):
+    """A GenerationScorer that is calibrated before the soak and released after it."""
+
+    async def prepare(
+        self, spec: RequestSpec, picker: PromptPicker, concurrency: int
+    ) -> dict[str, Any]: ...
+    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -71,6 +88,8 @@ class SoakConfig:
     explicit: frozenset[str] = frozenset()
     """Settings given on the command line (argparse dests): `resume` refuses one that differs
     from the stored run, and takes the stored value of every other."""
+    scorer: SoakScorer | None = None
+    """Reference scoring (reference/): calibrated before the soak, then scoring chosen rows."""
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -291,13 +310,15 @@ async def _soak_with_signals(
         baseline = await reference_baseline(config, picker)
         writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
                               informative=baseline.informative))  # fmt: skip
+    if config.scorer is not None:
+        await _calibrate(config.scorer, config, run, writer, picker)
     watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
     try:
         result = await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
             store_text=config.store_text, stop=stop, on_tick=on_tick, differential=differential,
             labels=config.labels, on_generation=monitor.observe if monitor else None,
-            abort=abort,
+            abort=abort, scorer=config.scorer,
         )  # fmt: skip
         if verdict.is_set():
             result.stopped_by = "verdict"
@@ -305,8 +326,26 @@ async def _soak_with_signals(
     finally:
         if watchers is not None:
             await watchers()
+        if config.scorer is not None:
+            await config.scorer.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+async def _calibrate(
+    scorer: SoakScorer, config: SoakConfig, run: Run, writer: BatchWriter, picker: PromptPicker
+) -> None:
+    """Calibrate reference scoring on the reference's own samples; store it with the run (an
+    event and `run.detectors["reference"]`) and say so when it is too small to trust well."""
+    try:
+        calibration = await scorer.prepare(config.request, picker, config.load.concurrency)
+    except BaseException:
+        await scorer.close()
+        raise
+    run.detectors["reference"] = calibration
+    writer.add_event(note(run, "reference_calibration", **calibration))
+    if calibration.get("warning"):
+        print(f"soakgate: warning: {calibration['warning']}", file=sys.stderr, flush=True)
 
 
 def _on_signal(stop: asyncio.Event, abort: asyncio.Event, grace_s: float) -> None:

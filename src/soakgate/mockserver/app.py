@@ -159,6 +159,8 @@ class MockServer:
                 "injected": decision.injected,
                 "fault": decision.fault,
                 "perturbed": plan.perturbed,
+                "fluent": len(plan.fluent_positions),
+                "fluent_positions": plan.fluent_positions,
                 "burst": decision.burst,
             }
         )

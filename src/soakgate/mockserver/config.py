@@ -64,6 +64,11 @@ class MockConfig:
     """Fraction of clean requests with a few ordinary tokens replaced (differential check)."""
     perturb_max_tokens: int = 3
     """Most tokens replaced in one perturbed request (at least one)."""
+    fluent_rate: float = 0.0
+    """Fraction of clean requests with fluent corruption: a few word tokens replaced by ordinary
+    words the mock's model finds unlikely (what reference scoring must catch)."""
+    fluent_max_tokens: int = 3
+    """Most tokens replaced in one fluently corrupted request (at least one)."""
     die_after: int | None = None
     """Exit with code 1 when generation request number die_after + 1 arrives."""
     die_message: str = DEFAULT_DIE_MESSAGE
@@ -90,6 +95,7 @@ class MockConfig:
                 "--burst-exit": self.burst_exit,
                 "--burst-collapse-rate": self.burst_collapse_rate,
                 "--perturb-rate": self.perturb_rate,
+                "--fluent-rate": self.fluent_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
             }
@@ -114,6 +120,8 @@ class MockConfig:
             raise UsageError(f"--die-after must be >= 0, got {self.die_after}")
         if self.perturb_max_tokens < 1:
             raise UsageError("--perturb-max-tokens must be >= 1")
+        if self.fluent_max_tokens < 1:
+            raise UsageError("--fluent-max-tokens must be >= 1")
         if sum(self.fault_rates.values()) > 1.0 + 1e-9:
             raise UsageError("--fault-rate: the rates add up to more than 1")
         unknown = set(self.quirks) - set(QUIRKS)
@@ -204,6 +212,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--perturb-max-tokens", type=int, default=d.perturb_max_tokens, help="most tokens perturbed"
     )
+    add(
+        "--fluent-rate", type=float, default=d.fluent_rate,
+        help="fraction of outputs with a few words replaced by words the model finds unlikely",
+    )  # fmt: skip
+    add(
+        "--fluent-max-tokens", type=int, default=d.fluent_max_tokens,
+        help="most tokens replaced by fluent corruption",
+    )  # fmt: skip
     add("--die-after", type=int, default=None, help="exit 1 after N generation requests")
     add("--die-message", default=d.die_message, help="stderr line printed when dying")
     add("--die-once-file", type=Path, default=None, help="die only if this file does not exist")
@@ -252,6 +268,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         stall_s=args.stall_s,
         perturb_rate=args.perturb_rate,
         perturb_max_tokens=args.perturb_max_tokens,
+        fluent_rate=args.fluent_rate,
+        fluent_max_tokens=args.fluent_max_tokens,
         die_after=args.die_after,
         die_message=args.die_message,
         die_once_file=args.die_once_file,

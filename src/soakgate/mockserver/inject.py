@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from soakgate.mockserver import lm
 from soakgate.mockserver.config import MockConfig
 from soakgate.mockserver.text import BANG_ID, EMPTY_ID, VOCAB, WORD_IDS, detokenize
 
@@ -28,6 +29,8 @@ class Decision:
     """Whether a few ordinary tokens are to be replaced."""
     burst: bool
     """Whether the Markov model was in the burst state for this request."""
+    fluent: bool = False
+    """Whether a few tokens are to be replaced by words the mock's model finds unlikely."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -44,7 +47,11 @@ class Injector:
         self._kinds = [(name, w) for name, w in config.collapse_kinds.items() if w > 0]
         self._kind_total = sum(w for _, w in self._kinds)
         self._idle = not (
-            self._faults or config.collapse_rate or config.burst_enter or config.perturb_rate
+            self._faults
+            or config.collapse_rate
+            or config.burst_enter
+            or config.perturb_rate
+            or config.fluent_rate
         )
 
     def decide(self, in_flight: int = 1) -> Decision:
@@ -68,7 +75,10 @@ class Injector:
         collapse_rate = config.burst_collapse_rate if self._burst else config.collapse_rate
         if rng.random() < collapse_rate:
             return Decision(self._pick_kind(), None, False, self._burst)
-        return Decision(None, None, rng.random() < config.perturb_rate, self._burst)
+        perturbed = rng.random() < config.perturb_rate
+        # drawn only when asked for, so that seeds without it decide exactly as before
+        fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate
+        return Decision(None, None, perturbed, self._burst, fluent_draw)
 
     def _pick_kind(self) -> str:
         """A collapse kind drawn by weight."""
@@ -116,6 +126,29 @@ def perturb(clean: list[int], most: int, rng: random.Random) -> tuple[list[int],
 
 
 _WORD_SET = frozenset(WORD_IDS)
+
+
+def fluent(
+    clean: list[int], context: int, most: int, rng: random.Random
+) -> tuple[list[int], str, list[int]]:
+    """Fluent corruption: 1..most word tokens, never two side by side, replaced by ordinary words
+    that the mock's model finds implausible where they stand (no run, no loop: each differs from
+    its neighbours). `context` is the prompt's last token. Returns ids, text and positions."""
+    ids = list(clean)
+    candidates = [i for i, token in enumerate(ids) if token in _WORD_SET]
+    want = rng.randint(1, most)
+    positions: list[int] = []
+    for position in rng.sample(candidates, len(candidates)):
+        if len(positions) == want:
+            break
+        if all(abs(position - taken) >= 2 for taken in positions):
+            positions.append(position)
+    positions.sort()
+    for position in positions:
+        before = ids[position - 1] if position else context
+        after = ids[position + 1] if position + 1 < len(ids) else None
+        ids[position] = lm.unlikely_word(before, after, rng)
+    return ids, detokenize(ids), positions
 
 
 class GroundTruthLog:

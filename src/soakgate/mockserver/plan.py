@@ -8,8 +8,16 @@ from typing import Any
 
 from soakgate.errors import UsageError
 from soakgate.mockserver.config import MockConfig
-from soakgate.mockserver.inject import Decision, degenerate, perturb
-from soakgate.mockserver.text import clean_tokens, corpus_offset, prompt_token_count, request_hash
+from soakgate.mockserver.inject import Decision, degenerate, fluent, perturb
+from soakgate.mockserver.text import (
+    VOCAB_SIZE,
+    clean_tokens,
+    continuation_offset,
+    detokenize,
+    last_prompt_token,
+    prompt_token_count,
+    request_hash,
+)
 
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's documented default for the completions endpoint; used for chat too."""
@@ -36,6 +44,24 @@ class Sampling:
     """Number of top logprobs asked for; None when logprobs were not requested."""
     ignore_eos: bool
     return_token_ids: bool
+    prompt_ids: list[int] | None = None
+    """The prompt as token ids, when it was sent so (vLLM's token prompts)."""
+    prompt_logprobs: int | None = None
+    """vLLM's `prompt_logprobs`: top alternatives asked for at every prompt position."""
+    echo: bool = False
+    """Whether the prompt's text is to be put before the completion's (completions `echo`)."""
+
+    def prompt_token_count(self) -> int:
+        """The prompt's length in mock tokens."""
+        if self.prompt_ids is not None:
+            return len(self.prompt_ids)
+        return prompt_token_count(self.prompt)
+
+    def last_prompt_token(self) -> int:
+        """The prompt's last mock token: the context of the first output token."""
+        if self.prompt_ids:
+            return self.prompt_ids[-1]
+        return last_prompt_token(self.prompt)
 
 
 @dataclass(slots=True)
@@ -52,6 +78,8 @@ class Plan:
     perturbed: int
     fault_after: int
     """Number of stream chunks (or body fraction in percent) sent before a fault strikes."""
+    fluent_positions: list[int]
+    """Output positions whose tokens fluent corruption replaced (ground truth)."""
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -77,13 +105,20 @@ def _render_chat(messages: Any) -> str:
     return "".join(rendered) + "<|im_start|>assistant\n"
 
 
-def _completion_prompt(prompt: Any) -> str:
-    """The prompt string (a list holding one string is accepted, as OpenAI does)."""
-    if isinstance(prompt, list) and len(prompt) == 1:
+def _completion_prompt(prompt: Any) -> tuple[str, list[int] | None]:
+    """The prompt string, or its token ids and their text (a list holding one string or one
+    list of ids is accepted, as OpenAI does)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]
+    if isinstance(prompt, list) and prompt:
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise BadRequest("a token prompt must be a list of integers")
+        if not all(0 <= t < VOCAB_SIZE for t in prompt):
+            raise BadRequest(f"token ids must be in 0..{VOCAB_SIZE - 1}")
+        return detokenize(prompt), list(prompt)
     if not isinstance(prompt, str):
         raise BadRequest("prompt must be a string")
-    return prompt
+    return prompt, None
 
 
 def parse_sampling(endpoint: str, body: Any) -> Sampling:
@@ -91,14 +126,14 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     if endpoint == "chat":
-        prompt = _render_chat(body.get("messages"))
+        prompt, prompt_ids = _render_chat(body.get("messages")), None
         max_tokens = _integer(body, "max_completion_tokens", None)
         if max_tokens is None:
             max_tokens = _integer(body, "max_tokens", DEFAULT_MAX_TOKENS)
         top = _integer(body, "top_logprobs", 0)
         logprobs = (top or 0) if body.get("logprobs") else None
     else:
-        prompt = _completion_prompt(body.get("prompt"))
+        prompt, prompt_ids = _completion_prompt(body.get("prompt"))
         max_tokens = _integer(body, "max_tokens", DEFAULT_MAX_TOKENS)
         logprobs = _integer(body, "logprobs", None)
     if max_tokens is None or max_tokens < 1:
@@ -120,13 +155,16 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
         logprobs=logprobs,
         ignore_eos=bool(body.get("ignore_eos", False)),
         return_token_ids=bool(body.get("return_token_ids", False)),
+        prompt_ids=prompt_ids,
+        prompt_logprobs=_integer(body, "prompt_logprobs", None) if endpoint != "chat" else None,
+        echo=endpoint != "chat" and bool(body.get("echo", False)),
     )
 
 
 def check_model_length(config: MockConfig, sampling: Sampling) -> None:
     """BadRequest (HTTP 400), worded as vLLM words it, when prompt + max_tokens exceeds the
     model length: the mock never builds an answer longer than the model it pretends to be."""
-    prompt_tokens = prompt_token_count(sampling.prompt)
+    prompt_tokens = sampling.prompt_token_count()
     if prompt_tokens + sampling.max_tokens > config.max_model_len:
         raise BadRequest(
             f"'max_tokens' or 'max_completion_tokens' is too large: {sampling.max_tokens}. "
@@ -152,7 +190,8 @@ def make_plan(
     config: MockConfig, request_id: str, sampling: Sampling, decision: Decision, rng: random.Random
 ) -> Plan:
     """Decide the output: a corpus slice keyed by (prompt, seed) when greedy, else (server seed,
-    request id); then apply the decided collapse or perturbation."""
+    request id), continuing the prompt's last token; then apply the decided collapse,
+    perturbation or fluent corruption."""
     if sampling.temperature == 0:
         key = request_hash("greedy", sampling.prompt, str(sampling.seed))
     else:
@@ -161,21 +200,25 @@ def make_plan(
     if decision.injected is not None:
         # A collapsed model never emits EOS: it runs to max_tokens.
         count, finish = sampling.max_tokens, "length"
-    ids, text = clean_tokens(corpus_offset(key), count)
-    perturbed = 0
+    context = sampling.last_prompt_token()
+    ids, text = clean_tokens(continuation_offset(key, context), count)
+    perturbed, positions = 0, list[int]()
     if decision.injected is not None:
         ids, text = degenerate(decision.injected, ids, text, rng)
     elif decision.perturb:
         ids, text, perturbed = perturb(ids, config.perturb_max_tokens, rng)
+    if decision.fluent and decision.injected is None:
+        ids, text, positions = fluent(ids, context, config.fluent_max_tokens, rng)
     fault_after = rng.randint(2, 5) if decision.fault is not None else 0
     return Plan(
         request_id=request_id,
         sampling=sampling,
         decision=decision,
-        prompt_tokens=prompt_token_count(sampling.prompt),
+        prompt_tokens=sampling.prompt_token_count(),
         token_ids=ids,
         text=text,
         finish_reason=finish,
         perturbed=perturbed,
         fault_after=fault_after,
+        fluent_positions=positions,
     )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
-from soakgate.mockserver.plan import Plan
+from soakgate.mockserver import lm
+from soakgate.mockserver.plan import Plan, Sampling
 from soakgate.mockserver.text import VOCAB, prompt_token_ids, token_logprob
 
 _TOKEN_JSON = tuple(json.dumps(piece) for piece in VOCAB)
@@ -42,6 +44,31 @@ def completion_logprobs(ids: list[int], top_n: int, first: int, text_offset: int
         "top_logprobs": tops,
         "text_offset": offsets,
     }
+
+
+def prompt_logprobs(ids: list[int], top_n: int) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's `prompt_logprobs` under the mock's bigram model: None for the first position, then
+    for each position a dict keyed by token id (as a string) holding the prompt's own token
+    (with its rank) and the `top_n` most likely tokens, as vLLM returns them."""
+    out: list[dict[str, dict[str, Any]] | None] = [None]
+    for context, token in pairwise(ids):
+        logprob, rank = lm.logprob_and_rank(context, token)
+        entry = {str(token): {"logprob": logprob, "rank": rank, "decoded_token": VOCAB[token]}}
+        for alt_rank, (alternative, alt_logprob) in enumerate(lm.top(context, top_n), start=1):
+            entry.setdefault(
+                str(alternative),
+                {"logprob": alt_logprob, "rank": alt_rank, "decoded_token": VOCAB[alternative]},
+            )
+        out.append(entry)
+    return out
+
+
+def _prompt_ids(sampling: Sampling) -> list[int]:
+    return (
+        sampling.prompt_ids
+        if sampling.prompt_ids is not None
+        else prompt_token_ids(sampling.prompt)
+    )
 
 
 def _entry(token: int, logprob: float) -> dict[str, Any]:
@@ -84,15 +111,17 @@ def response_body(plan: Plan, model: str, created: int, chat_style: bool = False
         choice["message"] = {"role": "assistant", "content": plan.text}
     else:
         body = {"id": f"cmpl-{plan.request_id}", "object": "text_completion"}
-        choice["text"] = plan.text
+        choice["text"] = (sampling.prompt if sampling.echo else "") + plan.text
     choice["logprobs"] = _logprobs(plan, ids, 0, 0, chat_style)
     choice["finish_reason"] = plan.finish_reason
+    if sampling.prompt_logprobs is not None:
+        choice["prompt_logprobs"] = prompt_logprobs(_prompt_ids(sampling), sampling.prompt_logprobs)
     body.update(created=created, model=model, choices=[choice], usage=_usage(plan))
     if sampling.return_token_ids:
         choice["token_ids"] = ids
         # vLLM puts the prompt ids in the choice for completions and at the top level for chat.
         target = body if sampling.endpoint == "chat" else choice
-        target["prompt_token_ids"] = prompt_token_ids(sampling.prompt)
+        target["prompt_token_ids"] = _prompt_ids(sampling)
     return body
 
 
@@ -128,7 +157,7 @@ class EventWriter:
         if self.plan.sampling.return_token_ids:
             extra = f',"token_ids":[{token}]'
             if position == 0 and not self._chat:
-                extra += f',"prompt_token_ids":{prompt_token_ids(self.plan.sampling.prompt)}'
+                extra += f',"prompt_token_ids":{_prompt_ids(self.plan.sampling)}'
         tail = f',"logprobs":{json.dumps(lp)},"finish_reason":null{extra}}}]}}\n\n'.encode()
         return self._head + self._text_key + text + self._close_text + tail
 
@@ -136,7 +165,7 @@ class EventWriter:
         """Chat's first event, announcing the assistant role (carries prompt ids when asked)."""
         extra = b""
         if self.plan.sampling.return_token_ids:
-            ids = json.dumps(prompt_token_ids(self.plan.sampling.prompt))
+            ids = json.dumps(_prompt_ids(self.plan.sampling))
             extra = f',"prompt_token_ids":{ids}'.encode()
         return (
             self._head

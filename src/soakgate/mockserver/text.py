@@ -1,8 +1,9 @@
 """Deterministic, ordinary-looking token streams over a small fixed vocabulary.
 
-A corpus of `CORPUS_SIZE` tokens is generated once per process from a constant seed, so every
-mock instance holds the same corpus; a request's output is a slice of it starting at an offset
-derived from a stable hash. Slicing a precomputed list and string is what keeps the mock fast.
+A corpus of `CORPUS_SIZE` tokens is sampled once per process from the mock's bigram model
+(lm.py) with a constant seed, so every mock instance holds the same corpus; a request's output is
+a slice of it starting at an offset derived from a stable hash and the prompt's last token.
+Slicing a precomputed list and string is what keeps the mock fast.
 """
 
 from __future__ import annotations
@@ -11,81 +12,30 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-BANG_ID = 0
-"""Token id 0 is `!`, as in the Qwen family: a run of it is the classic collapse."""
-EMPTY_ID = 1
-"""A special token that decodes to the empty string (what an `empty` collapse emits)."""
-
-_PUNCT = ["!", "", ".", ",", ":", ";", "?", "\n", "\n\n", "()", " =", " ->", "'s"]
-_STARTERS = [" The", " It", " This", " We", " In", " A", " When", " If", " Each", " You"]
-_WORDS = """
-the of and to in is that for it as with was on be by this are from or at an which not
-have has but can all one will more other were their there been when would if each into
-only some may also time any these two first then such new over most used use like make
-could them see way many after where very because does how well just should value result
-data file line list table code function method class module object string number error
-test server request response token model output input system process thread memory
-device buffer kernel graph batch queue cache state config option version package library
-source build install path user name type field record event handler client default
-return import self none true false print open read write close start stop run call check
-load save parse format update delete create find sort filter map reduce apply small
-large simple fast slow early late local remote public private common different same next
-last long short high low good better best clear full empty main single double example
-section chapter page document note manual guide reference index entry key word text
-character byte block stream window frame point level layer step stage phase part order
-group set range size count total average rate limit scale factor weight bias python
-shell debian system service network socket port host address message header body
-""".split()  # noqa: SIM905 (a word list reads better as text)
-_CODE = [" def", " return", " import", " class", " self", " None", " True", " False", " if"]
-
-VOCAB: tuple[str, ...] = tuple(
-    dict.fromkeys(_PUNCT + _STARTERS + [" " + w for w in _WORDS] + _CODE)
+from soakgate.mockserver import lm
+from soakgate.mockserver.vocab import (
+    BANG_ID,
+    EMPTY_ID,
+    STARTER_IDS,
+    VOCAB,
+    VOCAB_SIZE,
+    WORD_IDS,
 )
-"""The fixed vocabulary; the index of a piece is its token id."""
-VOCAB_SIZE = len(VOCAB)
-WORD_IDS: tuple[int, ...] = tuple(
-    i
-    for i, piece in enumerate(VOCAB)
-    if piece.startswith(" ") and piece[1:].isalpha() and piece[1:].islower()
-)
-"""Ids of plain word pieces: what perturbations and word loops draw from."""
-_ID = {piece: i for i, piece in enumerate(VOCAB)}
+
+__all__ = ["BANG_ID", "EMPTY_ID", "VOCAB", "VOCAB_SIZE", "WORD_IDS"]
 
 CORPUS_SIZE = 1 << 16
 _OFFSET_SPAN = 1 << 15  # offsets below this keep any output of <= 32768 tokens on the fast path
 _CORPUS_SEED = 20240917  # constant on purpose: every mock instance must hold the same corpus
 
 
-def _sentence(rng: random.Random) -> list[int]:
-    """One sentence: a capitalised starter, 5-17 words with sparse commas, a full stop."""
-    ids = [_ID[rng.choice(_STARTERS)]]
-    previous = -1
-    length = rng.randint(5, 17)
-    for position in range(length):
-        word = rng.choice(WORD_IDS)
-        while word == previous:
-            word = rng.choice(WORD_IDS)
-        ids.append(word)
-        previous = word
-        if 2 < position < length - 2 and rng.random() < 0.07:
-            ids.append(_ID[","])
-    end = rng.random()
-    ids.append(_ID["?"] if end < 0.06 else BANG_ID if end < 0.065 else _ID["."])
-    return ids
-
-
 def _build_corpus() -> tuple[list[int], str, list[int]]:
-    """The shared corpus: token ids, their concatenated text, and char offsets (len N+1)."""
+    """The shared corpus, one chain of the bigram model (lm.py) from a starter: token ids,
+    their concatenated text, and char offsets (len N+1)."""
     rng = random.Random(_CORPUS_SEED)
-    ids: list[int] = []
+    ids = [STARTER_IDS[0]]
     while len(ids) < CORPUS_SIZE:
-        ids.extend(_sentence(rng))
-        newline = rng.random()
-        if newline < 0.12:
-            ids.append(_ID["\n"])
-        elif newline < 0.17:
-            ids.append(_ID["\n\n"])
-    del ids[CORPUS_SIZE:]
+        ids.append(lm.sample(ids[-1], rng))
     offsets = [0]
     for token in ids:
         offsets.append(offsets[-1] + len(VOCAB[token]))
@@ -93,6 +43,17 @@ def _build_corpus() -> tuple[list[int], str, list[int]]:
 
 
 CORPUS_IDS, CORPUS_TEXT, CORPUS_OFFSETS = _build_corpus()
+
+
+def _positions() -> dict[int, list[int]]:
+    """Token id -> the corpus positions (below the fast-path span) where it stands."""
+    index: dict[int, list[int]] = {}
+    for position in range(1, _OFFSET_SPAN):
+        index.setdefault(CORPUS_IDS[position], []).append(position)
+    return index
+
+
+_POSITIONS = _positions()
 
 
 def request_hash(*parts: str) -> int:
@@ -104,6 +65,17 @@ def request_hash(*parts: str) -> int:
 def corpus_offset(key: int) -> int:
     """Start position in the corpus for a request key; independent of length (prefix-stable)."""
     return key % _OFFSET_SPAN
+
+
+def continuation_offset(key: int, context: int) -> int:
+    """Start position for a request key whose prompt ends in token `context`: the first token is
+    drawn from the model after `context` (its core), and the output continues the corpus at an
+    occurrence of that token, so the whole output is a sample of the model given the prompt."""
+    first = lm.sample_core(context, ((key >> 32) & 0xFFFFFFFF) / 2**32)
+    positions = _POSITIONS.get(first)
+    if not positions:  # every core token stands in the corpus; kept for safety
+        return corpus_offset(key)
+    return positions[key % len(positions)]
 
 
 def clean_tokens(start: int, count: int) -> tuple[list[int], str]:
@@ -123,6 +95,13 @@ def detokenize(ids: list[int]) -> str:
 def prompt_token_count(prompt: str) -> int:
     """Prompt length in mock tokens: one per 4 UTF-8 bytes, at least 1 (cheap on the hot path)."""
     return max(1, (len(prompt.encode("utf-8", "surrogatepass")) + 3) // 4)
+
+
+def last_prompt_token(prompt: str) -> int:
+    """The last of `prompt_token_ids(prompt)`, without encoding the whole prompt twice."""
+    data = prompt.encode("utf-8", "surrogatepass") or b" "
+    last = (len(data) - 1) // 4 * 4
+    return 2 + int.from_bytes(data[last:], "little") % (VOCAB_SIZE - 2)
 
 
 def prompt_token_ids(prompt: str) -> list[int]:

@@ -132,9 +132,11 @@ def compare(
     allow_unit_mismatch: bool = False,
     alpha: float = 0.05,
     options: ClusteringOptions | None = None,
+    outcome: str = "collapse",
 ) -> CompareResult:
     """`soakgate compare`: one pair, a --baseline family, or a --plan's rule; its text, and
-    whether any comparison's verdict is DIFFER."""
+    whether any comparison's verdict is DIFFER. `outcome` `suspect` compares the rates of
+    reference scoring's suspect rows among scored rows instead, with the same machinery."""
     from soakgate.report.compare_text import render_comparison
     from soakgate.report.comparisons import (
         attach_differential,
@@ -144,7 +146,11 @@ def compare(
         differs,
     )
 
+    if outcome not in ("collapse", "suspect"):
+        raise UsageError(f"--outcome must be collapse or suspect, not {outcome!r}")
     analysis = load_analysis(db, options, clustering=False)
+    if outcome == "suspect":
+        analysis = _suspect_view(analysis, plan)
     if plan is not None:
         if baseline:
             raise UsageError("--plan names its own arms; give no --baseline with it")
@@ -158,8 +164,14 @@ def compare(
         if not a or not b:
             raise UsageError("give two arms A B (LABEL or LABEL@TARGET), --baseline or --plan")
         reports = [compare_units(analysis, a, b, options, allow_unit_mismatch, alpha)]
-    attach_differential(analysis, reports, options)
+    if outcome == "collapse":
+        attach_differential(analysis, reports, options)
     text = "\n\n".join(render_comparison(r) for r in reports)
+    if outcome == "suspect":
+        text = (
+            "outcome: suspect (reference scoring): suspect / scored generations per arm, in place "
+            "of collapses / clean generations\n" + text
+        )
     if baseline is not None:
         text = (
             f"{len(reports)} comparisons against {baseline}, Holm-adjusted (method='holm')\n\n"
@@ -167,6 +179,23 @@ def compare(
         )
     warnings = [f"warning: {w}" for w in analysis.warnings]
     return CompareResult("\n".join([text, *warnings]), any(differs(r) for r in reports))
+
+
+def _suspect_view(analysis: Analysis, plan: str | Path | None) -> Analysis:
+    """The analysis with each unit's counts replaced by reference scoring's (suspect / scored);
+    a plan registers a collapse comparison, so it is refused here."""
+    import dataclasses
+
+    from soakgate.report.reference import suspect_units
+
+    if plan is not None:
+        raise UsageError("--plan judges collapses as registered; --outcome suspect takes A B or "
+                         "--baseline")  # fmt: skip
+    if not analysis.columns.reference:
+        raise UsageError("no run in the database was soaked with reference scoring "
+                         "(--score-reference or --reference-model)")  # fmt: skip
+    units = suspect_units(analysis.units, analysis.columns.reference)
+    return dataclasses.replace(analysis, units=units)
 
 
 def load_pilot(db: str | Path, label: str | None = None) -> PilotEstimate:

@@ -22,6 +22,7 @@ from soakgate.store.base import LedgerEntry, Store
 from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader
 
 if TYPE_CHECKING:
+    from soakgate.report.reference_load import ReferenceSlices
     from soakgate.store.sqlite import SqliteStore
 
 FloatArray = npt.NDArray[np.float64]
@@ -87,6 +88,10 @@ class Columns:
     """The whole rows the report shows, by row id."""
     contexts: dict[int, tuple[str, ...]] = field(default_factory=dict)
     """What surrounded each exemplar (row id -> report/collapse.py's lines), where asked for."""
+    reference: ReferenceSlices = field(default_factory=dict)
+    """Reference scoring's rows by (label, target) (runs soaked with it only)."""
+    reference_rows: dict[int, Generation] = field(default_factory=dict)
+    """The highest-scoring suspect rows of each (label, target), whole, by row id."""
 
     def run_slices(self, run_id: str) -> list[SliceColumns]:
         """Every slice of one run."""
@@ -208,6 +213,7 @@ def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[i
 def load_store(store: Store, contexts: bool = False) -> Columns:
     """Columns of an open store: on a SQLite store's own connection, else from its rows; with
     `contexts`, what surrounded each exemplar (a SQLite store only)."""
+    from soakgate.report.reference_load import load_reference
     from soakgate.store.columns import reader_for
     from soakgate.store.sqlite import SqliteStore
 
@@ -216,6 +222,7 @@ def load_store(store: Store, contexts: bool = False) -> Columns:
         columns = load_columns(reader, store.runs(), store.events(), store.ledger())
     finally:
         reader.close()
+    columns.reference, columns.reference_rows = load_reference(store, columns.runs)
     if contexts and isinstance(store, SqliteStore):
         _add_contexts(store, columns)
     return columns
@@ -226,14 +233,17 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     Arrow reader once sqlite3 has closed the file (two SQLite libraries must not hold one file
     open in a process), or through sqlite3 where Arrow cannot be used; with `contexts`, what
     surrounded each exemplar (sqlite3 again, once Arrow has closed the file)."""
+    from soakgate.report.reference_load import load_reference
     from soakgate.store.columns import ArrowReader, arrow_available
     from soakgate.store.sqlite import open_analysis, read_only_uri
 
     store = open_analysis(path)
     try:
         runs, events, ledger = store.runs(), store.events(), store.ledger()
+        reference = load_reference(store, runs)
         if not arrow_available() or store.shared_in_process:
             columns = load_columns(store.column_reader(), runs, events, ledger)
+            columns.reference, columns.reference_rows = reference
             if contexts:
                 _add_contexts(store, columns)
             return columns
@@ -244,6 +254,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
         columns = load_columns(reader, runs, events, ledger)
     finally:
         reader.close()
+    columns.reference, columns.reference_rows = reference
     if contexts and columns.exemplars:
         store = open_analysis(path)
         try:

@@ -7,6 +7,7 @@ from typing import Any
 from soakgate.probes.sweep import SweepLevel
 from soakgate.report.formatting import percent
 from soakgate.report.probes import DifferentialUnit, Look, Probes, Sweep
+from soakgate.report.reference import ReferenceUnit
 from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
 
 DIFFERENTIAL_HEADERS = (
@@ -18,6 +19,14 @@ SWEEP_HEADERS = (
     "collapse rate [95% CI]", "errors", "spec acceptance",
 )  # fmt: skip
 Section = tuple[str, tuple[str, ...], list[list[str]], str]
+REFERENCE_HEADERS = (
+    "unit", "scored", "suspect", "suspect rate [95% CI]", "unscored", "score p50 / p99 / max",
+    "threshold (calibration)",
+)  # fmt: skip
+REFERENCE_NOTE = (
+    "suspect: a generated token the reference finds less likely than the threshold set on its "
+    "own samples allows (score: worst token's surprisal, nats); unscored rows are not clean"
+)
 LOOK_HEADERS = ("run", "look", "fraction", "n per arm", "events", "verdict", "test", "p", "reason")
 
 
@@ -51,6 +60,42 @@ def differential_cells(unit: DifferentialUnit) -> list[str]:
     if base is not None and base.runs_without:
         baseline += f", {base.runs_without} run(s) unmeasured"
     return [name, str(unit.compared), str(unit.divergent), shown, position, baseline, unit.verdict]
+
+
+def reference_cells(unit: ReferenceUnit) -> list[str]:
+    """One display row, in REFERENCE_HEADERS order."""
+    rate, calibration, q = unit.rate, unit.calibration, unit.quantiles
+    shown = "-" if rate is None else (
+        f"{percent(rate.rate, 2)} [{percent(rate.ci_low, 2)}, {percent(rate.ci_high, 2)}]"
+    )  # fmt: skip
+    unscored = sum(unit.unscored.values())
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(unit.unscored.items()))
+    scores = "-" if not q else f"{q['p50']:.2f} / {q['p99']:.2f} / {q['max']:.2f}"
+    threshold = "-"
+    if calibration:
+        threshold = (f"{calibration.get('threshold', float('nan')):.2f} (n {calibration.get('n')}, "
+                     f"rate {calibration.get('false_flag_rate')})")  # fmt: skip
+    return [
+        unit.name, str(rate.n if rate else 0), str(rate.events if rate else 0), shown,
+        f"{unscored} ({reasons})" if unscored else "0", scores, threshold,
+    ]  # fmt: skip
+
+
+def reference_dict(unit: ReferenceUnit) -> dict[str, Any]:
+    """JSON-ready figures of one unit's reference scoring."""
+    rate = unit.rate
+    return {
+        "unit": unit.name, "scored": rate.n if rate else 0, "suspect": rate.events if rate else 0,
+        "rate": rate.rate if rate else None, "ci_low": rate.ci_low if rate else None,
+        "ci_high": rate.ci_high if rate else None,
+        "upper_95_if_zero": rate.upper_bound_one_sided if rate else None,
+        "unscored": unit.unscored, "quantiles": unit.quantiles, "calibration": unit.calibration,
+        "worst": [
+            {"request_id": g.request_id, "score": g.reference_score,
+             "first": g.details.get("reference", {}).get("first")}
+            for g in unit.worst
+        ],
+    }  # fmt: skip
 
 
 def level_dict(level: SweepLevel) -> dict[str, Any]:
@@ -128,6 +173,7 @@ def probes_json(probes: Probes) -> dict[str, Any]:
         "spec_decode_collapses": [c.line() for c in probes.spec_collapses],
         "looks": [dict(zip(LOOK_HEADERS, look_cells(look), strict=True)) for look in probes.looks],
         "replays": [replay.as_dict() for replay in probes.replays],
+        "reference": [reference_dict(unit) for unit in probes.reference],
     }  # fmt: skip
 
 
@@ -148,6 +194,9 @@ def probe_sections(probes: Probes) -> list[Section]:
     if probes.replays:
         rows = [replay.cells() for replay in probes.replays]
         sections.append(("replayed collapses", REPLAY_HEADERS, rows, REPLAY_NOTE))
+    if probes.reference:
+        rows = [reference_cells(unit) for unit in probes.reference]
+        sections.append(("reference scoring", REFERENCE_HEADERS, rows, REFERENCE_NOTE))
     return sections
 
 

@@ -24,6 +24,7 @@ from soakgate.records import Event
 from soakgate.report.formatting import percent
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, BoolArray, Unit
+from soakgate.report.reference import ReferenceUnit, reference_units
 from soakgate.report.replays import ReplayVerdict, replay_verdicts
 from soakgate.stats.rates import RateSummary, summarize_rate
 
@@ -185,6 +186,8 @@ class Probes:
     """`label@target` of targets whose /metrics had no speculative-decoding counters."""
     replays: list[ReplayVerdict] = field(default_factory=list)
     """`soakgate replay`'s verdicts (report/replays.py)."""
+    reference: list[ReferenceUnit] = field(default_factory=list)
+    """Reference scoring per unit (report/reference.py)."""
 
     @property
     def spec_collapses(self) -> list[SpecCollapse]:
@@ -322,4 +325,5 @@ def find_probes(analysis: Analysis) -> Probes:
         _looks(analysis.events),
         absent,
         replay_verdicts(analysis.events),
+        reference_units(analysis.columns.reference, analysis.runs, analysis.columns.reference_rows),
     )

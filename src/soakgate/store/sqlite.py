@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
@@ -95,12 +96,22 @@ class SqliteStore:
                     f"{codec.SCHEMA_VERSION}"
                 )
             for step in range(version + 1, codec.SCHEMA_VERSION + 1):
-                self._db.execute(codec.MIGRATIONS[step])
+                migration = codec.MIGRATIONS[step]
+                for statement in (migration,) if isinstance(migration, str) else migration:
+                    self._apply(statement)
             if version < codec.SCHEMA_VERSION:
                 self._db.execute(
                     "UPDATE meta SET value=? WHERE key='schema_version'",
                     (str(codec.SCHEMA_VERSION),),
                 )
+
+    def _apply(self, statement: str) -> None:
+        """One migration statement; a column it adds that the table already has is kept (a
+        database whose version says older than its columns: an interrupted or hand-made one)."""
+        added = _ADDED_COLUMN.match(statement)
+        if added and added.group(1) in self.generation_columns():
+            return
+        self._db.execute(statement)
 
     def schema_version(self) -> int:
         """The schema version the database records (an unmigrated one may be older)."""
@@ -297,6 +308,22 @@ class SqliteStore:
     def column_reader(self) -> Sqlite3Reader:
         """Columnar reads on this store's own connection (`store.columns`)."""
         return Sqlite3Reader(self._db)
+
+    def reference_rows(self, run_id: str) -> list[tuple[Any, ...]]:
+        """Reference scoring of a run's rows that were chosen for it, in seq order: (row id,
+        label, target, started_at, suspect, reference_score, unscored reason)."""
+        if "suspect" not in self.generation_columns():
+            return []
+        return self._db.execute(
+            "SELECT id, label, target, started_at, suspect, reference_score, "
+            "CASE WHEN suspect IS NULL THEN json_extract(details, '$.reference.reason') END "
+            "FROM generations WHERE run_id = ? AND (suspect IS NOT NULL OR "
+            "instr(details, '\"reference\"') > 0) ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+
+
+_ADDED_COLUMN = re.compile(r"ALTER TABLE generations ADD COLUMN (\w+)")
 
 
 class _Transaction:

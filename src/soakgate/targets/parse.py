@@ -146,6 +146,8 @@ def fold_choice(answer: Answer, choice: dict[str, Any], streaming: bool) -> bool
     if piece is not None and not isinstance(piece, str):
         raise ResponseFormatError("content is not a string")
     ids = choice.get("token_ids")
+    if ids is not None and outcome.prompt_token_ids is None and "prompt_token_ids" in choice:
+        fold_prompt_ids(outcome, choice["prompt_token_ids"])  # vLLM completions: in the choice
     logprobs = choice.get("logprobs")
     if ids.__class__ is not list:
         ids = _fold_logprobs(outcome, logprobs) if logprobs else None
@@ -206,8 +208,16 @@ def fold_body(answer: Answer, body: Any) -> None:
         raise ResponseFormatError("response has no choices list")
     if not body["choices"]:
         raise ResponseFormatError("response has an empty choices list")
+    fold_prompt_ids(answer.outcome, body.get("prompt_token_ids"))  # vLLM chat: top level
     fold_choices(answer, body["choices"], streaming=False)
     fold_usage(answer.outcome, body.get("usage"))
+
+
+def fold_prompt_ids(outcome: Outcome, ids: Any) -> None:
+    """Keep the prompt's token ids (vLLM `return_token_ids`), what reference scoring sends."""
+    fresh = ids.__class__ is list and outcome.prompt_token_ids is None
+    if fresh and all(i.__class__ is int for i in ids):
+        outcome.prompt_token_ids = ids
 
 
 def fold_event(answer: Answer, event: Any) -> bool:
@@ -221,6 +231,8 @@ def fold_event(answer: Answer, event: Any) -> bool:
     usage = event.get("usage")
     if usage is not None:
         fold_usage(answer.outcome, usage)
+    if answer.outcome.prompt_token_ids is None and "prompt_token_ids" in event:
+        fold_prompt_ids(answer.outcome, event["prompt_token_ids"])
     choices = event.get("choices")
     if not choices:
         return False

@@ -142,6 +142,8 @@ class Outcome:
     """Generated text."""
     token_ids: list[int] | None = None
     """Generated token ids, when the server returned them."""
+    prompt_token_ids: list[int] | None = None
+    """The prompt's token ids, when the server returned them (vLLM `return_token_ids`)."""
     finish_reason: str | None = None
     """The server's finish reason."""
     prompt_tokens: int | None = None

@@ -1,0 +1,30 @@
+"""The reference's own samples for calibration, drawn from a server with soakgate's client."""
+
+from __future__ import annotations
+
+import asyncio
+
+from soakgate.prompts import Prompt
+from soakgate.targets import Outcome, RequestSpec, TargetSpec
+from soakgate.targets.client import connect, make_session
+
+
+class ServerSampler:
+    """Samples a reference server at the soak's request settings (the same client the soak uses)."""
+
+    def __init__(self, target: TargetSpec) -> None:
+        self.target = target
+
+    async def sample(
+        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int
+    ) -> list[tuple[Prompt, Outcome]]:
+        """One answer per prompt, `concurrency` in flight."""
+        gate = asyncio.Semaphore(concurrency)
+        async with make_session(concurrency) as session:
+            client = await connect(session, self.target)
+
+            async def one(index: int, prompt: Prompt) -> tuple[Prompt, Outcome]:
+                async with gate:
+                    return prompt, await client.generate(prompt, spec, f"calibration-{index}")
+
+            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))

@@ -1,0 +1,162 @@
+"""The soak's reference scorer: which rows are scored, scoring one row within its budget, and the
+calibration run on the reference's own samples before the soak."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from soakgate.errors import TargetError
+from soakgate.prompts import Prompt, PromptPicker
+from soakgate.records import Generation
+from soakgate.reference.calibrate import Calibration, calibrate
+from soakgate.reference.http import ReferenceFailed, ScoreRequest
+from soakgate.reference.score import SCORE_NAME, TokenScore, evidence, max_surprisal, unscored
+from soakgate.targets import Outcome, RequestSpec
+
+
+class Reference(Protocol):
+    """A trusted model that scores tokens (a server, or a model in this process)."""
+
+    prefill_tokens: int
+
+    async def start(self) -> None: ...
+    async def close(self) -> None: ...
+    async def score(self, request: ScoreRequest) -> tuple[list[TokenScore], str]: ...
+    def describe(self) -> dict[str, Any]: ...
+
+
+class Sampler(Protocol):
+    """Draws the reference's own samples at the soak's settings (for calibration)."""
+
+    async def sample(
+        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int
+    ) -> list[tuple[Prompt, Outcome]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringSettings:
+    """How reference scoring runs: what share is scored, the rate, the budget and backlog."""
+
+    fraction: float = 1.0
+    """Share of each target's generations scored (by sequence number)."""
+    per_target: Mapping[str, float] = field(default_factory=dict)
+    """Target name -> its own share."""
+    false_flag_rate: float = 0.001
+    """The calibrated false-flag rate per scored generation."""
+    calibration: int = 5000
+    """Reference samples drawn for the calibration."""
+    budget_s: float = 30.0
+    """Longest a row waits for its score before it is stored unscored."""
+    backlog: int = 256
+    """Rows waiting for the reference at most; a row beyond it is stored unscored at once."""
+
+
+def request_for(prompt: Prompt, outcome: Outcome, endpoint: str) -> ScoreRequest:
+    """What the reference is asked to score for one answer."""
+    chat = endpoint == "chat"
+    return ScoreRequest(
+        prompt_ids=outcome.prompt_token_ids, token_ids=outcome.token_ids,
+        prompt_text=None if chat else prompt.text, text=outcome.text,
+        messages=prompt.messages() if chat else None,
+    )  # fmt: skip
+
+
+class ReferenceScorer:
+    """Scores chosen rows under a reference, flagging those above the calibrated threshold."""
+
+    def __init__(self, reference: Reference, settings: ScoringSettings, sampler: Sampler) -> None:
+        self.reference = reference
+        self.settings = settings
+        self.sampler = sampler
+        self.budget_s = settings.budget_s
+        self.backlog = settings.backlog
+        self.calibration: Calibration | None = None
+        self.scored = 0
+        self.seconds = 0.0
+        """Wall time spent waiting on the reference for soak rows (for the bench)."""
+
+    def selects(self, target: str, seq: int) -> bool:
+        """Whether row `seq` of `target` is scored (reproducible from seq)."""
+        share = self.settings.per_target.get(target, self.settings.fraction)
+        if share >= 1.0:
+            return True
+        return share > 0 and random.Random(f"reference:{seq}").random() < share
+
+    async def score(self, generation: Generation, outcome: Outcome, prompt: Prompt) -> None:
+        """Score one row in place; a reference failure leaves it unscored with the reason."""
+        assert self.calibration is not None, "calibrate() first"
+        began = time.perf_counter()
+        try:
+            tokens, alignment = await self.reference.score(
+                request_for(prompt, outcome, generation.endpoint)
+            )
+        except ReferenceFailed as exc:
+            self.unscored(generation, str(exc))
+            return
+        finally:
+            self.seconds += time.perf_counter() - began
+        score, flagged, payload = evidence(tokens, self.calibration.threshold, alignment)
+        payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency
+        generation.reference_score, generation.suspect = score, flagged
+        generation.details["reference"] = payload
+        self.scored += 1
+
+    def unscored(self, generation: Generation, reason: str) -> None:
+        """Mark a row chosen for scoring that was not scored: never as clean-scored."""
+        generation.reference_score = generation.suspect = None
+        generation.details["reference"] = unscored(reason)
+
+    async def prepare(
+        self, spec: RequestSpec, picker: PromptPicker, concurrency: int
+    ) -> dict[str, Any]:
+        """Start the reference and calibrate on its own samples at the soak's settings; the
+        calibration as stored with the run. UsageError when too few samples scored."""
+        await self.reference.start()
+        settings = self.settings
+        sampled_spec = dataclasses.replace(spec, return_token_ids=True)
+        prompts = [picker.pick(seq) for seq in range(settings.calibration)]
+        began = time.perf_counter()
+        answers = await self.sampler.sample(prompts, sampled_spec, concurrency)
+        scores, failures = await self._calibration_scores(answers, spec.endpoint, concurrency)
+        if len(answers) - failures < 0.9 * settings.calibration:
+            raise TargetError(
+                f"reference calibration: only {len(answers) - failures} of "
+                f"{settings.calibration} reference samples could be scored"
+            )
+        self.calibration = calibrate(scores, settings.false_flag_rate)
+        return {
+            **self.calibration.to_dict(), "score": SCORE_NAME, "samples_failed": failures,
+            "reference": self.reference.describe(), "fraction": settings.fraction,
+            "per_target": dict(settings.per_target), "budget_s": settings.budget_s,
+            "sampling": sampled_spec.to_dict(), "seconds": round(time.perf_counter() - began, 3),
+        }  # fmt: skip
+
+    async def _calibration_scores(
+        self, answers: list[tuple[Prompt, Outcome]], endpoint: str, concurrency: int
+    ) -> tuple[list[float], int]:
+        """Each clean sample's score; the count of samples that failed or could not be scored."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(prompt: Prompt, outcome: Outcome) -> float | None:
+            if outcome.error_class is not None:
+                return None
+            async with gate:
+                try:
+                    tokens, _ = await self.reference.score(request_for(prompt, outcome, endpoint))
+                except ReferenceFailed:
+                    return None
+            return max_surprisal(tokens)
+
+        results = await asyncio.gather(*(one(p, o) for p, o in answers))
+        scores = [s for s in results if s is not None]
+        return scores, len(results) - len(scores)
+
+    async def close(self) -> None:
+        """Release the reference."""
+        await self.reference.close()

@@ -1,0 +1,99 @@
+"""Reference scoring in the report: per unit, suspect / scored with its exact CI, the unscored
+rows by reason, the score distribution against the calibration, and the worst rows.
+
+Pure over what reference_load.py read (the analysis stage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from soakgate.records import Generation, Run
+from soakgate.report.model import RunSlice, Unit
+from soakgate.report.reference_load import ReferenceSlices, scored_runs, worst_ids
+from soakgate.stats.rates import RateSummary, summarize_rate
+
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+
+
+@dataclass(slots=True)
+class ReferenceUnit:
+    """Reference scoring of one (label, target) unit."""
+
+    label: str
+    target: str
+    rate: RateSummary | None
+    """Suspect / scored rows with its exact CI (None when no row was scored)."""
+    unscored: dict[str, int]
+    """Rows chosen but not scored, by reason."""
+    quantiles: dict[str, float]
+    """The scored rows' score quantiles."""
+    calibration: dict[str, Any]
+    """The calibration of the unit's (first) run: threshold, n, rate, quantiles."""
+    worst: list[Generation]
+    """The highest-scoring suspect rows, whole."""
+    scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Every scored row's score (for the distribution figure)."""
+
+    @property
+    def name(self) -> str:
+        """`label@target`."""
+        return f"{self.label}@{self.target}"
+
+
+def reference_units(
+    slices: ReferenceSlices, runs: Sequence[Run],
+    rows: dict[int, Generation],
+) -> list[ReferenceUnit]:  # fmt: skip
+    """One ReferenceUnit per (label, target) that was scored."""
+    calibrations = {r.run_id: r.detectors["reference"] for r in scored_runs(runs)}
+    units = []
+    for (label, target), group in slices.items():
+        suspect = np.concatenate([s.suspect for s in group])
+        score = np.concatenate([s.score for s in group])
+        unscored: Counter[str] = Counter()
+        for piece in group:
+            unscored.update(piece.unscored)
+        quantiles = {}
+        if len(score):
+            quantiles = {name: float(np.quantile(score, q)) for name, q in QUANTILES}
+        units.append(ReferenceUnit(
+            label, target, summarize_rate(int(suspect.sum()), len(suspect)) if len(suspect)
+            else None, dict(unscored), quantiles, calibrations.get(group[0].run_id, {}),
+            [rows[i] for i in worst_ids(group) if i in rows], score,
+        ))  # fmt: skip
+    return units
+
+
+def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
+    """The units as `compare` sees them for outcome `suspect`: suspect / scored rows, per run
+    and in time order, in place of collapses / clean rows (aggregates over their targets)."""
+    out = []
+    for unit in units:
+        group = [s for t in unit.targets for s in slices.get((unit.label, t), [])
+                 if s.run_id in unit.run_ids]  # fmt: skip
+        scored = sum(len(s.suspect) for s in group)
+        if not scored:
+            out.append(dataclasses.replace(unit, rate=None, slices=[], sequence=None,
+                                           clustering=None))  # fmt: skip
+            continue
+        ordered = sorted(group, key=lambda s: float(s.started.min()) if len(s.started) else 0.0)
+        replicates = [
+            RunSlice(s.run_id if not unit.aggregate else f"{s.run_id}/{s.target}",
+                     float(s.started.min()), float(s.started.max()), len(s.suspect),
+                     int(s.suspect.sum()), len(s.suspect))
+            for s in ordered if len(s.suspect)
+        ]  # fmt: skip
+        suspects = sum(r.collapses for r in replicates)
+        out.append(dataclasses.replace(
+            unit, rate=summarize_rate(suspects, scored), slices=replicates,
+            sequence=np.concatenate([s.suspect for s in ordered]), clustering=None,
+        ))  # fmt: skip
+    return out

@@ -1,0 +1,96 @@
+"""The calibrated threshold holds its false-flag rate (simulated with the shipped defaults), and
+a calibration too small for the rate is refused or stored with a warning, through the CLI."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from soakgate.errors import UsageError
+from soakgate.mockserver.process import MockProcess
+from soakgate.reference.calibrate import calibrate, minimum_samples
+from tests.command_line import soakgate
+
+
+def test_threshold_holds_the_false_flag_rate_at_the_defaults() -> None:
+    # 400 calibrations of the default size (5000) at the default rate (0.001), each judged on
+    # 20,000 fresh draws from the same heavy-tailed and tied (discrete) score distributions.
+    rng = np.random.default_rng(17)
+    for draw in (lambda n: rng.standard_t(2, n), lambda n: np.round(rng.exponential(1, n), 1)):
+        rates = []
+        for _ in range(400):
+            threshold = calibrate(list(draw(5000)), 0.001).threshold
+            rates.append(float(np.mean(draw(20_000) > threshold)))
+        mean, se = float(np.mean(rates)), float(np.std(rates) / np.sqrt(len(rates)))
+        assert mean <= 0.001 + 3 * se, (mean, se)  # E[rate] <= a: the conformal bound
+        assert mean >= 0.0005, (mean, se)  # and not wastefully strict (ties aside)
+
+
+def test_too_small_a_calibration_is_refused_and_a_small_one_warned() -> None:
+    assert minimum_samples(0.001) == 999
+    with pytest.raises(UsageError, match="cannot support"):
+        calibrate([0.0] * 998, 0.001)
+    assert calibrate(list(range(999)), 0.001).warning is not None
+    assert calibrate(list(range(5000)), 0.001).warning is None
+
+
+def test_cli_refuses_a_calibration_below_the_minimum_before_any_load(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock()
+    result = soakgate(
+        "run", "--target", mock.url, "--score-reference", mock.url, "--requests", "10",
+        "--calibration", "100", "--db", str(tmp_path / "t.sqlite"), "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "at least 999 samples" in lines[0], result.stderr
+    assert mock.ground_truth() == []  # nothing was sent
+
+
+def test_cli_stores_a_small_calibration_with_its_warning(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    candidate, reference = start_mock("--fluent-rate", "0.2"), start_mock()
+    db = tmp_path / "t.sqlite"
+    result = soakgate(
+        "run", "--target", candidate.url, "--score-reference", reference.url, "--requests",
+        "200", "--false-flag-rate", "0.01", "--calibration", "120", "--max-tokens", "32",
+        "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "warning: reference calibration: 120 samples" in result.stderr
+    with sqlite3.connect(db) as connection:
+        (data,) = connection.execute(
+            "SELECT data FROM events WHERE kind = 'reference_calibration'"
+        ).fetchone()
+        counts = dict(connection.execute(
+            "SELECT suspect, count(*) FROM generations GROUP BY suspect"
+        ).fetchall())  # fmt: skip
+    stored = json.loads(data)
+    assert stored["n"] == 120 and stored["warning"] and stored["score"] == "max_surprisal"
+    assert stored["reference"]["url"] == reference.url
+    assert None not in counts and counts[1] >= 20  # all scored; the fluent ones flagged
+
+
+def test_cli_refuses_a_reference_model_that_is_not_a_model_before_any_load(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock()
+    result = soakgate(
+        "run", "--target", mock.url, "--reference-model", str(tmp_path), "--requests", "10",
+        "--db", str(tmp_path / "t.sqlite"), "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip().splitlines()
+        == [f"soakgate: --reference-model {tmp_path}: no config.json (not a model folder)"]
+        or "no config.json" in result.stderr.strip().splitlines()[-1]
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert mock.ground_truth() == [] and not (tmp_path / "t.sqlite").exists()
