@@ -129,11 +129,50 @@ def tally(target: str, truths: list[Truth]) -> Tally:
     )  # fmt: skip
 
 
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token id (or the shorter length), None when equal."""
+    if a == b:
+        return None
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def seeded(reference: str, other: str, model: str, count: int) -> list[str]:
+    """The first `count` builtin prompts, each with its own seed (1000 + i), 32 tokens at
+    temperature 0.8, sent to both servers: where their token ids first differ, against the
+    steps the control picks in `other`'s output (under `reference`)."""
+    from soakgate.prompts import builtin_prompts
+
+    hits = []
+    for index, prompt in enumerate(builtin_prompts()[:count]):
+        answers = []
+        for url in (reference, other):
+            body = {"model": model, "prompt": prompt.text, "max_tokens": 32,
+                    "temperature": 0.8, "seed": 1000 + index, "return_token_ids": True}  # fmt: skip
+            answers.append(post(url, "/v1/completions", body)["choices"][0])
+        ids = answers[1]["prompt_token_ids"]
+        steps = corrupted_steps(top1_before_each(reference, model, ids, answers[1]["token_ids"]))
+        hits.append((first_difference(answers[0]["token_ids"], answers[1]["token_ids"]), steps))
+    picked = [first for first, steps in hits if steps]
+    unpicked = [first for first, steps in hits if not steps]
+    return [
+        f"{count} prompts, seeded: identical {sum(f is None for f, _ in hits)}",
+        f"picked by the rule: {len(picked)}; differing: {sum(f is not None for f in picked)}, "
+        f"first at the first picked step: {sum(f == s[0] for f, s in hits if s)}",
+        f"not picked: {len(unpicked)}; identical: {sum(f is None for f in unpicked)}",
+    ]
+
+
 def main(argv: list[str]) -> int:
-    """`python -m tests.realservers.fluent_truth DB EAGER_URL MODEL`: the tally per target."""
+    """`python -m tests.realservers.fluent_truth tally DB EAGER_URL MODEL`: the tally per target;
+    `... seeded EAGER_URL OTHER_URL MODEL COUNT`: the seeded comparison of two servers."""
     from soakgate.store import open_store
 
-    db, url, model = argv
+    if argv[:1] == ["seeded"]:
+        print("\n".join(seeded(argv[1], argv[2], argv[3], int(argv[4]))))
+        return 0
+    db, url, model = argv[1:]
     store = open_store(db)
     try:
         rows = [g for g in store.generations() if g.ok]
