@@ -11,10 +11,12 @@ rule. Only loopback URLs are used.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from scipy import stats
@@ -138,7 +140,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     )
 
 
-def seeded(reference: str, other: str, model: str, count: int) -> list[str]:
+def seeded(reference: str, other: str, model: str, count: int) -> dict[str, int]:
     """The first `count` builtin prompts, each with its own seed (1000 + i), 32 tokens at
     temperature 0.8, sent to both servers: where their token ids first differ, against the
     steps the control picks in `other`'s output (under `reference`)."""
@@ -154,25 +156,26 @@ def seeded(reference: str, other: str, model: str, count: int) -> list[str]:
         ids = answers[1]["prompt_token_ids"]
         steps = corrupted_steps(top1_before_each(reference, model, ids, answers[1]["token_ids"]))
         hits.append((first_difference(answers[0]["token_ids"], answers[1]["token_ids"]), steps))
-    picked = [first for first, steps in hits if steps]
+    picked = [(first, steps[0]) for first, steps in hits if steps]
     unpicked = [first for first, steps in hits if not steps]
-    return [
-        f"{count} prompts, seeded: identical {sum(f is None for f, _ in hits)}",
-        f"picked by the rule: {len(picked)}; differing: {sum(f is not None for f in picked)}, "
-        f"first at the first picked step: {sum(f == s[0] for f, s in hits if s)}",
-        f"not picked: {len(unpicked)}; identical: {sum(f is None for f in unpicked)}",
-    ]
+    return {
+        "prompts": count, "identical": sum(first is None for first, _ in hits),
+        "picked": len(picked), "picked_differing": sum(f is not None for f, _ in picked),
+        "picked_first_difference_at_first_pick": sum(f == s for f, s in picked),
+        "unpicked": len(unpicked), "unpicked_identical": sum(f is None for f in unpicked),
+    }  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
-    """`python -m tests.realservers.fluent_truth tally DB EAGER_URL MODEL`: the tally per target;
+    """`python -m tests.realservers.fluent_truth tally DB EAGER_URL MODEL [JSON]`: the tally per
+    target (and, with JSON, the tallies and each row's picked steps written there);
     `... seeded EAGER_URL OTHER_URL MODEL COUNT`: the seeded comparison of two servers."""
     from soakgate.store import open_store
 
     if argv[:1] == ["seeded"]:
-        print("\n".join(seeded(argv[1], argv[2], argv[3], int(argv[4]))))
+        print(json.dumps(seeded(argv[1], argv[2], argv[3], int(argv[4]))))
         return 0
-    db, url, model = argv[1:]
+    db, url, model = argv[1:4]
     store = open_store(db)
     try:
         rows = [g for g in store.generations() if g.ok]
@@ -181,11 +184,17 @@ def main(argv: list[str]) -> int:
         }
     finally:
         store.close()
+    written: dict[str, Any] = {}
     for target in sorted({r.target for r in rows}):
         truths = ground_truth(url, model, [r for r in rows if r.target == target], texts)
-        print("\n".join(tally(target, truths).lines()))
+        counts = tally(target, truths)
+        print("\n".join(counts.lines()))
         for t in [t for t in truths if t.corrupted][:5]:
             print(f"    steps {t.steps} suspect={t.row.suspect}: {t.row.text!r}")
+        steps = {t.row.request_id: t.steps for t in truths}
+        written[target] = {"tally": dataclasses.asdict(counts), "steps": steps}
+    if len(argv) > 4:
+        Path(argv[4]).write_text(json.dumps(written))
     return 0
 
 

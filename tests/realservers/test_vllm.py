@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ from soakgate.report.api import compare, report
 from soakgate.servers import ServerInstance
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import make_session
-from tests.realservers.fluent_truth import exact_ci, ground_truth, tally
+from tests.realservers.fluent_truth import Tally, exact_ci
 from tests.realservers.vllm_support import (
     REPO,
     campaign_for_test,
@@ -55,6 +56,12 @@ def by_label(generations: list[Generation]) -> dict[str, list[Generation]]:
     for generation in generations:
         groups[generation.label].append(generation)
     return groups
+
+
+def python_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m MODULE ARGS` from the repo root, as the docs show it."""
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
 def soakgate_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -293,22 +300,29 @@ def test_fluent_control_caught_by_reference_scoring(
         print(f"soakgate run (calibration + 2 x {FLUENT_REQUESTS}): "
               f"{time.monotonic() - began:.1f} s")  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        rows, events = stored(db)
+        _, events = stored(db)
         (calibration,) = [e.data for e in events if e.kind == "reference_calibration"]
-        texts = prompt_texts(db)
-        truths = {
-            name: ground_truth(reference.spec.url, model, [r for r in rows if r.target == name],
-                               texts)
-            for name in servers
-        }  # fmt: skip
+        # the documented commands: truth per row (JSON), and the seeded check that compiled
+        # output leaves eager's exactly at the first step the rule picks, and nowhere else
+        truth = tmp_path / "truth.json"
+        url = reference.spec.url
+        done = python_module("tests.realservers.fluent_truth", "tally", str(db), url, model,
+                             str(truth))  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        print(done.stdout)
+        check = python_module("tests.realservers.fluent_truth", "seeded", url,
+                              servers["fluent"].spec.url, model, "16")  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+        print(check.stdout)
     finally:
         for instance in servers.values():
             asyncio.run(instance.stop())
     print(f"calibration: {calibration}")
-    fluent, clean = tally("fluent", truths["fluent"]), tally("clean", truths["clean"])
-    print("\n".join(fluent.lines() + clean.lines()))
-    for truth in [t for t in truths["fluent"] if t.corrupted][:3]:
-        print(f"  e.g. steps {truth.steps}: {truth.row.text!r}")
+    counts = {name: Tally(**t["tally"]) for name, t in json.loads(truth.read_text()).items()}
+    fluent, clean = counts["fluent"], counts["clean"]
+    same = json.loads(check.stdout)
+    assert same["picked_first_difference_at_first_pick"] == same["picked"], same
+    assert same["unpicked_identical"] == same["unpicked"] > 0, same
 
     assert fluent.rows == clean.rows == FLUENT_REQUESTS
     assert fluent.unscored == clean.unscored == 0
@@ -328,14 +342,3 @@ def test_fluent_control_caught_by_reference_scoring(
         low, high = exact_ci(k, n)
         print(f"{arm}: false flags {k}/{n} [{low:.4f}, {high:.4f}], allowed <= {bound}")
         assert k <= bound, (arm, k, n, calibration)
-
-
-def prompt_texts(db: Path) -> dict[str, str]:
-    """Prompt id -> text, as the run stored them."""
-    from soakgate.store import open_store
-
-    store = open_store(db)
-    try:
-        return {pid: p.text for run in store.runs() for pid, p in store.prompts(run.run_id).items()}
-    finally:
-        store.close()
