@@ -114,7 +114,8 @@ class ModelServer(MockServer):
         finally:
             self.metrics.in_flight -= 1
         text = self.tokenizer.decode(ids)
-        plan = Plan(request_id, sampling, CLEAN, prompt_tokens, ids, text, finish, 0, 0)
+        sampling.prompt_ids = self.tokenizer(sampling.prompt).input_ids  # real ids, when asked
+        plan = Plan(request_id, sampling, CLEAN, prompt_tokens, ids, text, finish, 0, 0, [])
         self.metrics.generated(len(ids))
         return web.json_response(response_body(plan, self.config.model_name, int(time.time())))
 

@@ -124,3 +124,10 @@ def test_bench_report_prints_every_command_the_html_size_and_the_floor() -> None
         assert label in out, out
     assert "x the floor" in out or "sqlite3 command line not found" in out
     assert "load average" in out
+
+
+def test_bench_reference_prints_the_scoring_cost_and_the_reference_load() -> None:
+    out = run_bench("bench_reference.py", "--requests", "60", "--rounds", "1", "--concurrency",
+                    "4", timeout_s=300)  # fmt: skip
+    assert "client CPU of scoring:" in out and "µs per generation" in out
+    assert "tokens sent per scored generation" in out and "60 rows scored" in out

@@ -50,6 +50,7 @@ class Names:
 Entry = Run | Serve | Collect | Covered | Names
 
 A_URL, B_URL = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
+REFERENCE_COMPARE = "tests/reference/test_report.py::test_compare_outcome_suspect_uses_the_collapse_verdict_machinery"
 DEMO = "tests/cli/test_demo_and_interrupt.py::test_demo_reports_an_exact_match"
 LLAMA = "tests/realservers/test_llamacpp.py::test_soak_parses_usage_and_logprob_token_ids"
 VLLM = "tests/realservers/test_vllm.py::test_campaign_eager_vs_compiled"
@@ -134,6 +135,8 @@ COMMANDS: dict[str, Entry] = {
     "--prompt-count 20": Run((("--prompt-count 20", "--prompt-count 3"),)),
     "soakgate run --target compiled=http://127.0.0.1:8001 --reference eager=http://127.0.0.1:8000 "
     "--requests 5000": Run((("--requests 5000", "--requests 40"),)),
+    "soakgate determinism": Names("soakgate determinism "),
+    "soakgate compare runs.sqlite eager compiled --outcome suspect": Covered(REFERENCE_COMPARE),
     "soakgate run --target compiled=http://127.0.0.1:8001 --score-reference http://127.0.0.1:8000 "
     "--calibration 5000 --requests 5000": Run(
         (("--requests 5000", "--requests 40"), ("--calibration 5000", "--calibration 999"))

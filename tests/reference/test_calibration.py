@@ -76,3 +76,21 @@ def test_cli_stores_a_small_calibration_with_its_warning(
     assert stored["n"] == 120 and stored["warning"] and stored["score"] == "max_surprisal"
     assert stored["reference"]["url"] == reference.url
     assert None not in counts and counts[1] >= 20  # all scored; the fluent ones flagged
+
+
+def test_cli_refuses_a_reference_model_that_is_not_a_model_before_any_load(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    mock = start_mock()
+    result = soakgate(
+        "run", "--target", mock.url, "--reference-model", str(tmp_path), "--requests", "10",
+        "--db", str(tmp_path / "t.sqlite"), "--quiet", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip().splitlines()
+        == [f"soakgate: --reference-model {tmp_path}: no config.json (not a model folder)"]
+        or "no config.json" in result.stderr.strip().splitlines()[-1]
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert mock.ground_truth() == [] and not (tmp_path / "t.sqlite").exists()

@@ -58,6 +58,7 @@ def test_report_json_is_what_the_row_object_analysis_printed(
     # 19, none here); every key the report had is unchanged.
     assert set(document) - set(expected) == {"comparisons", "no_comparison"}
     assert document["probes"].pop("replays") == []
+    assert document["probes"].pop("reference") == []  # reference scoring (issue 17), none here
     assert {key: document[key] for key in expected} == expected
 
 

@@ -241,3 +241,31 @@ def test_every_exported_series_is_documented() -> None:
     text = (REPO / "docs" / "monitoring.md").read_text()
     for name in SERIES:
         assert f"`{name}`" in text, name
+
+
+@pytest.mark.slow
+def test_reference_scoring_series_equal_the_database_at_the_end(
+    tmp_path: Path, soaks: list[Soak]
+) -> None:
+    with MockProcess(["--fluent-rate", "0.2"]) as candidate, MockProcess() as reference:
+        soak = Soak(["run", "--target", f"gpu0={candidate.url}", "--label", "compiled",
+                     "--score-reference", reference.url, "--false-flag-rate", "0.01",
+                     "--calibration", "200", "--requests", "200", "--max-tokens", "16",
+                     "--db", "r.sqlite", "--quiet", "--no-watch-metrics", "--metrics-port", "0",
+                     "--metrics-linger", "60"], tmp_path)  # fmt: skip
+        soaks.append(soak)
+        soak.wait_for("soak ended")
+        final = scrape(soak.url)
+    assert soak.end() == 0
+    with sqlite3.connect(tmp_path / "r.sqlite") as connection:
+        suspect, plausible = connection.execute(
+            "SELECT SUM(suspect), SUM(1 - suspect) FROM generations WHERE suspect IS NOT NULL"
+        ).fetchone()
+    unit = (("label", "compiled"), ("target", "gpu0"))
+    expected = {"suspect": suspect, "plausible": plausible, "unscored": 0}
+    assert of(final, "soakgate_reference_generations_total") == {
+        tuple(sorted((*unit, ("outcome", outcome)))): count for outcome, count in expected.items()
+    }
+    assert suspect >= 20 and suspect + plausible == 200
+    assert of(final, "soakgate_suspect_rate") == {unit: suspect / 200}
+    assert of(final, "soakgate_suspect_rate_upper_bound")[unit] > suspect / 200

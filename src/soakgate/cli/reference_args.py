@@ -104,7 +104,11 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
         connections = config.load.concurrency * len(config.targets)
         reference = HttpReference(spec.url, spec.model, api_key, args.score_timeout, connections)
         return ReferenceScorer(reference, settings, ServerSampler(spec))
+    from pathlib import Path
+
     from soakgate.reference.hf import HFReference
 
+    if not (Path(model_path) / "config.json").is_file():  # refused before any load
+        raise UsageError(f"--reference-model {model_path}: no config.json (not a model folder)")
     hf = HFReference(model_path)
     return ReferenceScorer(hf, settings, hf)

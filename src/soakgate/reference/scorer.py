@@ -102,6 +102,7 @@ class ReferenceScorer:
         finally:
             self.seconds += time.perf_counter() - began
         score, flagged, payload = evidence(tokens, self.calibration.threshold, alignment)
+        payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency
         generation.reference_score, generation.suspect = score, flagged
         generation.details["reference"] = payload
         self.scored += 1

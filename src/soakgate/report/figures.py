@@ -15,6 +15,7 @@ import numpy as np
 from soakgate.report.bins import EventMark, Throughput, Timeline, time_scale
 from soakgate.report.model import Analysis
 from soakgate.report.probes import SpecSeries, Sweep
+from soakgate.report.reference import ReferenceUnit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -234,4 +235,30 @@ def acceptance_plot(target: str, series: list[SpecSeries]) -> str:
     axes.legend(fontsize=8, loc="upper right", ncols=2)
     axes.spines[["top", "right"]].set_visible(False)
     figure.suptitle(f"{target}: speculative-decoding acceptance", fontsize=10)
+    return to_data_uri(figure)
+
+
+def reference_plot(unit: ReferenceUnit) -> str:
+    """A unit's score distribution (counts on a log scale) against its calibration: the
+    threshold, and the calibration samples' 50/90/99% quantiles and maximum."""
+    figure = _figure(10.0, 2.6)
+    axes = figure.add_subplot()
+    calibration = unit.calibration
+    threshold = float(calibration.get("threshold", np.nan))
+    high = max(float(unit.scores.max()) if len(unit.scores) else 1.0, threshold) * 1.05
+    edges = np.linspace(0.0, high, 61)
+    counts, _ = np.histogram(unit.scores, edges)
+    flagged = edges[:-1] >= threshold
+    axes.bar(edges[:-1], counts, width=np.diff(edges), align="edge",
+             color=np.where(flagged, COLLAPSE, CLEAN))  # fmt: skip
+    axes.set_yscale("symlog", linthresh=1)
+    axes.axvline(threshold, color=COLLAPSE, linestyle="--", label="threshold")
+    for name, value in (calibration.get("quantiles") or {}).items():
+        axes.axvline(float(value), color=EVENT, linewidth=0.8, alpha=0.6)
+        axes.annotate(f"cal {name}", (float(value), 1), rotation=90, fontsize=7, color=EVENT,
+                      va="bottom")  # fmt: skip
+    axes.set_xlabel("score: worst token's surprisal under the reference (nats)")
+    axes.set_ylabel("generations")
+    axes.set_title(f"{unit.name}: scored generations against the calibration", fontsize=10)
+    axes.legend(loc="upper right", fontsize=8)
     return to_data_uri(figure)

@@ -215,7 +215,34 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
             "note": REPLAY_NOTE,
             "rows": [r.cells() for r in probes.replays],
         },
+        "reference": {
+            "headers": pt.REFERENCE_HEADERS,
+            "note": pt.REFERENCE_NOTE,
+            "rows": [pt.reference_cells(u) for u in probes.reference],
+            "units": [
+                {"name": u.name, "uri": figures.reference_plot(u), "worst": _worst(u.worst)}
+                for u in probes.reference
+                if len(u.scores)
+            ],
+        },
     }
+
+
+def _worst(rows: list[Generation]) -> list[dict[str, Any]]:
+    """The worst suspect rows: the first implausible token with the text around it (escaped
+    by the template), and the others' positions and texts."""
+    shown = []
+    for g in rows:
+        reference = g.details.get("reference", {})
+        first = reference.get("first") or {}
+        shown.append({
+            "request_id": g.request_id, "score": g.reference_score,
+            "before": str(first.get("before", "")), "token": str(first.get("token", "")),
+            "after": str(first.get("after", "")), "position": first.get("position"),
+            "logprob": first.get("logprob"), "rank": first.get("rank"),
+            "others": [f"{p}: {t!r} ({lp})" for p, t, lp in reference.get("implausible", [])[1:]],
+        })  # fmt: skip
+    return shown
 
 
 def render_html(

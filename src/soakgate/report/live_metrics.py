@@ -39,6 +39,12 @@ SERIES = {
     "ended (absent before the first collapse)",
     "soakgate_guard_faults_total": "counter: engine faults the campaign guard recorded",
     "soakgate_soak_active": "gauge: 1 while a soak sends load, 0 once it has ended",
+    "soakgate_reference_generations_total": "counter: generations chosen for reference scoring, "
+    "by label, target and outcome (suspect, plausible, unscored); a suspect one may also be "
+    "counted collapsed above",
+    "soakgate_suspect_rate": "gauge: suspect / reference-scored generations",
+    "soakgate_suspect_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
+    "bound of the suspect rate",
 }
 """Every series exported, with its type and meaning (README, *Live metrics*)."""
 
@@ -51,6 +57,21 @@ class _Totals:
     collapsed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     last_collapse_at: float | None = None
+    scored: int = 0
+    suspects: int = 0
+    unscored: int = 0
+
+    def add(self, tally: Any) -> None:
+        """Add one soak's tally of this unit."""
+        requests, errors, collapses = tally.requests, tally.errors, tally.collapses
+        self.clean += requests - errors - collapses
+        self.collapsed += collapses
+        for kind, count in list(tally.errors_by_class.items()):
+            self.errors[kind] = self.errors.get(kind, 0) + count
+        self.last_collapse_at = _latest(self.last_collapse_at, tally.last_collapse_at)
+        self.scored += getattr(tally, "scored", 0)
+        self.suspects += getattr(tally, "suspects", 0)
+        self.unscored += getattr(tally, "unscored", 0)
 
 
 def _latest(a: float | None, b: float | None) -> float | None:
@@ -114,29 +135,19 @@ class LiveMetrics:
 
     def _fold(self) -> None:
         for tally in (self._current or {}).values():
-            totals = self._done.setdefault((tally.label, tally.target), _Totals())
-            totals.clean += tally.requests - tally.errors - tally.collapses
-            totals.collapsed += tally.collapses
-            for kind, count in tally.errors_by_class.items():
-                totals.errors[kind] = totals.errors.get(kind, 0) + count
-            totals.last_collapse_at = _latest(totals.last_collapse_at, tally.last_collapse_at)
+            self._done.setdefault((tally.label, tally.target), _Totals()).add(tally)
         self._current = None
 
     def _snapshot(self) -> tuple[dict[tuple[str, str], _Totals], dict[tuple[str, str], int]]:
         """Totals per (label, target): ended soaks plus the current one's live tallies."""
         with self._lock:
-            units = {k: _Totals(v.clean, v.collapsed, dict(v.errors), v.last_collapse_at)
+            units = {k: _Totals(v.clean, v.collapsed, dict(v.errors), v.last_collapse_at,
+                                v.scored, v.suspects, v.unscored)
                      for k, v in self._done.items()}  # fmt: skip
             in_flight: dict[tuple[str, str], int] = {}
             for tally in list((self._current or {}).values()):
                 key = (tally.label, tally.target)
-                totals = units.setdefault(key, _Totals())
-                requests, errors, collapses = tally.requests, tally.errors, tally.collapses
-                totals.clean += requests - errors - collapses
-                totals.collapsed += collapses
-                for kind, count in list(tally.errors_by_class.items()):
-                    totals.errors[kind] = totals.errors.get(kind, 0) + count
-                totals.last_collapse_at = _latest(totals.last_collapse_at, tally.last_collapse_at)
+                units.setdefault(key, _Totals()).add(tally)
                 in_flight[key] = tally.in_flight
             for key in self._faults:
                 units.setdefault(key, _Totals())
@@ -183,6 +194,28 @@ class LiveMetrics:
         active = GaugeMetricFamily("soakgate_soak_active", SERIES["soakgate_soak_active"])
         active.add_metric([], 1.0 if self._active else 0.0)
         yield from (generations, rate, upper, scored, flying, last, faults, active)
+        yield from self._reference(units)
+
+    def _reference(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
+        """Reference scoring's series, for the units that had generations chosen for it."""
+        chosen = {k: t for k, t in units.items() if t.scored or t.unscored}
+        if not chosen:
+            return
+        name = "soakgate_reference_generations"
+        counts = CounterMetricFamily(
+            name, SERIES[f"{name}_total"], labels=["label", "target", "outcome"]
+        )
+        rate, upper = (GaugeMetricFamily(n, SERIES[n], labels=["label", "target"]) for n in (
+            "soakgate_suspect_rate", "soakgate_suspect_rate_upper_bound"))  # fmt: skip
+        for (label, target), totals in sorted(chosen.items()):
+            unit = [label, target]
+            counts.add_metric([*unit, "suspect"], totals.suspects)
+            counts.add_metric([*unit, "plausible"], totals.scored - totals.suspects)
+            counts.add_metric([*unit, "unscored"], totals.unscored)
+            if totals.scored:
+                rate.add_metric(unit, totals.suspects / totals.scored)
+                upper.add_metric(unit, self._upper_bound(totals.suspects, totals.scored))
+        yield from (counts, rate, upper)
 
 
 def linger(seconds: float, announce: Iterable[str] = ()) -> None:

@@ -22,7 +22,7 @@ from soakgate.store.base import LedgerEntry, Store
 from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader
 
 if TYPE_CHECKING:
-    from soakgate.report.reference import ReferenceSlices
+    from soakgate.report.reference_load import ReferenceSlices
     from soakgate.store.sqlite import SqliteStore
 
 FloatArray = npt.NDArray[np.float64]
@@ -213,7 +213,7 @@ def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[i
 def load_store(store: Store, contexts: bool = False) -> Columns:
     """Columns of an open store: on a SQLite store's own connection, else from its rows; with
     `contexts`, what surrounded each exemplar (a SQLite store only)."""
-    from soakgate.report.reference import load_reference
+    from soakgate.report.reference_load import load_reference
     from soakgate.store.columns import reader_for
     from soakgate.store.sqlite import SqliteStore
 
@@ -233,7 +233,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     Arrow reader once sqlite3 has closed the file (two SQLite libraries must not hold one file
     open in a process), or through sqlite3 where Arrow cannot be used; with `contexts`, what
     surrounded each exemplar (sqlite3 again, once Arrow has closed the file)."""
-    from soakgate.report.reference import load_reference
+    from soakgate.report.reference_load import load_reference
     from soakgate.store.columns import ArrowReader, arrow_available
     from soakgate.store.sqlite import open_analysis, read_only_uri
 

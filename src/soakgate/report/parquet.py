@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from soakgate.report.export import FIELDS, _schema
+from soakgate.store import codec
 from soakgate.store.columns import ArrowReader
 
 # Per column: its SQL (every nullable one twice: its value made non-NULL, and whether it was
@@ -31,6 +32,7 @@ _COLUMNS: dict[str, tuple[str, bool]] = {
     "token_ids": ("BLOB", True), "scores": (_TEXT, False), "details": (_TEXT, False),
     "flags": (_TEXT, False), "incarnation": (_INTEGER, False),
     "reference_divergence": (_INTEGER, True), "attempts": (_INTEGER, False),
+    "reference_score": (_REAL, True), "suspect": (_INTEGER, True),
 }  # fmt: skip
 _DEFAULTS = {_INTEGER: "0", _REAL: "0.0", _TEXT: "''", "BLOB": "X''"}
 
@@ -39,7 +41,8 @@ def _select(present: set[str]) -> str:
     parts = []
     for name in FIELDS:
         kind, nullable = _COLUMNS[name]
-        column = name if name in present else "1"  # `attempts` of an unmigrated database
+        # a column an unmigrated database lacks reads as its default (`attempts` 1, else NULL)
+        column = name if name in present else codec.COLUMN_DEFAULTS[name]
         if nullable:
             parts += [f"COALESCE({column}, {_DEFAULTS[kind]})", f"{column} IS NULL"]
         elif kind == "BLOB":

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
@@ -97,12 +98,20 @@ class SqliteStore:
             for step in range(version + 1, codec.SCHEMA_VERSION + 1):
                 migration = codec.MIGRATIONS[step]
                 for statement in (migration,) if isinstance(migration, str) else migration:
-                    self._db.execute(statement)
+                    self._apply(statement)
             if version < codec.SCHEMA_VERSION:
                 self._db.execute(
                     "UPDATE meta SET value=? WHERE key='schema_version'",
                     (str(codec.SCHEMA_VERSION),),
                 )
+
+    def _apply(self, statement: str) -> None:
+        """One migration statement; a column it adds that the table already has is kept (a
+        database whose version says older than its columns: an interrupted or hand-made one)."""
+        added = _ADDED_COLUMN.match(statement)
+        if added and added.group(1) in self.generation_columns():
+            return
+        self._db.execute(statement)
 
     def schema_version(self) -> int:
         """The schema version the database records (an unmigrated one may be older)."""
@@ -312,6 +321,9 @@ class SqliteStore:
             "instr(details, '\"reference\"') > 0) ORDER BY seq",
             (run_id,),
         ).fetchall()
+
+
+_ADDED_COLUMN = re.compile(r"ALTER TABLE generations ADD COLUMN (\w+)")
 
 
 class _Transaction:

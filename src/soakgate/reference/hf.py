@@ -1,0 +1,208 @@
+"""An in-process reference: a Hugging Face transformers model loaded by soakgate
+(`--reference-model PATH`), for stacks where no server returns prompt log-probabilities
+(llama.cpp's server cannot). It scores generations in batches (requests that arrive while a batch
+runs form the next), and draws its own samples for the calibration with `generate`.
+
+Token ids: the candidate's ids are scored as they are when it returned them (they must be this
+model's tokenizer's); otherwise the text is tokenized here (chat: this tokenizer's chat template),
+and the generated tokens are those after the prompt's (`alignment: text`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from soakgate.errors import UsageError
+from soakgate.prompts import Prompt
+from soakgate.reference.http import ReferenceFailed, ScoreRequest
+from soakgate.reference.score import TokenScore
+from soakgate.targets import Outcome, RequestSpec
+
+BATCH = 16
+"""Generations scored (or sampled) per forward pass."""
+
+
+class HFReference:
+    """A transformers causal LM on the CPU (or the device torch picks), scoring and sampling."""
+
+    def __init__(
+        self, path: str | Path, batch_size: int = BATCH, threads: int | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.batch_size = batch_size
+        self.threads = threads
+        """torch's intra-op threads (None: torch's default)."""
+        self.prefill_tokens = 0
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._pending: list[tuple[list[int], int, asyncio.Future[list[TokenScore]]]] = []
+        self._runner: asyncio.Task[None] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What is stored with the run about this reference."""
+        return {"kind": "transformers", "path": str(self.path)}
+
+    async def start(self) -> None:
+        """Load the model (in a thread: it takes seconds)."""
+        if self._model is None:
+            await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        if not (self.path / "config.json").is_file():
+            raise UsageError(f"--reference-model {self.path}: no config.json (not a model folder)")
+        try:
+            import torch
+            import transformers
+        except ImportError:
+            raise UsageError(
+                "--reference-model needs torch and transformers (pip install -e '.[torch]')"
+            ) from None
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+        transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        try:
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(
+                self.path, local_files_only=True
+            )
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                self.path, dtype=torch.float32, local_files_only=True
+            )
+            self._model = model.eval()  # type: ignore[no-untyped-call]
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--reference-model {self.path}: cannot load it ({exc})") from None
+
+    async def close(self) -> None:
+        """Nothing to release (the model goes with the process)."""
+
+    async def score(self, request: ScoreRequest) -> tuple[list[TokenScore], str]:
+        """The generated tokens as this model scores them, and the alignment used."""
+        ids, first, alignment = self._ids(request)
+        if len(ids) > self._model.config.max_position_embeddings:
+            raise ReferenceFailed("too_long: longer than the reference model's context")
+        future: asyncio.Future[list[TokenScore]] = asyncio.get_running_loop().create_future()
+        self._pending.append((ids, first, future))
+        self.prefill_tokens += len(ids)
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.create_task(self._run())
+        return await future, alignment
+
+    def _ids(self, request: ScoreRequest) -> tuple[list[int], int, str]:
+        """Prompt + generated ids, where the generated ones start, and the alignment."""
+        tokenizer = self._tokenizer
+        if request.prompt_ids is not None and request.token_ids is not None:
+            ids = [*request.prompt_ids, *request.token_ids]
+            if any(not 0 <= i < len(tokenizer) for i in ids):
+                raise ReferenceFailed("foreign_token_ids: ids outside the reference's vocabulary")
+            return ids, len(request.prompt_ids), "token_ids"
+        generated = tokenizer(request.text, add_special_tokens=False).input_ids
+        if request.messages is not None:
+            prompt = tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            return [*prompt, *generated], len(prompt), "text"
+        prompt = tokenizer(request.prompt_text or "").input_ids
+        whole = tokenizer((request.prompt_text or "") + request.text).input_ids
+        shared = next((i for i, (a, b) in enumerate(zip(prompt, whole, strict=False)) if a != b),
+                      min(len(prompt), len(whole)))  # fmt: skip
+        return whole, max(shared, 1), "text"
+
+    async def _run(self) -> None:
+        """Score the waiting generations, a batch at a time, until none wait."""
+        while self._pending:
+            batch, self._pending = (
+                self._pending[: self.batch_size],
+                self._pending[self.batch_size :],
+            )
+            try:
+                results = await asyncio.to_thread(self._forward, [(i, f) for i, f, _ in batch])
+            except Exception as exc:  # a model failure fails these rows' scoring, not the soak
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(ReferenceFailed(f"reference_error: {exc!r}"[:200]))
+                continue
+            for (_, _, future), tokens in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(tokens)
+
+    def _forward(self, batch: list[tuple[list[int], int]]) -> list[list[TokenScore]]:
+        """One padded forward pass: each sequence's generated tokens' logprobs and ranks."""
+        import torch
+
+        longest = max(len(ids) for ids, _ in batch)
+        pad = self._tokenizer.pad_token_id or 0
+        inputs = torch.tensor([ids + [pad] * (longest - len(ids)) for ids, _ in batch])
+        mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids, _ in batch])
+        with torch.no_grad():
+            logits = self._model(input_ids=inputs, attention_mask=mask, use_cache=False).logits
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        out = []
+        for row, (ids, first) in enumerate(batch):
+            start = max(first, 1)
+            targets = torch.tensor(ids[start:])
+            rows = logprobs[row, start - 1 : len(ids) - 1]
+            chosen = rows.gather(1, targets[:, None])[:, 0]
+            ranks = (rows > chosen[:, None]).sum(1) + 1
+            out.append([
+                TokenScore(p - first, t, float(lp), int(r), self._tokenizer.decode([t]))
+                for p, t, lp, r in zip(range(start, len(ids)), ids[start:], chosen.tolist(),
+                                       ranks.tolist(), strict=True)
+            ])  # fmt: skip
+        return out
+
+    async def sample(
+        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int
+    ) -> list[tuple[Prompt, Outcome]]:
+        """The model's own samples at the soak's settings (calibration), in batches."""
+        await self.start()
+        return await asyncio.to_thread(self._sample_all, prompts, spec)
+
+    def _sample_all(self, prompts: list[Prompt], spec: RequestSpec) -> list[tuple[Prompt, Outcome]]:
+        import torch
+
+        torch.manual_seed(spec.seed or 0)
+        answers = []
+        for start in range(0, len(prompts), self.batch_size):
+            chunk = prompts[start : start + self.batch_size]
+            answers += list(zip(chunk, self._sample(chunk, spec), strict=True))
+        return answers
+
+    def _sample(self, prompts: list[Prompt], spec: RequestSpec) -> list[Outcome]:
+        """One batch of samples, left-padded."""
+        import torch
+
+        tokenizer = self._tokenizer
+        if spec.endpoint == "chat":
+            encoded = [tokenizer.apply_chat_template(p.messages(), add_generation_prompt=True,
+                                                     tokenize=True, return_dict=False)
+                       for p in prompts]  # fmt: skip
+        else:
+            encoded = [tokenizer(p.text).input_ids for p in prompts]
+        longest, pad = max(map(len, encoded)), tokenizer.pad_token_id or 0
+        inputs = torch.tensor([[pad] * (longest - len(e)) + e for e in encoded])
+        mask = torch.tensor([[0] * (longest - len(e)) + [1] * len(e) for e in encoded])
+        began = time.time()
+        sampled = spec.temperature is None or spec.temperature > 0
+        options: dict[str, Any] = {"do_sample": sampled, "max_new_tokens": spec.max_tokens,
+                                   "pad_token_id": pad}  # fmt: skip
+        if sampled:
+            options.update(temperature=spec.temperature or 1.0, top_p=spec.top_p or 1.0, top_k=0)
+        if spec.ignore_eos:
+            options["min_new_tokens"] = spec.max_tokens
+        with torch.no_grad():
+            output = self._model.generate(input_ids=inputs, attention_mask=mask, **options)
+        outcomes = []
+        for row, prompt_ids in enumerate(encoded):
+            new = output[row, longest:].tolist()
+            eos = tokenizer.eos_token_id
+            finish = "length"
+            if eos in new:
+                new, finish = new[: new.index(eos)], "stop"
+            outcome = Outcome(started_at=began, ended_at=time.time(), text=tokenizer.decode(new),
+                              token_ids=new, prompt_token_ids=prompt_ids, finish_reason=finish,
+                              completion_tokens=len(new))  # fmt: skip
+            outcomes.append(outcome)
+        return outcomes

@@ -1,0 +1,81 @@
+"""The in-process reference (`--reference-model`) on the real tiny model: a candidate serving the
+same model (tests/hfserve.py, real prompt and token ids) is flagged at about the calibrated rate,
+and one serving a truncated copy of it (2 of its 6 layers: it still writes words) is mostly
+flagged; the calibration is the model's own samples, stored with the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.command_line import soakgate
+
+MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tiny-llama-8k"
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason=f"no model at {MODEL}"),
+]
+
+
+@pytest.fixture
+def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # 2 shared cores: torch's threads would fight
+    started: list[subprocess.Popen[str]] = []
+
+    def start(layers: int) -> str:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.hfserve", str(MODEL), "--layers", str(layers),
+             "--window", "128"], cwd=REPO, stdout=subprocess.PIPE, text=True,
+            env={**os.environ},
+        )  # fmt: skip
+        started.append(process)
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "listening on " in line, "tests.hfserve did not start"
+        return line.rsplit(" ", 1)[1].strip()
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(30)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
+    serve: object, tmp_path: Path
+) -> None:
+    db = tmp_path / "hf.sqlite"
+    for label, layers in (("same-model", 6), ("two-layers", 2)):
+        url = serve(layers)  # type: ignore[operator]
+        result = soakgate(
+            "run", "--target", f"cpu0={url}", "--label", label, "--reference-model", str(MODEL),
+            "--false-flag-rate", "0.05", "--calibration", "60", "--requests", "40",
+            "--max-tokens", "8", "--no-stream", "--concurrency", "4", "--db", str(db),
+            "--quiet", "--no-watch-metrics", cwd=tmp_path, timeout=600,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    with sqlite3.connect(db) as connection:
+        counts = dict(connection.execute(
+            "SELECT label, SUM(suspect) FROM generations WHERE suspect IS NOT NULL GROUP BY label"
+        ).fetchall())  # fmt: skip
+        scored = connection.execute("SELECT COUNT(*) FROM generations WHERE suspect IS NOT NULL "
+                                    "AND json_extract(details, '$.reference.alignment') = "
+                                    "'token_ids'").fetchone()[0]  # fmt: skip
+        calibrations = [json.loads(d) for (d,) in connection.execute(
+            "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
+    assert scored == 80  # every row, on the candidate's own ids
+    assert [c["reference"]["kind"] for c in calibrations] == ["transformers"] * 2
+    assert all(c["n"] >= 57 for c in calibrations)  # the model's own samples, a few may fail
+    # 5% calibrated: 2 expected of 40 (the threshold's own rate is random: below ~12%, 95%)
+    assert counts["same-model"] <= 12, counts
+    assert counts["two-layers"] >= 24, counts  # 183/200 (92%) in a longer run (README)

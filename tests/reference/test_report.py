@@ -1,0 +1,102 @@
+"""Reference scoring in `report` (table, JSON, HTML) and `compare --outcome suspect`, through the
+CLI on a database of two soaks: a clean arm and one with fluent corruption."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from soakgate.mockserver.process import MockProcess
+from tests.command_line import soakgate
+
+pytestmark = pytest.mark.slow  # two soaks with calibrations, and an HTML report: ~1 min here
+
+SCORING = ("--false-flag-rate", "0.01", "--calibration", "500", "--max-tokens", "32")
+
+
+@pytest.fixture(scope="module")
+def two_arms(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """eager: a clean mock; compiled: 5% fluent corruption; both scored under a third mock."""
+    folder = tmp_path_factory.mktemp("arms")
+    db = folder / "arms.sqlite"
+    with MockProcess(["--seed", "5"]) as clean, MockProcess(
+        ["--seed", "3", "--fluent-rate", "0.05"]
+    ) as fluent, MockProcess() as reference:  # fmt: skip
+        for label, mock in (("eager", clean), ("compiled", fluent)):
+            result = soakgate(
+                "run", "--target", f"gpu0={mock.url}", "--label", label, "--score-reference",
+                reference.url, "--requests", "1000", *SCORING, "--db", str(db), "--quiet",
+                "--no-watch-metrics", cwd=folder,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+    return db
+
+
+def _suspects(db: Path) -> dict[str, tuple[int, int]]:
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "SELECT label, SUM(suspect), COUNT(suspect) FROM generations GROUP BY label"
+        ).fetchall()
+    return {label: (int(s), int(n)) for label, s, n in rows}
+
+
+def test_report_counts_suspects_per_unit_with_exact_cis(two_arms: Path) -> None:
+    counts = _suspects(two_arms)
+    assert counts["eager"][1] == counts["compiled"][1] == 1000
+    assert counts["compiled"][0] >= 25 and counts["eager"][0] <= 5
+    result = soakgate("report", str(two_arms), "--format", "json", cwd=two_arms.parent)
+    assert result.returncode == 0, result.stderr
+    units = {u["unit"]: u for u in json.loads(result.stdout)["probes"]["reference"]}
+    for label, (suspects, scored) in counts.items():
+        unit = units[f"{label}@gpu0"]
+        assert (unit["suspect"], unit["scored"]) == (suspects, scored)
+        assert unit["ci_low"] <= suspects / scored <= unit["ci_high"]
+        assert unit["calibration"]["n"] == 500 and unit["unscored"] == {}
+    worst = units["compiled@gpu0"]["worst"]
+    assert worst and all(w["first"]["token"] and w["score"] > 7 for w in worst)
+    table = soakgate("report", str(two_arms), cwd=two_arms.parent).stdout
+    assert "reference scoring" in table and "compiled@gpu0" in table
+
+
+def test_html_report_shows_the_distribution_and_highlights_the_implausible_token(
+    two_arms: Path,
+) -> None:
+    page = two_arms.parent / "report.html"
+    result = soakgate("report", str(two_arms), "--html", str(page), cwd=two_arms.parent)
+    assert result.returncode == 0, result.stderr
+    html = page.read_text()
+    assert 'id="reference"' in html and "against its calibration" in html
+    with sqlite3.connect(two_arms) as connection:
+        (details,) = connection.execute(
+            "SELECT details FROM generations WHERE suspect = 1 AND label = 'compiled' "
+            "ORDER BY reference_score DESC LIMIT 1"
+        ).fetchone()
+    first = json.loads(details)["reference"]["first"]
+    assert f"<mark>{first['token']}</mark>" in html
+
+
+def test_compare_outcome_suspect_uses_the_collapse_verdict_machinery(two_arms: Path) -> None:
+    result = soakgate(
+        "compare", str(two_arms), "eager", "compiled", "--outcome", "suspect",
+        "--fail-on-differ", cwd=two_arms.parent,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    suspects = _suspects(two_arms)["compiled"][0]
+    assert "outcome: suspect" in result.stdout and "verdict: DIFFER" in result.stdout
+    assert f"B compiled@gpu0: {suspects} / 1,000" in result.stdout
+    collapses = soakgate("compare", str(two_arms), "eager", "compiled", "--fail-on-differ",
+                         cwd=two_arms.parent)  # fmt: skip
+    assert collapses.returncode == 0 and "verdict: DIFFER" not in collapses.stdout
+
+
+def test_compare_outcome_suspect_without_scoring_is_one_line(tmp_path: Path) -> None:
+    with MockProcess() as mock:
+        soakgate("run", "--target", mock.url, "--requests", "20", "--db", str(tmp_path / "x.db"),
+                 "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    result = soakgate("compare", str(tmp_path / "x.db"), "default", "default", "--outcome",
+                      "suspect", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "reference scoring" in result.stderr
