@@ -119,7 +119,15 @@ def test_compare_divergence_is_a_finding_only_with_a_clean_baseline(
 ) -> None:
     db, _ = differential_db
     differ = compare(db, "eager", "compiled", options=FAST).text
-    assert "differential verdict: DIFFER" in differ
+    # ~20 divergences against 0 (how many, and where, varies with the soak's timing): DIFFER,
+    # unless the long-range check, judged at its sparse level with so few events
+    # (stats.dependence.check_level; it fires in ~30% of such runs by design), withholds it as
+    # INDETERMINATE -- never "no difference", never uninformative
+    line = next(x for x in differ.splitlines() if "differential verdict:" in x)
+    withheld = "<= 0.3): one run per arm cannot resolve this dependence" in differ
+    assert line.strip().startswith(
+        "differential verdict: INDETERMINATE" if withheld else "differential verdict: DIFFER"
+    ), differ
     shaky = compare(db, "eager", "shaky", options=FAST).text
     assert "differential verdict: UNINFORMATIVE, no finding (shaky@gpu0: uninformative" in shaky
     family = compare(db, None, None, baseline="eager", options=FAST).text
