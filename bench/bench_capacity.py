@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -133,7 +132,7 @@ def measure(shape: Shape, mocks: list[MockProcess], args: argparse.Namespace) ->
             tail = (Path(folder) / "client.log").read_text(errors="replace")[-600:]
             raise RuntimeError(f"{exc}; the client's output ends: {tail}") from None
         finally:
-            stop(proc)
+            benchlib.stop_group(proc, (60, 10, 5))
             log.close()
         result.stored, result.errors = count_rows(db)
         return result
@@ -174,21 +173,6 @@ def window(
     shares = [(after - before) / span for before, after in zip(mock0, mock1, strict=True)]
     return Measurement(shape, len(mocks), done1 - done0, span, tree1.cpu_s - tree0.cpu_s, rss,
                        in_flight, shares)  # fmt: skip
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT (the client stores what is in flight and exits), then SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGINT, 60), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def count_rows(db: Path) -> tuple[int, int]:

@@ -15,7 +15,6 @@ import argparse
 import importlib.util
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -285,7 +284,7 @@ def measure(
             tail = log.read().decode(errors="replace")[-600:].replace("\n", " | ")
             raise RuntimeError(f"{exc}; its output ends: {tail}") from None
         finally:
-            _stop(proc)
+            benchlib.stop_group(proc)
 
 
 def _window(
@@ -319,21 +318,6 @@ def _wait_for_load(proc: subprocess.Popen[bytes], url: str, warmup_s: float) -> 
             raise RuntimeError("client sent no load within 120 s")
         time.sleep(0.2)
     time.sleep(warmup_s)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT, then SIGTERM, then SIGKILL to the client's process group."""
-    for sig, wait in ((signal.SIGINT, 10), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def median_round(rounds: list[Measurement]) -> tuple[Measurement, float, float]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -129,3 +130,21 @@ def soak_command(
         "--concurrency", str(concurrency), "--max-tokens", str(max_tokens), *limit,
         "--db", str(db), *([] if stream else ["--no-stream"]),
     ]  # fmt: skip
+
+
+def stop_group(
+    proc: subprocess.Popen[bytes], waits: tuple[float, float, float] = (10, 5, 5)
+) -> None:
+    """SIGINT (the client stores what is in flight and exits), then SIGTERM, then SIGKILL to the
+    process group of `proc`, each followed by a bounded wait (`waits`, seconds)."""
+    for sig, wait in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), waits, strict=True):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
