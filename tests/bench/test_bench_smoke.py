@@ -164,3 +164,15 @@ def test_bench_reference_prints_the_scoring_cost_and_the_reference_load() -> Non
                     "4", timeout_s=300)  # fmt: skip
     assert "client CPU of scoring:" in out and "µs per generation" in out
     assert "tokens sent per scored generation" in out and "60 rows scored" in out
+
+
+def test_bench_reference_sharpness_reenacts_the_fluent_control_and_scores_it() -> None:
+    pytest.importorskip("transformers")
+    out = run_bench("bench_reference_sharpness.py", "--top-p", "0.95", "--calibration", "40",
+                    "--rates", "0.05", "--holdout", "20", "--generations", "40",
+                    timeout_s=300)  # fmt: skip
+    (control,) = [line for line in out.splitlines() if line.startswith("control:")]
+    corrupted = int(control.split()[1])
+    assert 0 < corrupted < 40, out  # the control's rule hits some generations, not all
+    rows = [line for line in out.splitlines() if line.startswith("| 0.05 |")]
+    assert len(rows) == 2 and all(f"/{corrupted} = " in r and "/20 = " in r for r in rows), out

@@ -64,10 +64,10 @@ def python_module(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
-def soakgate_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def soakgate_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run the real `soakgate` command line."""
     command = [sys.executable, "-m", "soakgate", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
 def assert_clean_and_parsed(rows: list[Generation]) -> None:
@@ -249,13 +249,14 @@ def compiled_instance(folder: Path, name: str, env: dict[str, str]) -> ServerIns
     return ServerInstance(dataclasses.replace(spec, env={**spec.env, **env}))
 
 
-# Reference scoring settings of the test: a 1% false-flag rate calibrated on 1000 reference
-# samples (the default 0.1% needs >= 999 and 5000 by default; measured in
-# docs/real-servers-vllm.md). With 400 samples the threshold (the 4th largest) moved from 11.4
-# to 12.1 nats between runs and one run caught 80/89: 1000 puts it at the 10th largest.
+# Reference scoring settings of the test: soakgate's defaults (0.1% false-flag rate, 5000
+# calibration samples of the eager reference, ~10 min of the run) with nucleus sampling at 0.95,
+# as production traffic is sampled. Without --top-p the same run caught 151/169 = 89.3%: clean
+# samples' long tail puts the 0.1% threshold at 13.9 nats (docs/real-servers-vllm.md,
+# bench/bench_reference_sharpness.py).
 FLUENT_REQUESTS = 400
 FLUENT_ARGS = ("--requests", str(FLUENT_REQUESTS), "--concurrency", "8", "--max-tokens", "32",
-               "--temperature", "0.8", "--false-flag-rate", "0.01", "--calibration", "1000")  # fmt: skip
+               "--temperature", "0.8", "--top-p", "0.95")  # fmt: skip
 
 
 def test_fluent_control_caught_by_reference_scoring(
@@ -286,7 +287,8 @@ def test_fluent_control_caught_by_reference_scoring(
         targets = [a for name, s in servers.items() for a in ("--target", f"{name}={s.spec.url}")]
         began = time.monotonic()
         done = soakgate_cli("run", *targets, "--model", model, "--score-reference",
-                            reference.spec.url, *FLUENT_ARGS, "--db", str(db), "--quiet")  # fmt: skip
+                            reference.spec.url, *FLUENT_ARGS, "--db", str(db), "--quiet",
+                            timeout=1800)  # fmt: skip
         print(f"soakgate run (calibration + 2 x {FLUENT_REQUESTS}): "
               f"{time.monotonic() - began:.1f} s")  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr

@@ -94,3 +94,31 @@ def test_cli_refuses_a_reference_model_that_is_not_a_model_before_any_load(
     )
     assert len(result.stderr.strip().splitlines()) == 1
     assert mock.ground_truth() == [] and not (tmp_path / "t.sqlite").exists()
+
+
+@pytest.mark.parametrize("top_p", [None, "0.95"])
+def test_sampling_without_top_p_is_noted_with_the_calibration(
+    start_mock: Callable[..., MockProcess], tmp_path: Path, top_p: str | None
+) -> None:
+    # Without a nucleus the clean long tail sets the threshold (bench_reference_sharpness.py):
+    # the run says so once on stderr and stores it with the calibration; with --top-p it does not.
+    mock = start_mock()
+    db = tmp_path / "t.sqlite"
+    result = soakgate(
+        "run", "--target", mock.url, "--score-reference", mock.url, "--requests", "20",
+        "--false-flag-rate", "0.01", "--calibration", "120", "--max-tokens", "16",
+        *(("--top-p", top_p) if top_p else ()), "--db", str(db), "--quiet",
+        "--no-watch-metrics", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("soakgate: note:")]
+    with sqlite3.connect(db) as connection:
+        (data,) = connection.execute(
+            "SELECT data FROM events WHERE kind = 'reference_calibration'"
+        ).fetchone()
+    stored = json.loads(data)["sampling_note"]
+    if top_p is None:
+        assert len(notes) == 1 and "without --top-p" in notes[0], result.stderr
+        assert stored is not None and "--top-p" in stored
+    else:
+        assert notes == [] and stored is None, result.stderr

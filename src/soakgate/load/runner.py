@@ -346,6 +346,8 @@ async def _calibrate(
     writer.add_event(note(run, "reference_calibration", **calibration))
     if calibration.get("warning"):
         print(f"soakgate: warning: {calibration['warning']}", file=sys.stderr, flush=True)
+    if calibration.get("sampling_note"):
+        print(f"soakgate: note: {calibration['sampling_note']}", file=sys.stderr, flush=True)
 
 
 def _on_signal(stop: asyncio.Event, abort: asyncio.Event, grace_s: float) -> None:

@@ -57,6 +57,19 @@ class ScoringSettings:
     """Rows waiting for the reference at most; a row beyond it is stored unscored at once."""
 
 
+UNTRUNCATED_NOTE = (
+    "reference scoring: sampling without --top-p keeps the model's long tail in the clean "
+    "samples, so the calibrated threshold is high and a single wrong token is caught less often "
+    "(README: \"Which detector for which corruption\"); soak with the --top-p your traffic uses"
+)
+
+
+def sampling_note(spec: RequestSpec) -> str | None:
+    """A note when the soak samples from the whole distribution (no nucleus): the threshold a
+    clean long tail sets misses more single wrong tokens than one set under nucleus sampling."""
+    return UNTRUNCATED_NOTE if spec.temperature > 0 and (spec.top_p is None or spec.top_p >= 1.0) else None
+
+
 def request_for(prompt: Prompt, outcome: Outcome, endpoint: str) -> ScoreRequest:
     """What the reference is asked to score for one answer."""
     chat = endpoint == "chat"
@@ -135,6 +148,7 @@ class ReferenceScorer:
             "reference": self.reference.describe(), "fraction": settings.fraction,
             "per_target": dict(settings.per_target), "budget_s": settings.budget_s,
             "sampling": sampled_spec.to_dict(), "seconds": round(time.perf_counter() - began, 3),
+            "sampling_note": sampling_note(spec),
         }  # fmt: skip
 
     async def _calibration_scores(
