@@ -2,8 +2,9 @@
 
 For each failure process of `bench/processes.py` (independent; a hazard that grows since a
 reset, at several reset scales; self-exciting; long regimes; batch-coincident; per-prompt
-rates; slow drift), simulates pairs of arms and judges each pair exactly as `soakgate compare`
-does with its defaults (`soakgate.stats.compare_outcomes`). It prints:
+rates; a slow drift shared by both arms, and drifts of each arm apart), simulates pairs of
+arms and judges each pair exactly as `soakgate compare` does with its defaults
+(`soakgate.stats.compare_outcomes`). It prints:
 
 - one run per arm, 13,000 and 40,000 requests: the false-alarm rate (equal rates, 0.2%), the
   power at a 1.5x ratio, and the share of INDETERMINATE verdicts, with Monte Carlo SEs;
@@ -34,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.processes` from anywhere
 
-from bench.processes import BATTERY, by_name, sequential_verdict, simulate
+from bench.processes import APART, BATTERY, by_name, sequential_verdict, simulate_pair
 
 RATE, RATIO, ALPHA = 0.002, 1.5, 0.05
 RUN_LENGTHS = (13_000, 40_000)
@@ -80,11 +81,9 @@ def _run_chunk(work: Work) -> tuple[Work, Tally]:
         return work, _sequential_chunk(work, rng)
     for i in range(work.reps):
         if work.design == "run":
-            a = simulate(process, rng, 1, work.size, RATE)[0]
-            b = simulate(process, rng, 1, work.size, RATE * work.ratio)[0]
+            (a,), (b,) = simulate_pair(process, rng, 1, work.size, RATE, RATE * work.ratio)
         else:
-            a = simulate(process, rng, BLOCKS, work.size, RATE, fresh=True)
-            b = simulate(process, rng, BLOCKS, work.size, RATE * work.ratio, fresh=True)
+            a, b = simulate_pair(process, rng, BLOCKS, work.size, RATE, RATE * work.ratio, True)
             tally.rates.append(tuple(float(np.mean(x)) for x in (a, b)))  # type: ignore[arg-type]
         verdict = compare_outcomes(a, b, alpha=ALPHA, seed=work.seed * 1000 + i)
         tally.verdicts[verdict.verdict] += 1
@@ -102,8 +101,7 @@ def _sequential_chunk(work: Work, rng: np.random.Generator) -> Tally:
     process = by_name(work.process)
     tally = Tally()
     for _ in range(work.reps):
-        a = simulate(process, rng, 1, rule.n_max_per_arm, RATE)[0]
-        b = simulate(process, rng, 1, rule.n_max_per_arm, RATE * work.ratio)[0]
+        (a,), (b,) = simulate_pair(process, rng, 1, rule.n_max_per_arm, RATE, RATE * work.ratio)
         verdict, n = sequential_verdict(plan, a, b)
         tally.verdicts[verdict] += 1
         tally.used += n
@@ -148,12 +146,28 @@ def _oracle(null: Tally, alternative: Tally) -> tuple[float, float]:
     return float(false_alarm.mean()), float(power.mean())
 
 
+APART_HEADING = (
+    "-- each arm on its own drift path: rates differ within the run, equal only across runs --"
+)
+
+
+def _ordered(processes: list[str]) -> list[str]:
+    """The null processes first, then those whose arms' rates differ during the run."""
+    return [p for p in processes if p not in APART] + [p for p in processes if p in APART]
+
+
+def _first_apart(processes: list[str]) -> str | None:
+    return next((p for p in _ordered(processes) if p in APART), None)
+
+
 def _print_tables(tallies: dict[tuple[str, str, int, float], Tally], processes: list[str]) -> None:
     header = "false alarms %   indeterminate (H0)   power at 1.5x %   indeterminate (H1)"
     for n in RUN_LENGTHS:
         print(f"\none run per arm, {n:,} requests per arm (rate 0.2%, alpha 0.05)")
         print(f"  {'process':<14} {header}")
-        for p in processes:
+        for p in _ordered(processes):
+            if p == _first_apart(processes):
+                print(f"  {APART_HEADING}")
             h0, h1 = tallies[("run", p, n, 1.0)], tallies[("run", p, n, RATIO)]
             cells = (h0.share("differ"), h0.share("indeterminate"))
             cells += (h1.share("differ"), h1.share("indeterminate"))
@@ -162,7 +176,9 @@ def _print_tables(tallies: dict[tuple[str, str, int, float], Tally], processes: 
             print(f"  {p:<14} {row}")
     print(f"\n{BLOCKS} replicate blocks per arm of {BLOCK_LENGTH:,} requests, each block restarted")
     print(f"  {'process':<14} false alarms %   power at 1.5x %   oracle z: false alarms %, power %")
-    for p in processes:
+    for p in _ordered(processes):
+        if p == _first_apart(processes):
+            print(f"  {APART_HEADING}")
         h0 = tallies[("blocks", p, BLOCK_LENGTH, 1.0)]
         h1 = tallies[("blocks", p, BLOCK_LENGTH, RATIO)]
         oracle_fa, oracle_power = _oracle(h0, h1)

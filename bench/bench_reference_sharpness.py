@@ -1,4 +1,4 @@
-"""Bench: how sharp reference scoring can be, and what sets it: the sampling settings, not the score.
+"""Bench: how sharp reference scoring can be, and what sets it: the sampling, not the score.
 
 The fluent positive control of the vLLM plugin (examples/vllm-dropped-op-plugin, mode `fluent`)
 is re-enacted in this process on the shared model: at a decoding step whose most likely next
@@ -107,8 +107,8 @@ class Model:
         tail = (sampling * (logprobs <= own[..., None])).sum(-1).clamp_min(1e-300)
         out = []
         for row in range(len(tokens)):
-            scored = [TokenScore(i, int(t), float(lp), None, "")
-                      for i, (t, lp) in enumerate(zip(tokens[row], own[row], strict=True))]  # fmt: skip
+            pairs = enumerate(zip(tokens[row], own[row], strict=True))
+            scored = [TokenScore(i, int(t), float(lp), None, "") for i, (t, lp) in pairs]
             out.append((max_surprisal(scored), float(-tail[row].log().min())))
         return out
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 Bools = npt.NDArray[np.bool_]
 Floats = npt.NDArray[np.float64]
 Generator = Callable[[np.random.Generator, int, int, float, bool], Bools]
+PairGenerator = Callable[[np.random.Generator, int, int, float, float, bool], tuple[Bools, Bools]]
 CHUNK_CELLS = 4_000_000  # rows x requests simulated at once (bounds memory at ~32 MB of floats)
 
 
@@ -161,6 +162,20 @@ def slow_drift(correlation: int = 20_000, spread: float = 0.4) -> Generator:
     return generate
 
 
+def shared_drift(correlation: int = 20_000, spread: float = 0.4) -> PairGenerator:
+    """One Ornstein-Uhlenbeck path of the log rate (as `slow_drift`) drives both arms: what
+    changes with the hour (the traffic mix, a shared host) changes both servers' rates alike, so
+    at every request the arms' rates are equal (or in the given ratio) while the rate wanders."""
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate_a: float, rate_b: float,
+                 fresh: bool) -> tuple[Bools, Bools]:  # fmt: skip
+        path = np.exp(drift_log_rate(rng, reps, n, correlation, spread))
+        return _bernoulli(rng, rate_a * path), _bernoulli(rng, rate_b * path)
+
+    generate.__name__ = "shared_drift"
+    return generate
+
+
 @dataclass(frozen=True, slots=True)
 class Process:
     """A named failure process of the battery."""
@@ -171,6 +186,9 @@ class Process:
     """One line for the bench output."""
     generate: Generator
     """(rng, reps, n, rate, fresh) -> reps x n boolean sequences."""
+    pair: PairGenerator | None = None
+    """(rng, reps, n, rate_a, rate_b, fresh) -> both arms at once, for a process whose arms share
+    a path (None: the arms are independent draws of `generate`, which is then one arm's law)."""
 
 
 BATTERY = (
@@ -185,11 +203,16 @@ BATTERY = (
     Process("batch-5", "5 adjacent rows collapse together", batch_coincident()),
     Process("prompts", "per-prompt rates (gamma, CV 1.8), 300 prompts round-robin",
             prompt_heterogeneity()),
-    Process("drift", "log rate drifts apart from the start (OU, 20,000 requests, sd 0.2)",
+    Process("drift-shared", "one drifting log rate for both arms (OU, 20,000, sd 0.4)",
+            slow_drift(spread=0.4), shared_drift(spread=0.4)),
+    Process("drift", "each arm's log rate drifts apart from the start (OU, 20,000, sd 0.2)",
             slow_drift(spread=0.2)),
-    Process("drift-strong", "log rate drifts apart from the start (OU, 20,000, sd 0.4)",
+    Process("drift-strong", "each arm's log rate drifts apart (OU, 20,000, sd 0.4)",
             slow_drift(spread=0.4)),
 )  # fmt: skip
+APART = ("drift", "drift-strong")
+"""Processes whose arms' rates differ during the run (equal only on average over runs): a
+DIFFER there is right about the run, and only replicates across restarts can say otherwise."""
 
 
 def by_name(name: str) -> Process:
@@ -215,6 +238,26 @@ def simulate(
         size = min(chunk, reps - len(out))
         out.extend(process.generate(rng, size, n, rate, fresh))
     return out
+
+
+def simulate_pair(
+    process: Process, rng: np.random.Generator, reps: int, n: int, rate_a: float, rate_b: float,
+    fresh: bool = False,
+) -> tuple[list[Bools], list[Bools]]:  # fmt: skip
+    """`reps` sequences of each arm: independent draws (arm a's, then arm b's), or, for a
+    process with a shared path, both arms from the same path row by row."""
+    if process.pair is None:
+        return simulate(process, rng, reps, n, rate_a, fresh), simulate(
+            process, rng, reps, n, rate_b, fresh
+        )
+    chunk = max(1, CHUNK_CELLS // max(n, 1))
+    a: list[Bools] = []
+    b: list[Bools] = []
+    while len(a) < reps:
+        first, second = process.pair(rng, min(chunk, reps - len(a)), n, rate_a, rate_b, fresh)
+        a.extend(first)
+        b.extend(second)
+    return a, b
 
 
 def sequential_verdict(plan: Plan, a: Bools, b: Bools) -> tuple[str, int]:

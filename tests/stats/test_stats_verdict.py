@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from bench.processes import by_name, simulate
+from bench.processes import by_name, simulate, simulate_pair
 
 from soakgate.errors import UsageError
 from soakgate.stats import compare_outcomes
@@ -50,6 +50,26 @@ def test_false_alarms_stay_below_8_percent_with_few_failures_and_long_resets() -
     # sparse level it is 5%.
     library, _ = _false_alarms("reset-5000", 300, 13_000, seed=1404)
     assert library <= 0.08
+
+
+def test_a_drift_both_arms_share_is_no_false_alarm_and_one_apart_is_a_difference() -> None:
+    # One OU path of the log rate for both arms (what changes with the hour changes both
+    # servers): equal rates at every request, so DIFFER is a false alarm and stays rare
+    # (bench_calibration: 3.1% at 13k). Each arm on its own path: the arms' window rates differ,
+    # which the same verdict reports far more often (bench_drift_window.py).
+    rng = np.random.default_rng(1405)
+    shared = simulate_pair(by_name("drift-shared"), rng, 200, 13_000, RATE, RATE)
+    apart = simulate_pair(by_name("drift-strong"), rng, 200, 40_000, RATE, RATE)
+    hits = {name: sum(compare_outcomes(a, b, seed=i).differ
+                      for i, (a, b) in enumerate(zip(*pairs, strict=True)))
+            for name, pairs in (("shared", shared), ("apart", apart))}  # fmt: skip
+    assert hits["shared"] / 200 <= 0.08, hits
+    assert hits["apart"] / 200 >= 0.1, hits  # ~20% (BENCHMARKS.md section 7)
+    # one path: the arms' failure counts move together from pair to pair; apart, they do not
+    counts = {name: np.array([[x.sum(), y.sum()] for x, y in zip(*pairs, strict=True)])
+              for name, pairs in (("shared", shared), ("apart", apart))}  # fmt: skip
+    assert np.corrcoef(counts["shared"].T)[0, 1] > 0.4
+    assert abs(np.corrcoef(counts["apart"].T)[0, 1]) < 0.25
 
 
 def test_false_alarms_stay_below_8_percent_at_40k_under_resets() -> None:

@@ -60,14 +60,15 @@ class ScoringSettings:
 UNTRUNCATED_NOTE = (
     "reference scoring: sampling without --top-p keeps the model's long tail in the clean "
     "samples, so the calibrated threshold is high and a single wrong token is caught less often "
-    "(README: \"Which detector for which corruption\"); soak with the --top-p your traffic uses"
+    '(README: "Which detector for which corruption"); soak with the --top-p your traffic uses'
 )
 
 
 def sampling_note(spec: RequestSpec) -> str | None:
     """A note when the soak samples from the whole distribution (no nucleus): the threshold a
     clean long tail sets misses more single wrong tokens than one set under nucleus sampling."""
-    return UNTRUNCATED_NOTE if spec.temperature > 0 and (spec.top_p is None or spec.top_p >= 1.0) else None
+    untruncated = spec.top_p is None or spec.top_p >= 1.0
+    return UNTRUNCATED_NOTE if spec.temperature > 0 and untruncated else None
 
 
 def request_for(prompt: Prompt, outcome: Outcome, endpoint: str) -> ScoreRequest:
