@@ -57,9 +57,12 @@ def test_a_large_difference_stops_at_an_early_look(
     assert len(rows) < 2 * 430 and run.status == "completed"
 
 
-def test_equal_arms_run_to_n_max_and_find_no_difference(
+def test_equal_arms_run_to_n_max_and_never_differ(
     start_mock: Callable[..., MockProcess], tmp_path: Path
 ) -> None:
+    # ~4 collapses per arm by the last look: the verdict may honestly be INDETERMINATE (the
+    # dependence check is judged at a high level with so few failures; compare_outcomes on
+    # 430 independent requests per arm at 1%: 28% of 400 seeded pairs), never DIFFER early.
     plan_path, _ = sequential_plan(tmp_path)
     eager = start_mock("--seed", "1", "--collapse-rate", "0.01")
     compiled = start_mock("--seed", "2", "--collapse-rate", "0.01")
@@ -68,7 +71,8 @@ def test_equal_arms_run_to_n_max_and_find_no_difference(
     looks = [e.data for e in store.events() if e.kind == "look"]
     store.close()
     assert [look["look"] for look in looks] == [1, 2, 3]
-    assert looks[-1]["verdict"] == "no_difference"
+    assert [look["verdict"] for look in looks[:-1]] == ["continue", "continue"]
+    assert looks[-1]["verdict"] in ("no_difference", "indeterminate")
     assert result.stopped_by in ("verdict", "limit")
     assert all(t.requests == 430 for t in result.tallies.values())
 
