@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import soakgate.targets.client as client
-from soakgate.load.driver import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.load.spec import LoadSpec
 from soakgate.mockserver.text import clean_tokens
 from soakgate.targets import RequestSpec, TargetSpec, parse
 

@@ -19,9 +19,10 @@ from soakgate.detectors import budget_warning
 from soakgate.guard.ledger import FaultLedger, ObservingWriter
 from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
-from soakgate.load.driver import Differential, LoadSpec, SoakResult, TargetTally, soak
+from soakgate.load.driver import soak
 from soakgate.load.preregistration import register_plan
 from soakgate.load.runner import SoakConfig, store_failed
+from soakgate.load.spec import Differential, LoadSpec, SoakResult, TargetTally
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance

@@ -19,7 +19,7 @@ from soakgate.campaign.cluster import ClusterSettings, connected
 from soakgate.campaign.model import Campaign
 from soakgate.campaign.ray_node import UnitHost, UnitOrder, UnitReport
 from soakgate.campaign.state import next_incarnation
-from soakgate.load.driver import TargetTally
+from soakgate.load.spec import TargetTally
 from soakgate.records import Event, Run
 from soakgate.servers.command import Device
 

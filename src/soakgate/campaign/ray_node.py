@@ -21,7 +21,7 @@ from soakgate.campaign.launch import Launcher, launch_spec
 from soakgate.campaign.model import Campaign
 from soakgate.campaign.soakcfg import soak_config
 from soakgate.guard.ledger import FaultLedger, ObservingWriter
-from soakgate.load.driver import TargetTally
+from soakgate.load.spec import TargetTally
 from soakgate.records import Event, Generation, Run
 from soakgate.servers import ServerInstance
 from soakgate.servers.command import Device

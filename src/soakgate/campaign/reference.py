@@ -10,8 +10,9 @@ from pathlib import Path
 
 from soakgate.campaign.launch import launch_spec
 from soakgate.campaign.model import Campaign, ConfigEntry
-from soakgate.load.driver import Differential, note
+from soakgate.load.driver import note
 from soakgate.load.runner import SoakConfig, reference_baseline
+from soakgate.load.spec import Differential
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance

@@ -24,8 +24,8 @@ from soakgate.campaign.state import (
     log_root,
     reap_orphans,
 )
-from soakgate.load.driver import TargetTally
 from soakgate.load.runner import run_async
+from soakgate.load.spec import TargetTally
 from soakgate.records import Event
 from soakgate.store import Store, open_store
 

@@ -11,8 +11,8 @@ from soakgate.campaign.blocks import Block
 from soakgate.campaign.model import Campaign, ConfigEntry
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import ConfigError, SoakgateError
-from soakgate.load.driver import LoadSpec
 from soakgate.load.runner import SoakConfig, new_run
+from soakgate.load.spec import LoadSpec
 from soakgate.prompts import builtin_prompts, load_prompts
 from soakgate.records import Run
 from soakgate.targets import RequestSpec, TargetSpec

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from soakgate.load.driver import SoakResult, TargetTally
 from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.load.spec import SoakResult, TargetTally
 from soakgate.mockserver.process import MockProcess
 from soakgate.store import open_store
 from soakgate.targets import TargetSpec

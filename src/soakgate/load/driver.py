@@ -10,14 +10,15 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import StoreError
 from soakgate.load.backoff import TargetBackoff
 from soakgate.load.record import score_generation, unscored_generation
+from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
 from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
 from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run, sha256_text
@@ -30,88 +31,6 @@ _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
 _CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset", "dropped"})
 STORE_FAILURE_GRACE_S = 5.0
 """Once the store has failed, how long in-flight requests may finish (their rows are spilled)."""
-
-
-class GenerationScorer(Protocol):
-    """A second look at chosen rows before they are stored (reference scoring, reference/):
-    the driver only asks it; the row waits at most `budget_s`, with at most `backlog` rows
-    waiting, and the worker goes on with its next request meanwhile."""
-
-    budget_s: float
-    backlog: int
-
-    def selects(self, target: str, seq: int) -> bool: ...
-    async def score(self, generation: Generation, outcome: Outcome, prompt: Prompt) -> None: ...
-    def unscored(self, generation: Generation, reason: str) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LoadSpec:
-    """How much load, for how long."""
-
-    concurrency: int = 8
-    """Requests kept in flight per target."""
-    requests: int | None = None
-    """Requests per target (None: until the duration ends)."""
-    duration_s: float | None = None
-    """Seconds to soak (None: until the request count is reached)."""
-    grace_s: float = 30.0
-    """At the end, how long in-flight requests may finish before they are cancelled."""
-
-
-@dataclass(slots=True)
-class TargetTally:
-    """Running counts for one target, for progress and the final table."""
-
-    target: str
-    requests: int = 0
-    collapses: int = 0
-    errors: int = 0
-    tokens: int = 0
-    clean_tokens: int = 0
-    in_flight: int = 0
-    errors_by_class: dict[str, int] = field(default_factory=dict)
-    label: str = ""
-    """The label this target's rows carry in this soak."""
-    last_collapse_at: float | None = None
-    """When the last collapsed answer ended (Unix time)."""
-    scored: int = 0
-    """Rows scored under the reference."""
-    suspects: int = 0
-    """Scored rows the reference flagged `suspect`."""
-    unscored: int = 0
-    """Rows chosen for reference scoring that could not be scored."""
-
-    def count(self, generation: Generation) -> None:
-        """Add one finished generation."""
-        self.requests += 1
-        if not generation.ok:
-            self.errors += 1
-            key = generation.error_class or "unknown"
-            self.errors_by_class[key] = self.errors_by_class.get(key, 0) + 1
-            return
-        tokens = generation.completion_tokens or 0
-        self.tokens += tokens
-        if generation.suspect is not None:
-            self.scored += 1
-            self.suspects += generation.suspect
-        elif "reference" in generation.details:
-            self.unscored += 1
-        if generation.collapsed:
-            self.collapses += 1
-            self.last_collapse_at = generation.ended_at
-        else:
-            self.clean_tokens += tokens
-
-
-@dataclass(slots=True)
-class SoakResult:
-    """What a soak did: tallies per target and how long it ran."""
-
-    run: Run
-    tallies: dict[str, TargetTally]
-    elapsed_s: float
-    stopped_by: str
 
 
 @dataclass(slots=True)
@@ -150,24 +69,6 @@ class _Shared:
     """Rows waiting for their reference score (at most `scorer.backlog`)."""
     backlog: asyncio.Semaphore | None = None
     """Places for rows waiting for their score (made in the soak's event loop)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Differential:
-    """Send a sampled fraction of requests, greedy, to a reference too and store the divergence."""
-
-    reference: TargetSpec | None
-    """The reference configuration's server (e.g. the eager build), for targets not in
-    `per_target`."""
-    fraction: float = 0.03
-    """Share of requests sampled (reproducibly, by sequence number)."""
-    per_target: Mapping[str, TargetSpec] = field(default_factory=dict)
-    """Target name -> its own reference (a campaign pairs each device with a reference instance
-    on the same device)."""
-
-    def reference_for(self, target: str) -> TargetSpec | None:
-        """The reference a target is compared against (None: that target is not compared)."""
-        return self.per_target.get(target, self.reference)
 
 
 async def soak(

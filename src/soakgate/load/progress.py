@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from soakgate.load.driver import TargetTally
+from soakgate.load.spec import TargetTally
 
 
 def _rate(collapses: int, requests: int) -> str:

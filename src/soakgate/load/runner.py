@@ -21,17 +21,10 @@ from soakgate import __version__
 from soakgate.detectors import DetectorConfig, budget_warning
 from soakgate.errors import SoakgateError, StoreFailedError, StoreLost, UsageError
 from soakgate.load import resume
-from soakgate.load.driver import (
-    Differential,
-    GenerationScorer,
-    LoadSpec,
-    SoakResult,
-    TargetTally,
-    note,
-    soak,
-)
+from soakgate.load.driver import note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
+from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
 from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.probes.serverload import ServerLoadWatch
 from soakgate.probes.specwatch import watch

@@ -22,8 +22,9 @@ from pathlib import Path
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import UsageError
-from soakgate.load.driver import LoadSpec, TargetTally, soak
+from soakgate.load.driver import soak
 from soakgate.load.record import score_generation, unscored_generation
+from soakgate.load.spec import LoadSpec, TargetTally
 from soakgate.probes.differential import greedy
 from soakgate.probes.replayable import StoredRequest, known_prompts, stored_request
 from soakgate.probes.reproduce import MEANING, PROBE_RUNS, Tally, classify

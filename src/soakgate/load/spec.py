@@ -1,0 +1,112 @@
+"""What a soak is given and what it returns: the load, the differential and reference-scoring
+hooks it calls, and the per-target tallies (shared by the driver, the campaign and the CLI)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from soakgate.prompts import Prompt
+from soakgate.records import Generation, Run
+from soakgate.targets import Outcome, TargetSpec
+
+
+class GenerationScorer(Protocol):
+    """A second look at chosen rows before they are stored (reference scoring, reference/):
+    the driver only asks it; the row waits at most `budget_s`, with at most `backlog` rows
+    waiting, and the worker goes on with its next request meanwhile."""
+
+    budget_s: float
+    backlog: int
+
+    def selects(self, target: str, seq: int) -> bool: ...
+    async def score(self, generation: Generation, outcome: Outcome, prompt: Prompt) -> None: ...
+    def unscored(self, generation: Generation, reason: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """How much load, for how long."""
+
+    concurrency: int = 8
+    """Requests kept in flight per target."""
+    requests: int | None = None
+    """Requests per target (None: until the duration ends)."""
+    duration_s: float | None = None
+    """Seconds to soak (None: until the request count is reached)."""
+    grace_s: float = 30.0
+    """At the end, how long in-flight requests may finish before they are cancelled."""
+
+
+@dataclass(slots=True)
+class TargetTally:
+    """Running counts for one target, for progress and the final table."""
+
+    target: str
+    requests: int = 0
+    collapses: int = 0
+    errors: int = 0
+    tokens: int = 0
+    clean_tokens: int = 0
+    in_flight: int = 0
+    errors_by_class: dict[str, int] = field(default_factory=dict)
+    label: str = ""
+    """The label this target's rows carry in this soak."""
+    last_collapse_at: float | None = None
+    """When the last collapsed answer ended (Unix time)."""
+    scored: int = 0
+    """Rows scored under the reference."""
+    suspects: int = 0
+    """Scored rows the reference flagged `suspect`."""
+    unscored: int = 0
+    """Rows chosen for reference scoring that could not be scored."""
+
+    def count(self, generation: Generation) -> None:
+        """Add one finished generation."""
+        self.requests += 1
+        if not generation.ok:
+            self.errors += 1
+            key = generation.error_class or "unknown"
+            self.errors_by_class[key] = self.errors_by_class.get(key, 0) + 1
+            return
+        tokens = generation.completion_tokens or 0
+        self.tokens += tokens
+        if generation.suspect is not None:
+            self.scored += 1
+            self.suspects += generation.suspect
+        elif "reference" in generation.details:
+            self.unscored += 1
+        if generation.collapsed:
+            self.collapses += 1
+            self.last_collapse_at = generation.ended_at
+        else:
+            self.clean_tokens += tokens
+
+
+@dataclass(slots=True)
+class SoakResult:
+    """What a soak did: tallies per target and how long it ran."""
+
+    run: Run
+    tallies: dict[str, TargetTally]
+    elapsed_s: float
+    stopped_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Differential:
+    """Send a sampled fraction of requests, greedy, to a reference too and store the divergence."""
+
+    reference: TargetSpec | None
+    """The reference configuration's server (e.g. the eager build), for targets not in
+    `per_target`."""
+    fraction: float = 0.03
+    """Share of requests sampled (reproducibly, by sequence number)."""
+    per_target: Mapping[str, TargetSpec] = field(default_factory=dict)
+    """Target name -> its own reference (a campaign pairs each device with a reference instance
+    on the same device)."""
+
+    def reference_for(self, target: str) -> TargetSpec | None:
+        """The reference a target is compared against (None: that target is not compared)."""
+        return self.per_target.get(target, self.reference)
