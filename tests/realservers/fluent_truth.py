@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats
-
+from soakgate.probes.differential import first_divergence
 from soakgate.records import Generation
+from soakgate.stats.rates import clopper_pearson
 from tests.realservers.vllm_support import REPO
 
 sys.path.insert(0, str(REPO / "examples" / "vllm-dropped-op-plugin"))
@@ -84,12 +84,6 @@ def ground_truth(
     return truths
 
 
-def exact_ci(k: int, n: int) -> tuple[float, float]:
-    """Clopper-Pearson 95% interval of k/n."""
-    interval = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
-    return float(interval.low), float(interval.high)
-
-
 @dataclass(frozen=True)
 class Tally:
     """What reference scoring and the degeneration detectors caught, against the truth."""
@@ -114,7 +108,7 @@ class Tally:
             ("uncorrupted flagged suspect (false flags)", self.flagged_clean, self.clean),
         ):  # fmt: skip
             if n:
-                low, high = exact_ci(k, n)
+                low, high = clopper_pearson(k, n)
                 out.append(f"  {what}: {k}/{n} = {k / n:.3f} [{low:.3f}, {high:.3f}]")
         return out
 
@@ -129,15 +123,6 @@ def tally(target: str, truths: list[Truth]) -> Tally:
         sum(t.row.collapsed for t in corrupted), len(clean),
         sum(bool(t.row.suspect) for t in clean), len(truths) - len(scored),
     )  # fmt: skip
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """Index of the first differing token id (or the shorter length), None when equal."""
-    if a == b:
-        return None
-    return next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
-    )
 
 
 def seeded(reference: str, other: str, model: str, count: int) -> dict[str, int]:
@@ -155,7 +140,8 @@ def seeded(reference: str, other: str, model: str, count: int) -> dict[str, int]
             answers.append(post(url, "/v1/completions", body)["choices"][0])
         ids = answers[1]["prompt_token_ids"]
         steps = corrupted_steps(top1_before_each(reference, model, ids, answers[1]["token_ids"]))
-        hits.append((first_difference(answers[0]["token_ids"], answers[1]["token_ids"]), steps))
+        first = first_divergence(answers[0]["token_ids"], answers[1]["token_ids"])
+        hits.append((None if first < 0 else first, steps))
     picked = [(first, steps[0]) for first, steps in hits if steps]
     unpicked = [first for first, steps in hits if not steps]
     return {

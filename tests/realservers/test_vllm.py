@@ -29,9 +29,10 @@ from soakgate.prompts import builtin_prompts
 from soakgate.records import Generation
 from soakgate.report.api import compare, report
 from soakgate.servers import ServerInstance
+from soakgate.stats.rates import clopper_pearson
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import make_session
-from tests.realservers.fluent_truth import Tally, exact_ci
+from tests.realservers.fluent_truth import Tally
 from tests.realservers.vllm_support import (
     REPO,
     campaign_for_test,
@@ -331,6 +332,6 @@ def test_fluent_control_caught_by_reference_scoring(
     for arm, k, n in (("clean", clean_flags, clean.corrupted + clean.clean),
                       ("fluent-uncorrupted", fluent.flagged_clean, fluent.clean)):  # fmt: skip
         bound = int(stats.binom.ppf(0.999, n, calibration["upper95"]))
-        low, high = exact_ci(k, n)
+        low, high = clopper_pearson(k, n)
         print(f"{arm}: false flags {k}/{n} [{low:.4f}, {high:.4f}], allowed <= {bound}")
         assert k <= bound, (arm, k, n, calibration)
