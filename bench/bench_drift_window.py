@@ -26,12 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.processes` from anywhere
 
-from bench.processes import drift_log_rate
+from bench.processes import DRIFTS, drift_log_rate
 
 from soakgate.stats import compare_outcomes
 
 RATE = 0.002
-DRIFTS = (("drift", 20_000, 0.2), ("drift-strong", 20_000, 0.4))
 RUN_LENGTHS = (13_000, 40_000)
 CHUNK = 2_000  # drift paths simulated at once
 
@@ -65,7 +64,7 @@ def main() -> None:
     print(f"window-mean rates of two drifting servers ({args.ratio_reps:,} pairs per cell) and")
     print(f"the verdict on constant rates that differ as much ({args.reps:,} pairs per cell)")
     print("  process        n/arm    beyond 1.2x %   beyond 1.5x %   DIFFER at constant rates %")
-    for name, corr, sd in DRIFTS:
+    for name, (corr, sd) in DRIFTS.items():
         for n in RUN_LENGTHS:
             ratio = window_means(rng, args.ratio_reps, n, corr, sd) / window_means(
                 rng, args.ratio_reps, n, corr, sd

@@ -9,7 +9,7 @@ mechanism, 1.5 times as often". Shared by `bench_calibration.py` and the statist
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -191,6 +191,10 @@ class Process:
     a path (None: the arms are independent draws of `generate`, which is then one arm's law)."""
 
 
+DRIFTS = {"drift": (20_000, 0.2), "drift-strong": (20_000, 0.4)}
+"""(correlation in requests, sd of the log rate) of the battery's drifts apart (bench_drift_window
+re-simulates their paths)."""
+
 BATTERY = (
     Process("independent", "independent requests", independent),
     Process("reset-250", "hazard grows since a reset, resets every ~250", reset_hazard(250)),
@@ -204,11 +208,11 @@ BATTERY = (
     Process("prompts", "per-prompt rates (gamma, CV 1.8), 300 prompts round-robin",
             prompt_heterogeneity()),
     Process("drift-shared", "one drifting log rate for both arms (OU, 20,000, sd 0.4)",
-            slow_drift(spread=0.4), shared_drift(spread=0.4)),
+            slow_drift(*DRIFTS["drift-strong"]), shared_drift(*DRIFTS["drift-strong"])),
     Process("drift", "each arm's log rate drifts apart from the start (OU, 20,000, sd 0.2)",
-            slow_drift(spread=0.2)),
+            slow_drift(*DRIFTS["drift"])),
     Process("drift-strong", "each arm's log rate drifts apart (OU, 20,000, sd 0.4)",
-            slow_drift(spread=0.4)),
+            slow_drift(*DRIFTS["drift-strong"])),
 )  # fmt: skip
 APART = ("drift", "drift-strong")
 """Processes whose arms' rates differ during the run (equal only on average over runs): a
@@ -232,12 +236,17 @@ def simulate(
     fresh: bool = False,
 ) -> list[Bools]:
     """`reps` sequences of the process, generated in memory-bounded chunks."""
-    chunk = max(1, CHUNK_CELLS // max(n, 1))
     out: list[Bools] = []
-    while len(out) < reps:
-        size = min(chunk, reps - len(out))
+    for size in _chunks(reps, n):
         out.extend(process.generate(rng, size, n, rate, fresh))
     return out
+
+
+def _chunks(reps: int, n: int) -> Iterator[int]:
+    """Rows per chunk, so that a chunk holds at most CHUNK_CELLS requests."""
+    chunk = max(1, CHUNK_CELLS // max(n, 1))
+    for start in range(0, reps, chunk):
+        yield min(chunk, reps - start)
 
 
 def simulate_pair(
@@ -250,11 +259,10 @@ def simulate_pair(
         return simulate(process, rng, reps, n, rate_a, fresh), simulate(
             process, rng, reps, n, rate_b, fresh
         )
-    chunk = max(1, CHUNK_CELLS // max(n, 1))
     a: list[Bools] = []
     b: list[Bools] = []
-    while len(a) < reps:
-        first, second = process.pair(rng, min(chunk, reps - len(a)), n, rate_a, rate_b, fresh)
+    for size in _chunks(reps, n):
+        first, second = process.pair(rng, size, n, rate_a, rate_b, fresh)
         a.extend(first)
         b.extend(second)
     return a, b
