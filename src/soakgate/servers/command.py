@@ -69,16 +69,12 @@ def check_template(
     """Raise ConfigError when the template is empty, malformed or uses an unknown placeholder."""
     if not template.strip():
         raise ConfigError(f"{what} is empty")
+    fields = _fields(template, what)
     try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
         shlex.split(template)
     except ValueError as exc:
         raise ConfigError(f"{what} cannot be parsed: {exc}") from None
-    unknown = sorted(f for f in fields if f not in known)
-    if unknown:
-        used = ", ".join("{" + u + "}" for u in unknown)
-        names = ", ".join("{" + p + "}" for p in known)
-        raise ConfigError(f"{what} uses unknown placeholder(s) {used}; known: {names}")
+    _refuse_unknown(fields, what, known)
 
 
 def check_env(env: Mapping[str, str], where: str) -> None:
@@ -86,21 +82,27 @@ def check_env(env: Mapping[str, str], where: str) -> None:
 
     Values are templates like flags (`{instance}`, `{log_dir}` ...), so a per-instance path such
     as a compile cache is one line; `{{` and `}}` are literal braces."""
+    hint = " (write {{ and }} for braces)"
     for name, value in env.items():
         what = f"{where} {name}"
-        try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(value) if f is not None}
-        except ValueError as exc:
-            braces = "(write {{ and }} for braces)"
-            raise ConfigError(f"{what} cannot be parsed: {exc} {braces}") from None
-        unknown = sorted(f for f in fields if f not in PLACEHOLDERS_IN_FLAGS)
-        if unknown:
-            used = ", ".join("{" + u + "}" for u in unknown)
-            names = ", ".join("{" + p + "}" for p in PLACEHOLDERS_IN_FLAGS)
-            raise ConfigError(
-                f"{what} uses unknown placeholder(s) {used}; known: {names} "
-                "(write {{ and }} for braces)"
-            )
+        _refuse_unknown(_fields(value, what, hint), what, PLACEHOLDERS_IN_FLAGS, hint)
+
+
+def _fields(template: str, what: str, hint: str = "") -> set[str]:
+    """The placeholder names a format template uses; ConfigError when it cannot be parsed."""
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise ConfigError(f"{what} cannot be parsed: {exc}{hint}") from None
+
+
+def _refuse_unknown(fields: set[str], what: str, known: tuple[str, ...], hint: str = "") -> None:
+    """ConfigError naming the placeholders that are not `known`."""
+    unknown = sorted(f for f in fields if f not in known)
+    if unknown:
+        used = ", ".join("{" + u + "}" for u in unknown)
+        names = ", ".join("{" + p + "}" for p in known)
+        raise ConfigError(f"{what} uses unknown placeholder(s) {used}; known: {names}{hint}")
 
 
 def render_env(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
