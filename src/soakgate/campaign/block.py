@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -247,12 +247,18 @@ def _short(
     ]  # fmt: skip
 
 
-def _replay_faults(store: Store, run: Run, ledger: FaultLedger) -> None:
-    """Rebuild the fault ledger of an interrupted block from its stored windows and rows."""
-    for event in store.events(run.run_id):
+def stored_windows(store: Store, run_id: str) -> Iterator[tuple[str, int, float]]:
+    """(target, incarnation before, start) of each fault window stored for the run."""
+    for event in store.events(run_id):
         if event.kind == "fault_window" and event.target is not None:
             before = int(event.data.get("incarnation_before", 0))
-            ledger.declare_dead(event.target, before, float(event.data.get("start", 0.0)))
+            yield event.target, before, float(event.data.get("start", 0.0))
+
+
+def _replay_faults(store: Store, run: Run, ledger: FaultLedger) -> None:
+    """Rebuild the fault ledger of an interrupted block from its stored windows and rows."""
+    for target, before, start in stored_windows(store, run.run_id):
+        ledger.declare_dead(target, before, start)
     for generation in store.generations(run.run_id):
         ledger.observe(generation)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from soakgate.campaign.block import BlockContext, BlockResult, OpenBlock
+from soakgate.campaign.block import BlockContext, BlockResult, OpenBlock, stored_windows
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.cluster import ClusterSettings, connected
 from soakgate.campaign.model import Campaign
@@ -234,10 +234,8 @@ class _Unit:
         store, run, name = self.ctx.store, self.run_record, self.device.name
         self.opened.writer.flush()
         counts = store.counts(run.run_id)
-        windows = tuple(
-            (int(e.data.get("incarnation_before", 0)), float(e.data.get("start", 0.0)))
-            for e in store.events(run.run_id) if e.kind == "fault_window" and e.target == name
-        )  # fmt: skip
+        windows = tuple((before, start) for target, before, start
+                        in stored_windows(store, run.run_id) if target == name)  # fmt: skip
         base = self.position * SEQ_RANGE
         mine = [s for s in _seqs(store.request_ids(run.run_id), run.run_id)
                 if base <= s < base + SEQ_RANGE]  # fmt: skip
