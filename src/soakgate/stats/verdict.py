@@ -37,6 +37,14 @@ BoolArray = npt.NDArray[np.bool_]
 MIN_BLOCKS = 3  # per arm: fewer leave a t over blocks with under 4 degrees of freedom
 DIFFER, NO_DIFFERENCE, INDETERMINATE = "differ", "no difference", "indeterminate"
 BLOCKS, ONE_RUN, COUNTS = "replicate blocks", "one run per arm", "counts only"
+# What a DIFFER is about: with one run of one server instance per arm no statistic can tell the
+# configuration from the instance (or the state it happened to be in); replicate blocks (fresh
+# servers, or several instances) can.
+INSTANCES, CONFIGURATIONS = "instances", "configurations"
+SCOPE_WORDS = {
+    INSTANCES: "these server instances (one run per arm: not separable from the configuration)",
+    CONFIGURATIONS: "the configurations (replicate blocks or instances per arm)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +89,13 @@ class Verdict:
     """One run per arm: the long-range design effect of both arms (variance-time curve)."""
     differ: bool = field(init=False)
     """True exactly when the verdict is `differ`."""
+    scope: str = field(init=False)
+    """What the verdict is about: `configurations` (replicate blocks) or `instances` (one run
+    or one server instance per arm, where instance and configuration cannot be separated)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "differ", self.verdict == DIFFER)
+        object.__setattr__(self, "scope", CONFIGURATIONS if self.design == BLOCKS else INSTANCES)
 
 
 def _per_arm(a: Outcomes, b: Outcomes) -> float:
