@@ -23,6 +23,20 @@ def register(subparsers: Any) -> None:
         "--allow-foreign-tables", action="store_true",
         help="write into an SQLite file that also holds other programs' tables",
     )  # fmt: skip
+    parser.add_argument(
+        "--allow-crashes", action="store_true",
+        help="a configuration whose servers crashed does not by itself make the exit status 1",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fail-on-differ", action="store_true",
+        help="exit 1 when any configuration's gate fails against the baseline (every outcome "
+        "judged, as `compare --fail-on-differ` does)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--baseline", metavar="LABEL",
+        help="the configuration the others are judged against (default: the campaign's "
+        "reference, else its first configuration)",
+    )  # fmt: skip
     add_metrics_arguments(parser)
     parser.set_defaults(func=main)
 
@@ -86,4 +100,27 @@ def main(args: argparse.Namespace) -> int:
     finish_metrics(metrics, args, interrupted=result.interrupted)
     if result.interrupted:
         return exits.INTERRUPTED
-    return exits.FINDING if result.failures else exits.OK
+    findings = _verdicts(args, result.campaign.name, console)
+    return exits.FINDING if result.failures or findings else exits.OK
+
+
+def _verdicts(args: argparse.Namespace, campaign: str, console: Any) -> bool:
+    """Print the crashes and each configuration's gate; True when they make a finding: a
+    configuration crashed (unless --allow-crashes), or a gate failed under --fail-on-differ."""
+    from soakgate.errors import UsageError
+    from soakgate.report.api import campaign_verdicts
+    from soakgate.report.gate import GateOptions
+
+    try:
+        found = campaign_verdicts(args.db, campaign, args.baseline,
+                                  gate=GateOptions(allow_crashes=args.allow_crashes))  # fmt: skip
+    except UsageError as exc:  # e.g. nothing stored: no verdict to give
+        console.print(f"no verdict: {exc}", markup=False, highlight=False)
+        return False
+    for line in found.lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    crashed = bool(found.crashed) and not args.allow_crashes
+    if crashed:
+        console.print("a configuration's servers crashed: exit 1 (--allow-crashes to pass)",
+                      markup=False, highlight=False)  # fmt: skip
+    return crashed or (args.fail_on_differ and found.gate_fails)

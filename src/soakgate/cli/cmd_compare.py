@@ -7,11 +7,15 @@ from typing import Any
 
 from soakgate.cli.cmd_report import add_clustering_arguments, clustering_options
 
+COMPARE_OUTCOMES = ("all", "crash", "error", "collapse", "suspect", "divergence", "any_failure")
+
 
 def register(subparsers: Any) -> None:
     """Add the `compare` command."""
     parser = subparsers.add_parser(
-        "compare", help="compare collapse rates: naive, exact and cluster-robust tests"
+        "compare",
+        help="judge every failure outcome of B against A (the release gate), and "
+        "collapse rates in detail",
     )
     parser.add_argument("db", metavar="DB", help="soakgate SQLite database")
     parser.add_argument("a", metavar="A", nargs="?", help="reference arm: LABEL or LABEL@TARGET")
@@ -25,20 +29,33 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--fail-on-differ", action="store_true",
-        help="exit 1 when a verdict is DIFFER (to gate a pipeline); 0 otherwise",
+        help="the release gate: exit 1 when any outcome of B is judged worse than A's (Holm "
+        "across outcomes and arms), or B's servers crashed and A's never did; 0 otherwise",
     )  # fmt: skip
     parser.add_argument(
-        "--outcome", choices=("collapse", "suspect"), default="collapse",
-        help="what is compared: collapses among clean generations (default), or reference "
-        "scoring's suspect generations among scored ones",
+        "--allow-crashes", action="store_true",
+        help="with --fail-on-differ: a crash of B's servers alone does not fail the gate (the "
+        "crash-rate test still does, when it finds B worse)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--configurations-only", action="store_true",
+        help="with --fail-on-differ: fail only on configuration-level verdicts (replicate "
+        "blocks), not on a DIFFER between two single server instances",
+    )  # fmt: skip
+    parser.add_argument(
+        "--outcome", choices=COMPARE_OUTCOMES, default="all",
+        help="what is judged: every outcome both arms measured (default), or one: crash, "
+        "error (server errors), collapse, suspect (reference scoring; the detail shows suspect "
+        "/ scored rows), divergence (from a greedy reference), any_failure",
     )  # fmt: skip
     add_clustering_arguments(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print the comparison(s); with --fail-on-differ, exit 1 when any verdict is DIFFER."""
+    """Print the gate and the comparison(s); with --fail-on-differ, exit 1 when the gate fails."""
     from soakgate.report.api import compare
+    from soakgate.report.gate import GateOptions
 
     text, differ = compare(
         args.db,
@@ -50,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         options=clustering_options(args),
         outcome=args.outcome,
+        gate=GateOptions(args.allow_crashes, args.configurations_only),
     )
     print(text)
     return 1 if differ and args.fail_on_differ else 0
