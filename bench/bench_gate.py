@@ -8,7 +8,7 @@ gives each arm, over `n` requests:
 - server errors: independent sprinkles (0.1%) plus crash-like episodes (a Poisson number of runs
   of consecutive failed requests, mean length 6);
 - collapses from a failure process of `bench/processes.py` at 0.5% (independent, self-exciting,
-  long regimes, batch-coincident, a reset hazard);
+  long regimes);
 - greedy comparisons with a reference on 1 request in 10: divergence in 5% of them, late (a
   uniform position from 64 to 159, as batching noise gives), and the reference's own repeats from
   the same law;
@@ -43,7 +43,7 @@ from bench.processes import by_name, simulate_pair
 COLLAPSE_RATE, ERROR_RATE, EPISODES_PER_1000 = 0.005, 0.001, 0.5
 COMPARED_EVERY, DIVERGE, LENGTH = 10, 0.05, 160
 SIZES = (500, 5_000)
-PROCESSES = ("independent", "self-exciting", "regimes", "batch-5", "reset-1000")
+PROCESSES = ("independent", "self-exciting", "regimes")
 CHUNK = 50
 
 
