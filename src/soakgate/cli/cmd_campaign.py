@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from soakgate.cli.args import add_gate_arguments, gate_options
 from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
 
 
@@ -23,15 +24,7 @@ def register(subparsers: Any) -> None:
         "--allow-foreign-tables", action="store_true",
         help="write into an SQLite file that also holds other programs' tables",
     )  # fmt: skip
-    parser.add_argument(
-        "--allow-crashes", action="store_true",
-        help="a configuration whose servers crashed does not by itself make the exit status 1",
-    )  # fmt: skip
-    parser.add_argument(
-        "--fail-on-differ", action="store_true",
-        help="exit 1 when any configuration's gate fails against the baseline (every outcome "
-        "judged, as `compare --fail-on-differ` does)",
-    )  # fmt: skip
+    add_gate_arguments(parser, "a configuration (against the baseline)")
     parser.add_argument(
         "--baseline", metavar="LABEL",
         help="the configuration the others are judged against (default: the campaign's "
@@ -109,11 +102,9 @@ def _verdicts(args: argparse.Namespace, campaign: str, console: Any) -> bool:
     configuration crashed (unless --allow-crashes), or a gate failed under --fail-on-differ."""
     from soakgate.errors import UsageError
     from soakgate.report.api import campaign_verdicts
-    from soakgate.report.gate import GateOptions
 
     try:
-        found = campaign_verdicts(args.db, campaign, args.baseline,
-                                  gate=GateOptions(allow_crashes=args.allow_crashes))  # fmt: skip
+        found = campaign_verdicts(args.db, campaign, args.baseline, gate=gate_options(args))
     except UsageError as exc:  # e.g. nothing stored: no verdict to give
         console.print(f"no verdict: {exc}", markup=False, highlight=False)
         return False

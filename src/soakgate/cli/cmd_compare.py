@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from soakgate.cli.args import add_gate_arguments, gate_options
 from soakgate.cli.cmd_report import add_clustering_arguments, clustering_options
 
 COMPARE_OUTCOMES = ("all", "crash", "error", "collapse", "suspect", "divergence", "any_failure")
@@ -27,21 +28,7 @@ def register(subparsers: Any) -> None:
         "--allow-unit-mismatch", action="store_true",
         help="compare an aggregate over targets with one target anyway (output is labelled)",
     )  # fmt: skip
-    parser.add_argument(
-        "--fail-on-differ", action="store_true",
-        help="the release gate: exit 1 when any outcome of B is judged worse than A's (Holm "
-        "across outcomes and arms), or B's servers crashed and A's never did; 0 otherwise",
-    )  # fmt: skip
-    parser.add_argument(
-        "--allow-crashes", action="store_true",
-        help="with --fail-on-differ: a crash of B's servers alone does not fail the gate (the "
-        "crash-rate test still does, when it finds B worse)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--configurations-only", action="store_true",
-        help="with --fail-on-differ: fail only on configuration-level verdicts (replicate "
-        "blocks), not on a DIFFER between two single server instances",
-    )  # fmt: skip
+    add_gate_arguments(parser, "B")
     parser.add_argument(
         "--outcome", choices=COMPARE_OUTCOMES, default="all",
         help="what is judged: every outcome both arms measured (default), or one: crash, "
@@ -55,7 +42,6 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print the gate and the comparison(s); with --fail-on-differ, exit 1 when the gate fails."""
     from soakgate.report.api import compare
-    from soakgate.report.gate import GateOptions
 
     text, differ = compare(
         args.db,
@@ -67,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         options=clustering_options(args),
         outcome=args.outcome,
-        gate=GateOptions(args.allow_crashes, args.configurations_only),
+        gate=gate_options(args),
     )
     print(text)
     return 1 if differ and args.fail_on_differ else 0
