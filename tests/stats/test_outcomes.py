@@ -135,3 +135,21 @@ def test_the_family_is_holm_over_the_outcomes_that_could_fail() -> None:
     assert by["any_failure"].adjusted_p == pytest.approx(0.012) and not by["any_failure"].differ
     assert by["error"].adjusted_p == pytest.approx(0.04) and by["error"].differ
     assert by["collapse"].adjusted_p == pytest.approx(0.04) and by["collapse"].differ
+
+
+def test_holm_is_statsmodels_holm() -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    from soakgate.stats.compare import holm_adjust
+
+    rng = np.random.default_rng(7)
+    for size in (1, 2, 5, 9):
+        for _ in range(10):  # (statsmodels collects garbage on every call: slow)
+            p = rng.random(size) ** 3
+            p[rng.random(size) < 0.2] = 1.0  # ties at 1, and the odd tie below it
+            if size > 2:
+                p[1] = p[0]
+            reject, adjusted, _, _ = multipletests(p, alpha=0.05, method="holm")
+            ours = holm_adjust(list(p), 0.05)
+            assert [r for _, r in ours] == list(reject)
+            assert np.allclose([q for q, _ in ours], adjusted)
