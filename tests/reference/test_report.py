@@ -87,9 +87,13 @@ def test_compare_outcome_suspect_uses_the_collapse_verdict_machinery(two_arms: P
     suspects = _suspects(two_arms)["compiled"][0]
     assert "outcome: suspect" in result.stdout and "verdict: DIFFER" in result.stdout
     assert f"B compiled@gpu0: {suspects} / 1,000" in result.stdout
-    collapses = soakgate("compare", str(two_arms), "eager", "compiled", "--fail-on-differ",
-                         cwd=two_arms.parent)  # fmt: skip
+    collapses = soakgate("compare", str(two_arms), "eager", "compiled", "--outcome", "collapse",
+                         "--fail-on-differ", cwd=two_arms.parent)  # fmt: skip
     assert collapses.returncode == 0 and "verdict: DIFFER" not in collapses.stdout
+    gate = soakgate("compare", str(two_arms), "eager", "compiled", "--fail-on-differ",
+                    cwd=two_arms.parent)  # fmt: skip
+    assert gate.returncode == 1, gate.stdout  # the gate (every outcome) sees the suspect rows
+    assert "gate FAIL" in gate.stdout and "suspect" in gate.stdout
 
 
 def test_compare_outcome_suspect_without_scoring_is_one_line(tmp_path: Path) -> None:

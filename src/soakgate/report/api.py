@@ -329,25 +329,38 @@ def _reference_of(run: Run) -> str | None:
 
 
 def _campaign_crashes(analysis: Analysis, campaign: str) -> tuple[dict[str, int], list[str]]:
-    """Label -> crashes in the campaign's runs, and one line per label that crashed."""
+    """Label -> crashes in the campaign's runs, and one line per label that crashed (and per
+    label whose node was lost under it: a line, never a crash of the configuration)."""
     from collections import Counter
+
+    from soakgate.report.outcomes import CRASH_EVENT, is_crash
 
     runs = {r.run_id: r for r in analysis.runs if _campaign_of(r) == campaign}
     crashes: Counter[str] = Counter()
+    lost: Counter[str] = Counter()
     causes: dict[str, Counter[str]] = {}
     for event in analysis.events:
         run = runs.get(event.run_id)
-        if run is None or event.kind != "engine_fault" or event.target is None:
+        if run is None or event.kind != CRASH_EVENT or event.target is None:
             continue
         label = run.label
         if event.target not in run.targets and _reference_of(run):  # a reference instance
             label = str(_reference_of(run))
+        cause = event.data.get("cause", "unknown")
+        if not is_crash(event.kind, cause):
+            lost[label] += 1
+            continue
         crashes[label] += 1
-        causes.setdefault(label, Counter())[str(event.data.get("cause", "unknown"))] += 1
+        causes.setdefault(label, Counter())[str(cause)] += 1
     lines = [
         f"configuration {label}: its servers crashed {count} time(s) ("
         + ", ".join(f"{cause}: {n}" for cause, n in sorted(causes[label].items()))
         + ")"
         for label, count in crashes.items()
+    ]
+    lines += [
+        f"configuration {label}: the node under its server was lost {count} time(s) "
+        "(not counted as the server's crashes)"
+        for label, count in lost.items()
     ]
     return dict(crashes), lines

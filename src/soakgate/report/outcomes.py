@@ -26,6 +26,15 @@ IntArray = npt.NDArray[np.int64]
 CRASH_EVENT = "engine_fault"
 """The guard's record of a crash: the process exited, hung, logged a fatal line, or its node was
 lost (each is followed by a restart or the instance's retirement)."""
+NOT_THE_SERVERS_FAULT = frozenset({"node_lost"})
+"""Causes of a guard's fault that say nothing about the server: the machine under it went away
+(a Ray node removed or dead). Its window is still time the server was not up, but it is not one of
+the configuration's crashes."""
+
+
+def is_crash(kind: str, cause: object) -> bool:
+    """Is this event one of the server's own crashes (not the loss of the node under it)?"""
+    return kind == CRASH_EVENT and str(cause) not in NOT_THE_SERVERS_FAULT
 
 
 @dataclass(slots=True)
@@ -108,7 +117,7 @@ class UnitOutcomes:
     crash_lost: int
     """Judged requests lost to a crash (an error of an incarnation after its window opened)."""
     crash_causes: dict[str, int]
-    """Crashes by cause (`process_exit`, `health`, `log_pattern`, `node_lost`)."""
+    """Crashes by cause (`process_exit`, `health`, `log_pattern`; a lost node is not one)."""
     divergence: Divergence | None
     """Greedy comparisons with a reference (None when none were made)."""
     rows: list[RowFlags] = field(default_factory=list, repr=False)
@@ -151,7 +160,7 @@ def _crashes(analysis: Analysis, unit: Unit, parts: Sequence[SliceColumns]) -> C
     faults = Counter(
         (e.run_id, e.target)
         for e in analysis.events
-        if e.kind == CRASH_EVENT and e.target in unit.targets
+        if is_crash(e.kind, e.data.get("cause")) and e.target in unit.targets
     )
     down: dict[tuple[str, str | None], float] = {}
     for e in analysis.events:  # a server being restarted is not up: no exposure
@@ -182,7 +191,9 @@ def _causes(analysis: Analysis, unit: Unit) -> dict[str, int]:
     causes: Counter[str] = Counter(
         str(e.data.get("cause", "unknown"))
         for e in analysis.events
-        if e.kind == CRASH_EVENT and e.target in unit.targets and e.run_id in unit.run_ids
+        if is_crash(e.kind, e.data.get("cause"))
+        and e.target in unit.targets
+        and e.run_id in unit.run_ids
     )
     return dict(causes)
 
