@@ -81,8 +81,9 @@ class Generation:
     reference_divergence: int | None = None
     """Differential check: first diverging position against the reference (-1: identical)."""
     attempts: int = 1
-    """Times the request was sent: more than 1 only when a retry provably never reached the
-    server (a pooled connection found closed before the request was written)."""
+    """Times the request was sent: more than 1 when a retry provably never reached the server
+    (a pooled connection found closed before the request was written), or when a Ray unit sends
+    again a request a lost actor had sent for certain (`details["resent"]`)."""
     reference_score: float | None = None
     """Reference scoring: the generation's anomaly score under the reference (None: not scored;
     `details["reference"]` says why when it was chosen but could not be scored)."""
