@@ -23,6 +23,7 @@ ERROR_CLASSES = (
     "rate_limited",  # the server answered 429 or 503 (overloaded); Retry-After is honoured
     "response_mismatch",  # the answer is not this request's (an echoed X-Request-Id differs)
     "unexpected_choices",  # more choices than requested, or choices with a bad index
+    "proxy_error",  # a proxy's or gateway's own error page (nginx's 502), not the server's answer
 )
 
 
@@ -90,6 +91,10 @@ class Generation:
     suspect: bool | None = None
     """Reference scoring: True when the score is above the calibrated threshold (None: not
     scored). Independent of `collapsed`: a row can be both."""
+    gateway_retries: int | None = None
+    """Times a gateway between soakgate and the server said it retried the request upstream
+    (`x-litellm-attempted-retries`, `x-envoy-attempt-count`; headers in `details["gateway"]`);
+    None when no gateway said. A clean row with retries hides that many upstream failures."""
 
     @property
     def ok(self) -> bool:
