@@ -380,30 +380,37 @@ BEHAVIOURS: dict[str, Handler] = {
 }  # fmt: skip
 
 
-class HostileProcess:
-    """The hostile server as a subprocess on loopback; `seen()` reads its log."""
+class LoggingServerProcess:
+    """A test server (`python -m MODULE ARGS`) as a subprocess on loopback that prints its URL
+    and logs one JSON line per request it read; `seen()` reads that log."""
 
-    def __init__(self, behaviour: str, log: Path) -> None:
+    def __init__(self, module: str, args: list[str], log: Path) -> None:
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hostile", behaviour, "--log", str(log)],
+            [sys.executable, "-m", module, *args, "--log", str(log)],
             cwd=REPO, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
         if not self.url.startswith("http://"):
             self.stop()
-            raise RuntimeError(f"the hostile server did not start ({behaviour})")
+            raise RuntimeError(f"{module} did not start ({' '.join(args)})")
 
     def seen(self) -> list[dict[str, Any]]:
-        """Every generation request the server read, in order."""
+        """Every request the server logged, in order."""
         if not self.log.exists():
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
     def request_ids(self) -> list[str]:
-        """Request ids of the generation requests the server read, in order."""
+        """Request ids of the requests the server logged, in order."""
         return [request["rid"] for request in self.seen()]
+
+    def __enter__(self) -> LoggingServerProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self.process.terminate()
@@ -414,6 +421,13 @@ class HostileProcess:
             self.process.wait()
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+class HostileProcess(LoggingServerProcess):
+    """The hostile server as a subprocess on loopback."""
+
+    def __init__(self, behaviour: str, log: Path) -> None:
+        super().__init__("tests.hostile", [behaviour], log)
 
 
 async def _serve(behaviour: str, log: Path | None) -> None:

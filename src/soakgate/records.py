@@ -23,6 +23,7 @@ ERROR_CLASSES = (
     "rate_limited",  # the server answered 429 or 503 (overloaded); Retry-After is honoured
     "response_mismatch",  # the answer is not this request's (an echoed X-Request-Id differs)
     "unexpected_choices",  # more choices than requested, or choices with a bad index
+    "proxy_error",  # a proxy's or gateway's own error page (nginx's 502), not the server's answer
 )
 NOT_THE_SERVERS = ("cancelled", "client_error", "http_4xx")
 """Error classes that say nothing about the server under test: the soak stopped the request,
@@ -87,14 +88,19 @@ class Generation:
     reference_divergence: int | None = None
     """Differential check: first diverging position against the reference (-1: identical)."""
     attempts: int = 1
-    """Times the request was sent: more than 1 only when a retry provably never reached the
-    server (a pooled connection found closed before the request was written)."""
+    """Times the request was sent: more than 1 when a retry provably never reached the server
+    (a pooled connection found closed before the request was written), or when a Ray unit sends
+    again a request a lost actor had sent for certain (`details["resent"]`)."""
     reference_score: float | None = None
     """Reference scoring: the generation's anomaly score under the reference (None: not scored;
     `details["reference"]` says why when it was chosen but could not be scored)."""
     suspect: bool | None = None
     """Reference scoring: True when the score is above the calibrated threshold (None: not
     scored). Independent of `collapsed`: a row can be both."""
+    gateway_retries: int | None = None
+    """Times a gateway between soakgate and the server said it retried the request upstream
+    (`x-litellm-attempted-retries`, `x-envoy-attempt-count`; headers in `details["gateway"]`);
+    None when no gateway said. A clean row with retries hides that many upstream failures."""
 
     @property
     def ok(self) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.launch import Launcher, launch_spec, start_all
@@ -27,6 +29,7 @@ from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance
 from soakgate.store import BatchWriter, Store
+from soakgate.store.base import TargetCounts
 from soakgate.store.unstored import Sidecar
 from soakgate.targets import TargetSpec
 
@@ -43,7 +46,11 @@ class BlockResult:
     outcome: str
     """`completed`, `failed` (no instance came up) or `interrupted`."""
     tallies: dict[str, TargetTally] = field(default_factory=dict)
+    """What this invocation's soak counted."""
     faults: int = 0
+    stored: dict[str, TargetCounts] = field(default_factory=dict)
+    """What the database holds for the block, per target, once it ended (earlier invocations
+    of a resumed block included)."""
 
 
 @dataclass(slots=True)
@@ -60,6 +67,16 @@ class BlockContext:
     """Shown each event of a block with the block's label (live metrics)."""
     engine: BlockSoak | None = None
     """How a block's instances run and are soaked (None: local subprocesses)."""
+    dispatch: Dispatch | None = None
+    """A Ray unit's lease on its request numbers (`campaign.dispatch.Lease`), if any."""
+
+
+class Dispatch(Protocol):
+    """Admits each request before it is numbered, and is told of it before it is sent."""
+
+    async def admit(self, target: str) -> bool: ...
+
+    def dispatched(self, target: str, seq: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -95,6 +112,9 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
         writer.add_event(_event(run, "detector_budget", block, message=warning))
     try:
         result = await (ctx.engine or _soak_here)(ctx, block, opened)
+    except BaseException:
+        _abandon(ctx.store, writer, run)
+        raise
     finally:
         if writer.failure is None:
             sidecar.close()
@@ -102,8 +122,17 @@ async def run_block(ctx: BlockContext, block: Block, run: Run | None) -> BlockRe
         error = store_failed(writer, sidecar, run, ctx.db)
         sidecar.close()
         raise error
-    _finish(ctx.store, writer, run, block, result)
+    result.stored = _finish(ctx.store, writer, run, block, result)
     return result
+
+
+def _abandon(store: Store, writer: ObservingWriter, run: Run) -> None:
+    """A block that ended in an error (a bug) is stored `interrupted`, never left `running`:
+    `--resume` continues it."""
+    run.status, run.ended_at = "interrupted", time.time()
+    with contextlib.suppress(Exception):  # the store itself may be what failed
+        writer.flush()
+        store.save_run(run)
 
 
 def _open(ctx: BlockContext, block: Block, run: Run | None) -> OpenBlock:
@@ -217,15 +246,25 @@ async def _segment(
     """One soak pass; the campaign's stop event stops it (the driver sets its own at the end)."""
     stop = asyncio.Event()
     relay = asyncio.create_task(_relay(ctx.stop, stop))
+    gate, dispatch = guard.gate, ctx.dispatch
+    if dispatch is not None:
+        gate = functools.partial(_both_gates, guard.gate, dispatch.admit)
     try:
         return await soak(
             run, targets, cfg.request, cfg.load, picker, cfg.detectors, writer,
             store_text=cfg.store_text, stop=stop, on_tick=ctx.on_tick,
-            incarnation=guard.incarnation, gate=guard.gate, credit=guard.credit,
+            incarnation=guard.incarnation, gate=gate, credit=guard.credit,
             differential=differential,
+            on_dispatch=dispatch.dispatched if dispatch is not None else None,
         )  # fmt: skip
     finally:
         relay.cancel()
+
+
+async def _both_gates(
+    first: Callable[[str], Awaitable[bool]], second: Callable[[str], Awaitable[bool]], target: str
+) -> bool:
+    return await first(target) and await second(target)
 
 
 async def _relay(source: asyncio.Event, sink: asyncio.Event) -> None:
@@ -277,18 +316,22 @@ def _telemetry(campaign: Campaign, up: list[ServerInstance]) -> tuple[list[Sampl
 
 def _finish(
     store: Store, writer: ObservingWriter, run: Run, block: Block, result: BlockResult
-) -> None:
-    """Close the run record; a finished block gets `block_completed` (what resume looks for)."""
+) -> dict[str, TargetCounts]:
+    """Close the run record; a finished block gets `block_completed` (what resume looks for).
+    The block's stored counts per target."""
     run.ended_at = time.time()
     run.status = {"completed": "completed", "failed": "failed"}.get(result.outcome, "interrupted")
+    writer.flush()
+    stored = store.counts(run.run_id)
     counts = {
         name: {"requests": c.requests, "errors": c.errors, "collapses": c.collapses}
-        for name, c in store.counts(run.run_id).items()
+        for name, c in stored.items()
     }
     kind = "block_interrupted" if result.outcome == "interrupted" else "block_completed"
     writer.add_event(_event(run, kind, block, outcome=result.outcome, counts=counts))
     writer.flush()
     store.save_run(run)
+    return stored
 
 
 def _merge(total: dict[str, TargetTally], part: dict[str, TargetTally]) -> None:

@@ -11,12 +11,14 @@ import asyncio
 import dataclasses
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from soakgate.campaign.block import BlockContext, soak_instances
 from soakgate.campaign.blocks import Block
+from soakgate.campaign.dispatch import Lease
 from soakgate.campaign.launch import Launcher, launch_spec
 from soakgate.campaign.model import Campaign
 from soakgate.campaign.soakcfg import soak_config
@@ -26,7 +28,7 @@ from soakgate.records import Event, Generation, Run
 from soakgate.servers import ServerInstance
 from soakgate.servers.command import Device
 from soakgate.store.base import TargetCounts
-from soakgate.store.outbox import OutboxStore
+from soakgate.store.outbox import OutboxStore, Resend
 from soakgate.targets import TargetSpec
 
 
@@ -54,6 +56,10 @@ class UnitOrder:
     """Stored fault windows of the target: (incarnation before, start)."""
     errors: tuple[tuple[int, float], ...] = ()
     """Stored error rows of the target: (incarnation, ended_at), for the fault ledger."""
+    lease: int = -1
+    """Highest request number the unit may send until the driver renews it (-1: no bound)."""
+    resends: tuple[Resend, ...] = ()
+    """Numbers sent (or possibly sent) by lost actors of this unit: marked on re-sent rows."""
 
 
 @dataclass(slots=True)
@@ -73,6 +79,7 @@ class UnitHost:
         self._writer: ObservingWriter | None = None
         self._stop: asyncio.Event | None = None
         self._stopped = False
+        self._lease: Lease | None = None
 
     def where(self) -> dict[str, Any]:
         """The node this actor runs on and the GPUs Ray gave it."""
@@ -96,34 +103,57 @@ class UnitHost:
         spec.die_with_parent = True  # a lost actor must not leave its server running
         target = TargetSpec(spec.url, spec.name, model=campaign.server.model or None)
         cfg = soak_config(campaign, config, order.block, [target], order.db)
-        store = self._store = OutboxStore(device.name, order.counts, order.next_seq)
+        store = self._store = OutboxStore(device.name, order.counts, order.next_seq,
+                                          order.resends)  # fmt: skip
+        lease = None
+        if order.lease >= 0:
+            lease = self._lease = Lease(order.next_seq, order.lease)
+            if self._stopped:
+                lease.close()
         ledger = FaultLedger()
         for before, start in order.windows:
             ledger.declare_dead(device.name, before, start)
         for incarnation, ended_at in order.errors:
             ledger.observe(_error_row(device.name, incarnation, ended_at))
         writer = self._writer = ObservingWriter(store, ledger, interval_s=cfg.flush_interval_s)
-        ctx = BlockContext(campaign, store, order.db, order.log_dir.parent, self._stop)
+        ctx = BlockContext(campaign, store, order.db, order.log_dir.parent, self._stop,
+                           dispatch=lease)  # fmt: skip
         launcher = Launcher(campaign, order.run, writer, cfg.request, cfg.prompts)
         instance = ServerInstance(spec, order.incarnation)
         try:
             result = await soak_instances(ctx, order.block, order.run, cfg, launcher, [instance],
                                           ledger)  # fmt: skip
         finally:
+            if lease is not None and lease.waited:
+                writer.add_event(Event(order.run.run_id, time.time(), "lease_wait", device.name,
+                                       {"message": _LEASE_WAIT}))  # fmt: skip
             writer.flush()
         return UnitReport(result.outcome, dict(launcher.models), result.tallies.get(device.name))
 
-    def drain(self) -> tuple[list[Generation], list[Event]]:
-        """The rows and events stored since the last call (scored)."""
+    def drain(self, lease: int = -1) -> tuple[list[Generation], list[Event], int]:
+        """The rows and events stored since the last call (scored), and the highest request
+        number sent; `lease` renews how far the unit may send (the driver stored it first)."""
+        if self._lease is not None:
+            self._lease.renew(lease)
         if self._writer is not None:
             self._writer.maybe_flush()
-        return ([], []) if self._store is None else self._store.take()
+        sent = -1 if self._lease is None else self._lease.sent
+        rows, events = ([], []) if self._store is None else self._store.take()
+        return rows, events, sent
 
     def stop(self) -> None:
         """Stop the soak (the campaign was interrupted); in-flight requests finish as usual."""
         self._stopped = True
         if self._stop is not None:
             self._stop.set()
+        if self._lease is not None:
+            self._lease.close()
+
+
+_LEASE_WAIT = (
+    "the unit sent requests faster than the driver drained its rows and waited for its lease "
+    "to be renewed (soakgate.campaign.dispatch): its load had short pauses"
+)
 
 
 def _error_row(target: str, incarnation: int, ended_at: float) -> Generation:

@@ -23,6 +23,7 @@ from soakgate.campaign.state import (
     failure_reason,
     log_root,
     reap_orphans,
+    stop_orphan_cluster,
 )
 from soakgate.load.runner import run_async
 from soakgate.load.spec import TargetTally
@@ -63,20 +64,24 @@ def run_campaign(
     check_block_plans(campaign)
     blocks = plan_blocks(campaign.name, [c.label for c in campaign.configs], campaign.order,
                          campaign.repetitions)  # fmt: skip
+    # A killed driver's local:N cluster is stopped before a new one starts beside it.
+    orphans = stop_orphan_cluster(Path(db), campaign) if resume else []
     with _engine(campaign) as engine:  # connected (or started) before anything is stored
         return _run(campaign, blocks, db, resume, allow_foreign_tables, engine,
-                    (on_block, on_tick, on_event))  # fmt: skip
+                    (on_block, on_tick, on_event), orphans)  # fmt: skip
 
 
 def _run(
     campaign: Campaign, blocks: list[Block], db: str | Path, resume: bool,
     allow_foreign_tables: bool, engine: BlockSoak | None, hooks: tuple[Any, Any, Any],
+    orphans: list[dict[str, Any]],
 ) -> CampaignResult:  # fmt: skip
     store = open_store(db, allow_foreign_tables)
     try:
         begin(store, campaign, blocks, resume)
+        run_id = campaign_run_id(campaign.name)
+        store.add([], [Event(run_id, time.time(), "orphan_stopped", None, o) for o in orphans])
         if (describe := getattr(engine, "describe", None)) is not None:  # the Ray cluster
-            run_id = campaign_run_id(campaign.name)
             store.add([], [Event(run_id, time.time(), "cluster", None, describe())])
         statuses = block_statuses(store, blocks)
         reap_orphans(store, [s.run for s in statuses if s.run is not None and s.outcome is None])

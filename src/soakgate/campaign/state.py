@@ -20,7 +20,7 @@ from soakgate.campaign.model import Campaign
 from soakgate.errors import ConfigError, UsageError
 from soakgate.records import Event, Run
 from soakgate.servers.instance import process_matches, signal_group
-from soakgate.store import Store
+from soakgate.store import Store, open_analysis
 
 
 def campaign_run_id(name: str) -> str:
@@ -102,6 +102,32 @@ def reap_orphans(store: Store, runs: Sequence[Run]) -> list[int]:
                 store.add([], [Event(run.run_id, time.time(), "orphan_stopped", event.target,
                                      {"pid": pid, "argv": argv})])  # fmt: skip
     return reaped
+
+
+def stop_orphan_cluster(db: Path, campaign: Campaign) -> list[dict[str, Any]]:
+    """Stop the `local:N` Ray clusters a killed driver of this campaign left running (before
+    `--resume` starts its own beside them); what was stopped, for `orphan_stopped` events."""
+    from soakgate.campaign.cluster import stop_local_cluster
+
+    if campaign.cluster.local_nodes is None or not db.is_file():
+        return []
+    store = open_analysis(db)
+    try:
+        events = store.events(campaign_run_id(campaign.name))
+        recorded = [e.data.get("local_cluster") for e in events if e.kind == "cluster"]
+    finally:
+        store.close()
+    stopped = []
+    for found in recorded:
+        if not isinstance(found, dict) or not isinstance(found.get("id"), str):
+            continue
+        driver = found.get("driver_pid"), found.get("driver_argv")
+        alive = (driver[0], list(driver[1])) if isinstance(driver[0], int) \
+            and isinstance(driver[1], list) else None  # fmt: skip
+        processes = [p for p in found.get("processes", []) if isinstance(p, list) and len(p) == 2]
+        if pids := stop_local_cluster(found["id"], alive, processes):
+            stopped.append({"cluster": found["id"], "pids": pids})
+    return stopped
 
 
 def next_incarnation(store: Store, run: Run | None, target: str) -> int:

@@ -76,11 +76,11 @@ def main(args: argparse.Namespace) -> int:
             status.block.block_id, status.block.label, run_id, f"{status.outcome} (earlier)"
         )
     for ran in result.ran:
-        tallies = ran.tallies.values()
+        stored = ran.stored.values()  # from the database: a resumed block's earlier rows too
         table.add_row(
             ran.block.block_id, ran.block.label, ran.run_id, ran.outcome,
-            str(sum(t.requests for t in tallies)), str(sum(t.errors for t in tallies)),
-            str(sum(t.collapses for t in tallies)), str(ran.faults),
+            str(sum(c.requests for c in stored)), str(sum(c.errors for c in stored)),
+            str(sum(c.collapses for c in stored)), str(ran.faults),
         )  # fmt: skip
     console.print(table)
     for block_id, reason in result.failures.items():

@@ -187,6 +187,8 @@ def execute(config: Any, quiet: bool, observers: Sequence[Any] = ()) -> Any:
             result = run_soak(config, on_tick=live.update, observers=observers)
     console = wide_console()
     console.print(summary_table(config.label, result.tallies, result.elapsed_s))
+    for warning in result.warnings:
+        print(f"soakgate: warning: {warning}", file=sys.stderr, flush=True)
     console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
     if config.until_verdict:
         console.print(_verdict_line(config.db, result.run.run_id, result.stopped_by), markup=False)

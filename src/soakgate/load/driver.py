@@ -73,6 +73,8 @@ class _Shared:
     """Rows waiting for their reference score (at most `scorer.backlog`)."""
     backlog: asyncio.Semaphore | None = None
     """Places for rows waiting for their score (made in the soak's event loop)."""
+    on_dispatch: Callable[[str, int], None] | None = None
+    """Told (target, seq) of each request just before it is sent."""
 
 
 async def soak(
@@ -95,6 +97,7 @@ async def soak(
     on_generation: Callable[[Generation], None] | None = None,
     abort: asyncio.Event | None = None,
     scorer: GenerationScorer | None = None,
+    on_dispatch: Callable[[str, int], None] | None = None,
 ) -> SoakResult:
     """Drive the soak to its end (count, time, `stop` being set, or the store failing) and
     flush every result; `abort` cancels what is in flight instead of waiting for it.
@@ -104,7 +107,8 @@ async def soak(
     (errors in a fault window do not use up the budget). `labels` overrides the run's label per
     target (two arms soaked side by side); `differential` adds the reference check;
     `on_generation` sees every generation as it is queued for the store (sequential looks);
-    `scorer` scores chosen rows under a reference before they are stored.
+    `scorer` scores chosen rows under a reference before they are stored; `on_dispatch(target,
+    seq)` is told of each request just before it is sent (a Ray unit's record of what it sent).
     """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
@@ -120,7 +124,7 @@ async def soak(
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         reference_fraction=differential.fraction if differential else 0.0,
         reference_repeat=differential.repeat if differential else False,
-        abort=abort or asyncio.Event(), scorer=scorer,
+        abort=abort or asyncio.Event(), scorer=scorer, on_dispatch=on_dispatch,
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
     if differential is not None:
@@ -254,6 +258,8 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
     while (shared.gate is None or await shared.gate(name)) and (
         seq := _take_seq(shared, name)
     ) is not None:
+        if shared.on_dispatch is not None:
+            shared.on_dispatch(name, seq)
         prompt = shared.picker.pick(seq)
         request_id = f"{shared.run.run_id}-{seq}"
         outcome = Outcome(started_at=time.time())

@@ -6,6 +6,7 @@ from soakgate.detectors import DetectorConfig, score_text
 from soakgate.prompts import Prompt
 from soakgate.records import Generation, sha256_text
 from soakgate.targets import Outcome, RequestSpec
+from soakgate.targets.gateway import gateway_retries
 
 # Under `--store-text flagged`, also keep the text of one in this many clean generations.
 TEXT_SAMPLE_EVERY = 100
@@ -24,7 +25,7 @@ def unscored_generation(
     incarnation: int = 0,
 ) -> Generation:
     """The row of a completed request, before `score_generation` fills in the detectors."""
-    return Generation(
+    generation = Generation(
         run_id=run_id, request_id=request_id, target=target, label=label, seq=seq,
         prompt_id=prompt.prompt_id, endpoint=spec.endpoint, stream=spec.stream,
         started_at=outcome.started_at, ended_at=outcome.ended_at, ttft_s=outcome.ttft_s,
@@ -34,6 +35,10 @@ def unscored_generation(
         text=outcome.text, token_ids=outcome.token_ids, incarnation=incarnation,
         attempts=outcome.attempts,
     )  # fmt: skip
+    if outcome.gateway:  # a gateway between us and the server said what it did
+        generation.details["gateway"] = outcome.gateway
+        generation.gateway_retries = gateway_retries(outcome.gateway)
+    return generation
 
 
 def score_generation(

@@ -307,6 +307,8 @@ async def _soak_with_signals(
     if config.scorer is not None:
         await _calibrate(config.scorer, config, run, writer, picker)
     watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
+    warnings: list[str] = []
+    on_tick = _watch_streams(on_tick, writer, run, warnings)
     try:
         result = await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
@@ -314,6 +316,8 @@ async def _soak_with_signals(
             labels=config.labels, on_generation=monitor.observe if monitor else None,
             abort=abort, scorer=config.scorer,
         )  # fmt: skip
+        on_tick(result.tallies, result.elapsed_s)  # the rows of the last batch too
+        result.warnings.extend(warnings)
         if verdict.is_set():
             result.stopped_by = "verdict"
         return result
@@ -324,6 +328,27 @@ async def _soak_with_signals(
             await config.scorer.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def _watch_streams(
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None, writer: BatchWriter,
+    run: Run, warnings: list[str],
+) -> Callable[[dict[str, TargetTally], float], None]:  # fmt: skip
+    """`on_tick`, and a look at each target's streams: the first time they arrive whole (a
+    buffering proxy), a `stream_buffered` event and a warning line in `warnings`."""
+
+    def tick(tallies: dict[str, TargetTally], elapsed_s: float) -> None:
+        if on_tick is not None:
+            on_tick(tallies, elapsed_s)
+        for name, tally in tallies.items():
+            if (message := tally.streams.warning(name)) is not None:
+                warnings.append(message)
+                event = note(run, "stream_buffered", message=message, judged=tally.streams.judged,
+                             whole=tally.streams.whole)  # fmt: skip
+                event.target = name
+                writer.add_event(event)
+
+    return tick
 
 
 async def _calibrate(

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from soakgate.load.streamcheck import StreamTiming
 from soakgate.prompts import Prompt
 from soakgate.records import Generation, Run
 from soakgate.targets import Outcome, TargetSpec
@@ -61,10 +62,13 @@ class TargetTally:
     """Scored rows the reference flagged `suspect`."""
     unscored: int = 0
     """Rows chosen for reference scoring that could not be scored."""
+    streams: StreamTiming = field(default_factory=StreamTiming)
+    """Whether its streamed answers come whole (a buffering proxy: `load.streamcheck`)."""
 
     def count(self, generation: Generation) -> None:
         """Add one finished generation."""
         self.requests += 1
+        self.streams.count(generation)
         if not generation.ok:
             self.errors += 1
             key = generation.error_class or "unknown"
@@ -92,6 +96,8 @@ class SoakResult:
     tallies: dict[str, TargetTally]
     elapsed_s: float
     stopped_by: str
+    warnings: list[str] = field(default_factory=list)
+    """What the soak noticed while it ran (also stored as events), one line each."""
 
 
 @dataclass(frozen=True, slots=True)

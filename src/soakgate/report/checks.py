@@ -112,7 +112,19 @@ def methodology_warnings(analysis: Analysis) -> list[str]:
         found.extend(_run_warnings(run, rows_by_target, plans.get(run.run_id)))
     if verify_chain(analysis.ledger) is not None:
         found.append(f"the plan ledger is broken at entry {verify_chain(analysis.ledger)}")
+    found.extend(_gateway_warnings(analysis))
     return found
+
+
+def _gateway_warnings(analysis: Analysis) -> list[str]:
+    """A unit whose answers a gateway retried upstream: its server failed more often than
+    its errors show."""
+    return [
+        f"{unit.name}: a gateway retried {g.rows} answer(s) upstream ({g.retries} retries, "
+        f"{g.clean} of the answers counted clean): the server failed at least {g.retries} "
+        "more time(s) than its errors show (x-litellm-attempted-retries, x-envoy-attempt-count)"
+        for unit in analysis.units if not unit.aggregate and (g := unit.gateway) is not None
+    ]  # fmt: skip
 
 
 def check_registration(

@@ -46,7 +46,7 @@ def _schema() -> Any:
         "ended_at": pa.float64(), "ttft_s": pa.float64(), "prompt_tokens": pa.int64(),
         "completion_tokens": pa.int64(), "http_status": pa.int64(), "incarnation": pa.int64(),
         "reference_divergence": pa.int64(), "attempts": pa.int64(),
-        "reference_score": pa.float64(), "suspect": pa.bool_(),
+        "reference_score": pa.float64(), "suspect": pa.bool_(), "gateway_retries": pa.int64(),
         "token_ids": pa.list_(pa.int64()),
         "scores": pa.map_(pa.string(), pa.float64()), "details": pa.string(),
         "flags": pa.list_(pa.string()), "collapsed": pa.bool_(),

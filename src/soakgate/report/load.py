@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -86,6 +86,38 @@ class SliceColumns:
         return self.collapsed[self.ok]
 
 
+@dataclass(frozen=True, slots=True)
+class GatewayTally:
+    """The rows of a unit that a gateway between soakgate and the server retried upstream."""
+
+    rows: int
+    """Rows with `gateway_retries` > 0."""
+    clean: int
+    """Of them, clean rows (the retry hid an upstream failure)."""
+    retries: int
+    """Retries summed: upstream failures the gateway hid or turned into these rows."""
+
+
+def gateway_tallies(
+    rows: Iterable[tuple[Any, ...]], skip: set[str]
+) -> dict[tuple[str, str], GatewayTally]:
+    """`SqliteStore.gateway_counts` rows summed per (label, target), runs in `skip` left out."""
+    found: dict[tuple[str, str], GatewayTally] = {}
+    for run_id, label, target, count, clean, retries in rows:
+        if run_id in skip:
+            continue
+        old = found.get((label, target), GatewayTally(0, 0, 0))
+        found[(label, target)] = GatewayTally(old.rows + int(count), old.clean + int(clean or 0),
+                                              old.retries + int(retries or 0))  # fmt: skip
+    return found
+
+
+def _gateway_rows(generations: Iterable[Generation]) -> list[tuple[Any, ...]]:
+    """`gateway_counts`' rows from a store without SQL."""
+    return [(g.run_id, g.label, g.target, 1, int(g.ok), g.gateway_retries)
+            for g in generations if g.gateway_retries]  # fmt: skip
+
+
 @dataclass(slots=True)
 class Columns:
     """Everything analysis reads from a store."""
@@ -106,6 +138,8 @@ class Columns:
     """Reference scoring's rows by (label, target) (runs soaked with it only)."""
     reference_rows: dict[int, Generation] = field(default_factory=dict)
     """The highest-scoring suspect rows of each (label, target), whole, by row id."""
+    gateway: dict[tuple[str, str], GatewayTally] = field(default_factory=dict)
+    """(label, target) -> the rows a gateway retried upstream (only units that have some)."""
 
     def run_slices(self, run_id: str) -> list[SliceColumns]:
         """Every slice of one run."""
@@ -241,11 +275,10 @@ def load_columns(
 ) -> Columns:  # fmt: skip
     """Read every run's rows (up to the newest row at the start) into slices, and the rows
     shown as exemplars; `suspect_ids` are the rows reference scoring flagged."""
-    from soakgate.probes.reproduce import PROBE_RUNS
 
     upto = reader.max_row_id()
     greedy_runs = {e.run_id for e in events if e.kind == "reference_baseline"}
-    probe_runs = {r.run_id for r in runs if r.load.get("probe") in PROBE_RUNS}  # replay's: no units
+    probe_runs = _probe_runs(runs)
     slices: dict[tuple[str, str], list[SliceColumns]] = {}
     records = {run.run_id: run for run in runs}
     windows = fault_windows(events)
@@ -264,6 +297,13 @@ def load_columns(
     columns = Columns(runs, events, ledger, slices)
     columns.exemplars = reader.rows(exemplar_ids(columns))
     return columns
+
+
+def _probe_runs(runs: Iterable[Run]) -> set[str]:
+    """Runs whose rows make no units (replay's)."""
+    from soakgate.probes.reproduce import PROBE_RUNS
+
+    return {r.run_id for r in runs if r.load.get("probe") in PROBE_RUNS}
 
 
 def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[int]:
@@ -295,6 +335,9 @@ def load_store(store: Store, contexts: bool = False) -> Columns:
     finally:
         reader.close()
     columns.reference, columns.reference_rows = reference
+    rows = (store.gateway_counts() if isinstance(store, SqliteStore)
+            else _gateway_rows(store.generations()))  # fmt: skip
+    columns.gateway = gateway_tallies(rows, _probe_runs(columns.runs))
     if contexts and isinstance(store, SqliteStore):
         _add_contexts(store, columns)
     return columns
@@ -314,9 +357,11 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
         runs, events, ledger = store.runs(), store.events(), store.ledger()
         reference = load_reference(store, runs)
         suspects = suspect_ids(reference[0])
+        gateway = gateway_tallies(store.gateway_counts(), _probe_runs(runs))
         if not arrow_available() or store.shared_in_process:
             columns = load_columns(store.column_reader(), runs, events, ledger, suspects)
             columns.reference, columns.reference_rows = reference
+            columns.gateway = gateway
             if contexts:
                 _add_contexts(store, columns)
             return columns
@@ -328,6 +373,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     finally:
         reader.close()
     columns.reference, columns.reference_rows = reference
+    columns.gateway = gateway
     if contexts and columns.exemplars:
         store = open_analysis(path)
         try:

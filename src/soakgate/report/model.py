@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from soakgate.records import Event, Run
-from soakgate.report.load import Columns, SliceColumns
+from soakgate.report.load import Columns, GatewayTally, SliceColumns
 from soakgate.stats.clustering import ClusteringResult
 from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.store.base import LedgerEntry
@@ -97,6 +97,8 @@ class Unit:
     """Time-ordered collapse indicator over clean generations (targets concatenated)."""
     clustering: ClusteringResult | None = None
     """Clustering verdict (units only; None for aggregates or without clean generations)."""
+    gateway: GatewayTally | None = None
+    """Rows a gateway between soakgate and the server retried upstream (None: none did)."""
 
     @property
     def n(self) -> int:
@@ -258,8 +260,14 @@ def build_units(
             unit = build_unit(label, target, [(s.run_id, s) for s in group])
             if clustering:
                 unit.clustering = cluster(unit, options)
+            unit.gateway = columns.gateway.get((label, target))
             units.append(unit)
         if len(mine) > 1:
             parts = [(f"{s.run_id}/{t}", s) for (_, t), group in mine for s in group]
-            units.append(build_unit(label, AGGREGATE, parts, aggregate=True))
+            aggregate = build_unit(label, AGGREGATE, parts, aggregate=True)
+            tallies = [g for (_, t), _ in mine if (g := columns.gateway.get((label, t)))]
+            if tallies:
+                aggregate.gateway = GatewayTally(*(sum(x) for x in zip(
+                    *((g.rows, g.clean, g.retries) for g in tallies), strict=True)))  # fmt: skip
+            units.append(aggregate)
     return units

@@ -33,6 +33,7 @@ _COLUMNS: dict[str, tuple[str, bool]] = {
     "flags": (_TEXT, False), "incarnation": (_INTEGER, False),
     "reference_divergence": (_INTEGER, True), "attempts": (_INTEGER, False),
     "reference_score": (_REAL, True), "suspect": (_INTEGER, True),
+    "gateway_retries": (_INTEGER, True),
 }  # fmt: skip
 _DEFAULTS = {_INTEGER: "0", _REAL: "0.0", _TEXT: "''", "BLOB": "X''"}
 

@@ -18,6 +18,7 @@ COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
     "upper_95_if_zero", "errors", "errors_by_class", "tok_s", "clean_tok_s", "duration_s",
     "runs", "clustered", "design_effect", "effective_n", "clustering_reason",
+    "gateway_retried", "gateway_retried_clean", "gateway_retries",
 )  # fmt: skip
 """A unit's own columns; the CSV adds OUTCOME_COLUMNS after them."""
 
@@ -38,6 +39,10 @@ def unit_row(unit: Unit) -> dict[str, Any]:
         "design_effect": clustering.design_effect if clustering else None,
         "effective_n": clustering.effective_n if clustering else None,
         "clustering_reason": clustering.reason if clustering else None,
+        # answers a gateway retried upstream, apart from the clean and error counts above
+        "gateway_retried": unit.gateway.rows if unit.gateway else 0,
+        "gateway_retried_clean": unit.gateway.clean if unit.gateway else 0,
+        "gateway_retries": unit.gateway.retries if unit.gateway else 0,
     }  # fmt: skip
 
 
@@ -92,9 +97,17 @@ def clustering_cell(row: dict[str, Any]) -> str:
 
 
 def errors_cell(row: dict[str, Any]) -> str:
-    """`total (class: k, ...)`."""
+    """`total (class: k, ...)`, and the answers a gateway retried upstream."""
     by_class = ", ".join(f"{k}: {v}" for k, v in row["errors_by_class"].items())
-    return f"{row['errors']} ({by_class})" if by_class else str(row["errors"])
+    text = f"{row['errors']} ({by_class})" if by_class else str(row["errors"])
+    return text + gateway_note(row)
+
+
+def gateway_note(row: dict[str, Any]) -> str:
+    """`; gateway retried k (c clean)` for a unit whose answers a gateway retried, else ''."""
+    if not row["gateway_retried"]:
+        return ""
+    return f"; gateway retried {row['gateway_retried']} ({row['gateway_retried_clean']} clean)"
 
 
 def display_rows(analysis: Analysis) -> list[list[str]]:
@@ -127,10 +140,11 @@ _NARROW_DROPPED = ("clean tok/s", "duration s")
 def short_errors(row: dict[str, Any]) -> str:
     """`total` or `total (commonest class: k, +m kinds)`: the errors cell of a narrow table."""
     by_class = sorted(row["errors_by_class"].items(), key=lambda item: (-item[1], item[0]))
+    note = gateway_note(row).replace("; ", "\n")
     if not by_class:
-        return str(row["errors"])
+        return str(row["errors"]) + note
     (name, count), more = by_class[0], len(by_class) - 1
-    return f"{row['errors']}\n({name}: {count}" + (f", +{more} kinds)" if more else ")")
+    return f"{row['errors']}\n({name}: {count}" + (f", +{more} kinds)" if more else ")") + note
 
 
 def verdict_block(analysis: Analysis, comparisons: Sequence[ComparisonReport]) -> list[str]:

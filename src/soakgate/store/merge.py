@@ -141,6 +141,7 @@ def _write(shards: Sequence[_Shard], temp: Path) -> MergeResult:
     try:
         db.execute("PRAGMA journal_mode=DELETE")
         db.executescript(codec.SCHEMA)
+        db.execute(codec.GATEWAY_INDEX)
         db.execute("BEGIN IMMEDIATE")
         db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(codec.SCHEMA_VERSION),))
         ledger: list[LedgerEntry] = []

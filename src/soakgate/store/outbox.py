@@ -4,7 +4,7 @@ running counts and the events (few), which is all the soak and the guard read ba
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakgate.errors import StoreError
@@ -12,12 +12,33 @@ from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 from soakgate.store.base import LedgerEntry, TargetCounts
 
+Resend = tuple[int, int, bool]
+"""(first seq, last seq, certain): numbers an earlier actor of the unit sent (certain) or may
+have sent (possible) whose rows were lost; the unit sends them again."""
+
+
+def mark_resent(generations: Iterable[Generation], resends: Sequence[Resend]) -> None:
+    """Record on each row the earlier sends of its request: `attempts` counts the certain ones,
+    `details["resent"]` both kinds."""
+    if not resends:
+        return
+    for generation in generations:
+        certain = sum(1 for a, b, sure in resends if sure and a <= generation.seq <= b)
+        possible = sum(1 for a, b, sure in resends if not sure and a <= generation.seq <= b)
+        if certain or possible:
+            generation.attempts += certain
+            generation.details["resent"] = {"certain": certain, "possible": possible}
+
 
 class OutboxStore:
     """The node side of a unit: `take()` hands over (and forgets) what was added since."""
 
-    def __init__(self, target: str, counts: Mapping[str, TargetCounts], next_seq: int) -> None:
+    def __init__(
+        self, target: str, counts: Mapping[str, TargetCounts], next_seq: int,
+        resends: Sequence[Resend] = (),
+    ) -> None:  # fmt: skip
         self._counts = {target: TargetCounts(0, 0, 0, 0, next_seq), **counts}
+        self._resends = tuple(resends)
         self._next_seq = next_seq
         self._generations: list[Generation] = []
         self._events: list[Event] = []
@@ -32,7 +53,9 @@ class OutboxStore:
         return taken
 
     def add(self, generations: Sequence[Generation], events: Sequence[Event] = ()) -> None:
-        """Queue rows for the driver and count them."""
+        """Queue rows for the driver and count them; a row sent again after a lost actor says
+        so (`campaign.dispatch.mark_resent`)."""
+        mark_resent(generations, self._resends)
         for generation in generations:
             self._count(generation)
         self._generations.extend(generations)

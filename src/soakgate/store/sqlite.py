@@ -88,6 +88,7 @@ class SqliteStore:
                 self._db.execute(
                     "INSERT INTO meta VALUES ('schema_version', ?)", (str(codec.SCHEMA_VERSION),)
                 )
+                self._db.execute(codec.GATEWAY_INDEX)
                 return
             version = int(row[0])
             if version > codec.SCHEMA_VERSION:
@@ -320,6 +321,16 @@ class SqliteStore:
             "FROM generations WHERE run_id = ? AND (suspect IS NOT NULL OR "
             "instr(details, '\"reference\"') > 0) ORDER BY seq",
             (run_id,),
+        ).fetchall()
+
+    def gateway_counts(self) -> list[tuple[Any, ...]]:
+        """Rows a gateway retried upstream, per (run id, label, target): (run id, label,
+        target, rows, of them clean, retries). Read through a partial index: only those rows."""
+        if "gateway_retries" not in self.generation_columns():
+            return []
+        return self._db.execute(
+            "SELECT run_id, label, target, COUNT(*), SUM(error_class IS NULL), "
+            "SUM(gateway_retries) FROM generations WHERE gateway_retries > 0 GROUP BY 1, 2, 3"
         ).fetchall()
 
 

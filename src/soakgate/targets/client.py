@@ -21,6 +21,7 @@ from soakgate.secrets import mask_url
 from soakgate.targets import http1, parse
 from soakgate.targets.deadlines import Deadlines
 from soakgate.targets.encoding import Decoder
+from soakgate.targets.gateway import proxy_page
 from soakgate.targets.pool import Pool
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
 from soakgate.targets.sse import SseSplitter
@@ -217,6 +218,8 @@ class OpenAIClient:
         outcome.attempts = connection.attempts
         try:
             outcome.http_status = status = connection.status
+            if connection.gateway:
+                outcome.gateway = connection.gateway
             echoed = connection.request_id
             if echoed is not None and echoed != rid and echoed.strip(b" \t") != rid:
                 # an answer left over from another request (RFC 9110 drops the value's spaces)
@@ -308,7 +311,9 @@ class OpenAIClient:
 
 async def _refused(outcome: Outcome, connection: http1.Connection, decoder: Decoder | None) -> None:
     """Record an answer with an error status: 429 and 503 are `rate_limited`, with the wait the
-    server asked for; the body is read (keeping the connection) and its start is the detail."""
+    server asked for; another status is `proxy_error` when the answer is a proxy's own page
+    (nginx's 502), else `http_4xx` or `http_5xx`. The body is read (keeping the connection) and
+    its start is the detail."""
     status = connection.status
     if status in _RATE_LIMITED:
         outcome.error_class = "rate_limited"
@@ -320,7 +325,13 @@ async def _refused(outcome: Outcome, connection: http1.Connection, decoder: Deco
     if decoder is not None:
         with contextlib.suppress(parse.ResponseFormatError, http1.Oversized):
             body = decoder.feed(body)
-    outcome.error_detail = f"HTTP {status}: {body[:300].decode('utf-8', 'replace')}"
+    shown = body[:300].decode("utf-8", "replace")
+    proxy = proxy_page(connection.server, connection.content_type, body)
+    if proxy is not None and status not in _RATE_LIMITED:
+        outcome.error_class = "proxy_error"
+        outcome.error_detail = f"HTTP {status} from a proxy ({proxy}): {shown}"[:600]
+    else:
+        outcome.error_detail = f"HTTP {status}: {shown}"
 
 
 def retry_after_seconds(value: bytes | None) -> float | None:

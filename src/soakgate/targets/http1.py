@@ -25,10 +25,19 @@ _HIGH_WATER = 256 * 1024  # unread answer bytes before the socket stops being re
 MAX_HEAD_BYTES = 64 * 1024
 """Cap on an answer's status line and headers (interim 1xx answers included)."""
 
+GATEWAY_HEADERS = (
+    b"x-litellm-attempted-retries", b"x-litellm-attempted-fallbacks",
+    b"x-litellm-model-api-base", b"x-envoy-attempt-count", b"x-envoy-upstream-service-time",
+    b"via",
+)  # fmt: skip
+"""Headers a gateway or proxy between soakgate and the server adds: how often it retried the
+request upstream (LiteLLM, Envoy), and which upstream answered. Kept on the row."""
+_KEPT_VALUE = 200  # characters kept of each header value the client records
 # headers the client acts on: 0 frames the body; the others are kept for the client to check
 _WATCHED = {
     b"content-length": 0, b"transfer-encoding": 0,
-    b"x-request-id": 1, b"content-encoding": 2, b"retry-after": 3,
+    b"x-request-id": 1, b"content-encoding": 2, b"retry-after": 3, b"server": 4,
+    b"content-type": 5, **dict.fromkeys(GATEWAY_HEADERS, 6),
 }  # fmt: skip
 
 
@@ -97,6 +106,12 @@ class Connection(asyncio.Protocol):
         """The answer's `Content-Encoding` header, if any."""
         self.retry_after: bytes | None = None
         """The answer's `Retry-After` header, if any."""
+        self.server: bytes | None = None
+        """The answer's `Server` header, if any."""
+        self.content_type: bytes | None = None
+        """The answer's `Content-Type` header, if any."""
+        self.gateway: dict[str, str] = {}
+        """The answer's GATEWAY_HEADERS (lowercase name -> value), as a gateway sent them."""
         self.answers = 0
         """Answers completed on this connection."""
         self.attempts = 1
@@ -162,8 +177,14 @@ class Connection(asyncio.Protocol):
             self.request_id = value
         elif field == 2:
             self.encoding = value
-        else:
+        elif field == 3:
             self.retry_after = value
+        elif field == 4:
+            self.server = value[:_KEPT_VALUE]
+        elif field == 5:
+            self.content_type = value[:_KEPT_VALUE]
+        else:
+            self.gateway[name.lower().decode("latin-1")] = value[:_KEPT_VALUE].decode("latin-1")
 
     def on_headers_complete(self) -> None:
         if not self._expecting:  # a second answer after ours, in the same bytes
@@ -205,6 +226,9 @@ class Connection(asyncio.Protocol):
         the request left this machine (the socket was already reset)."""
         self.status, self.complete, self.answered = 0, False, False
         self.request_id = self.encoding = self.retry_after = None
+        self.server = self.content_type = None
+        if self.gateway:
+            self.gateway = {}
         self._wire = self._body = self._head = 0
         self._over = ""
         self._body_cap = max_body

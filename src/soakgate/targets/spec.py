@@ -162,3 +162,5 @@ class Outcome:
     """Times the request was sent (a retry only when it provably never reached the server)."""
     retry_after_s: float | None = None
     """Seconds the server asked the client to wait (`Retry-After` on a 429 or 503)."""
+    gateway: dict[str, str] | None = None
+    """Headers a gateway or proxy added (`http1.GATEWAY_HEADERS`), when it added any."""
