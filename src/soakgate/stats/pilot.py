@@ -1,0 +1,189 @@
+"""What an earlier soak (a pilot) can vouch for when a plan is sized from it.
+
+A pilot of a few runs holds few failures, so its rate and its design effect are uncertain,
+and the design effect it measures at its longest windows is a lower bound whenever the
+variance-time curve is still rising. A plan sized on the estimates themselves under-delivers
+(issue 26: 55-64% for a promised 80%). So a plan takes from the pilot only what it can vouch
+for, at a stated confidence (CONFIDENCE, one-sided):
+
+- the dispersion of counts over a block of m requests: at most the upper confidence bound of
+  the variance-time curve at windows up to m (scaled chi-square on the windows it rests on);
+  past the pilot's longest window (an eighth of its runs) the bound grows with the square root
+  of the length when the curve was still rising there, and stays flat when it was not;
+- the rate over the requests [w, w + m) after each server's start: at least the lower
+  confidence bound of the pilot's own rate over those uptimes (each pilot run is taken to
+  start on a freshly started server), its counts shrunk by the dispersion bound. Past the
+  pilot's runs only when the rate has levelled off in them (`stats.uptime`): the rate of the
+  runs' second half is then carried on, up to REACH times the runs' length.
+
+Block counts are then drawn gamma-Poisson with that mean and dispersion (`BlockBounds`), and
+the verdict's test over blocks decides as it will. One run per arm is not sized from a pilot:
+its verdict depends on correlation over stretches as long as a tenth of the run, which a pilot
+much shorter than the run cannot measure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from soakgate.errors import UsageError
+from soakgate.stats.dependence import LongRangeEstimate, long_range_design_effect
+from soakgate.stats.uptime import UptimeFit, fit_uptime
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+CONFIDENCE = 0.8  # one-sided level of the rate's lower and the dispersion's upper bound
+REACH = 4  # a levelled-off rate is carried on past the pilot's runs up to this many times them
+OVERLAP_GAIN = 1.5  # overlapping windows carry about 1.5 times the information of disjoint ones
+
+
+@dataclass(frozen=True, slots=True)
+class BlockBounds:
+    """Block counts of a plan sized from a pilot: gamma-Poisson with mean rate x length and
+    variance `dispersion` times the mean (a FailureModel for blocks only)."""
+
+    rate: float
+    """Rate per counted request (the pilot's lower bound over the counted uptimes)."""
+    dispersion: float
+    """Variance of a block's count over its mean (the pilot's upper bound at that length)."""
+
+    def counts(
+        self,
+        rng: np.random.Generator,
+        reps: int,
+        start: int,
+        length: int,
+        segments: int,
+        multiplier: float,
+    ) -> IntArray:
+        """(reps, 1) block counts; the bounds already refer to the design's uptimes."""
+        if segments != 1:
+            raise UsageError("a pilot's bounds size blocks, not segments of one run")
+        mean = self.rate * multiplier * length
+        if self.dispersion <= 1.0 or mean <= 0.0:
+            drawn: IntArray = rng.poisson(mean, (reps, 1)).astype(np.int64)
+            return drawn
+        shape = mean / (self.dispersion - 1.0)
+        lam = rng.gamma(shape, mean / shape, (reps, 1))
+        mixed: IntArray = rng.poisson(lam).astype(np.int64)
+        return mixed
+
+    def describe(self) -> str:
+        """One phrase."""
+        return f"rate >= {self.rate:.4%}, dispersion <= {self.dispersion:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
+class PilotEstimate:
+    """What an earlier soak says about the failure process a plan must allow for."""
+
+    source: str
+    """Where the pilot came from (database and label), for the printed line."""
+    sequences: tuple[BoolArray, ...]
+    """Its time-ordered runs (one per run and target), each from a server's start."""
+    long_range: LongRangeEstimate
+    """Their variance-time curve and the design effect it implies."""
+    uptime: UptimeFit
+    """How their rate depends on the requests since the server started."""
+
+    @property
+    def n(self) -> int:
+        """Clean generations in the pilot."""
+        return sum(len(s) for s in self.sequences)
+
+    @property
+    def events(self) -> int:
+        """Collapses in the pilot."""
+        return sum(int(s.sum()) for s in self.sequences)
+
+    @property
+    def rate(self) -> float:
+        """Collapse rate of the pilot."""
+        return self.events / self.n if self.n else 0.0
+
+    @property
+    def span(self) -> int:
+        """Longest run: the uptimes the pilot has seen."""
+        return max(len(s) for s in self.sequences)
+
+    def line(self) -> str:
+        """One line describing the estimate."""
+        estimate = self.long_range
+        rising = " (still rising at an eighth of the run: a lower bound)"
+        bound = rising if estimate.still_rising else ""
+        return (
+            f"pilot {self.source}: {len(self.sequences)} run(s), {self.events:,} / {self.n:,} "
+            f"collapsed ({self.rate:.4%}); long-range design effect {estimate.design_effect:.2f} "
+            f"at windows of {estimate.window:,} requests{bound}"
+        )
+
+    def dispersion_high(self, length: int) -> float:
+        """Upper bound (CONFIDENCE) of the dispersion of counts over `length` requests."""
+        from scipy.stats import chi2
+
+        bounds: list[float] = []
+        for point in self.long_range.curve:
+            if point.window > length and bounds:
+                break
+            disjoint = sum(len(s) // point.window for s in self.sequences)
+            df = max(1.0, (disjoint - len(self.sequences)) * OVERLAP_GAIN)
+            bounds.append(point.design_effect * df / float(chi2.ppf(1.0 - CONFIDENCE, df)))
+        high = max([1.0, *bounds])
+        last = self.long_range.curve[-1].window if self.long_range.curve else length
+        if length > last and self.long_range.still_rising:
+            high *= math.sqrt(length / last)
+        return high
+
+    def rate_low(self, start: int, length: int) -> float | None:
+        """Lower bound (CONFIDENCE) of the rate over uptimes [start, start + length), or None
+        where the pilot cannot vouch for it (past its runs while its rate still changed)."""
+        end = start + length
+        if end > self.longest(0):
+            return None
+        seen = (start, min(end, self.span))
+        late = (max(start, self.span // 2), self.span)
+        total = 0.0
+        for (first, last), share in ((seen, seen[1] - seen[0]), (late, max(0, end - self.span))):
+            if share <= 0:
+                continue
+            total += share * self._rate_bound(first, last)
+        return total / length
+
+    def _rate_bound(self, first: int, last: int) -> float:
+        from scipy.stats import gamma
+
+        events = sum(int(s[first:last].sum()) for s in self.sequences)
+        exposure = sum(max(0, min(len(s), last) - first) for s in self.sequences)
+        if events == 0 or exposure == 0:
+            return 0.0
+        spread = self.dispersion_high(max(1, exposure // len(self.sequences)))
+        effective = events / spread
+        return float(gamma.ppf(1.0 - CONFIDENCE, effective)) * spread / exposure
+
+    def longest(self, warmup: int) -> int:
+        """The longest counted stretch after `warmup` the pilot vouches for."""
+        if self.uptime.steady_within:
+            return max(0, REACH * self.span - warmup)
+        return max(0, self.span - warmup)
+
+    def blocks(self, warmup: int, length: int) -> BlockBounds | None:
+        """The block model for counted stretches [warmup, warmup + length) of fresh servers."""
+        rate = self.rate_low(warmup, length)
+        if rate is None or rate <= 0.0:
+            return None
+        return BlockBounds(rate, self.dispersion_high(length))
+
+
+def pilot_estimate(source: str, sequences: Sequence[BoolArray]) -> PilotEstimate:
+    """The pilot's rate, long-range design effect and uptime law, pooled over its runs (never
+    joined)."""
+    usable = tuple(s for s in sequences if len(s) > 0)
+    if not usable:
+        raise UsageError(f"pilot {source} holds no clean generations")
+    curve = long_range_design_effect(list(usable))
+    return PilotEstimate(source, usable, curve, fit_uptime(usable, curve.design_effect))
