@@ -9,10 +9,10 @@ A. plans without a pilot, where the process simulated is the one the plan assume
    one-run n, the blocks, the looks' n max, and the powers printed for `--n`;
 B. plans from pilots simulated as a user's (2 runs x 20,000 requests, each on a freshly started
    server, long-run rate 0.2%) for every process of the battery: each block design the plan
-   offers (from a fresh start, after a warm-up) is soaked `--trials` times per pilot on freshly
-   started servers at a 1.5x ratio. Promised: the mean over pilots of the power printed;
-   delivered: the share of all those soaks judged DIFFER, with its Monte Carlo SE (pilots as
-   clusters).
+   prints with a power (from a fresh start, after a warm-up; reaching the power asked or not)
+   is soaked `--trials` times per pilot on freshly started servers at a 1.5x ratio. Promised:
+   the mean over pilots of the power printed; delivered: the share of all those soaks judged
+   DIFFER, with its Monte Carlo SE (pilots as clusters).
 
 Run: `nice -n 10 python bench/bench_plan.py [--pilots 60] [--trials 8] [--reps 1000] [--jobs 2]`
 (`--part A` or `--part B`, `--processes a,b` for a subset). Progress goes to stderr.
@@ -49,7 +49,8 @@ class Cell:
     soaked: list[int] = field(default_factory=list)
     hits: list[int] = field(default_factory=list)  # per pilot (or per cell): DIFFER soaks
     trials: list[int] = field(default_factory=list)
-    offered: int = 0  # pilots whose plan sized this design
+    offered: int = 0  # pilots whose plan printed this design with a power
+    reached: int = 0  # ... and that power reached the power asked
     pilots: int = 0
 
     def delivered(self) -> tuple[float, float]:
@@ -91,9 +92,10 @@ def pilot_work(process: str, pilots: int, trials: int, seed: int) -> dict[str, C
             cell = cells[option.label]
             cell.pilots += 1
             design = option.sized.design if option.sized else None
-            if not isinstance(design, Blocks) or not option.sized or not option.sized.reached:
-                continue
+            if not isinstance(design, Blocks) or not option.sized:
+                continue  # not printed with a power (the pilot vouches for no such blocks)
             cell.offered += 1
+            cell.reached += option.sized.reached
             cell.promised.append(option.sized.delivered.power)
             cell.soaked.append(soaked(design))
             hits = sum(
@@ -195,7 +197,7 @@ def _print_assumed(results: dict[int, dict[str, Cell]]) -> None:
 
 
 PILOT_HEADER = (
-    f"  {'process':<14} {'design':<26} sized/pilots   promised %   delivered %    "
+    f"  {'process':<14} {'design':<26} printed/reached/pilots   promised %   delivered %    "
     "mean soaked/arm   short by"
 )
 
@@ -217,7 +219,8 @@ def _print_process(name: str, cells: dict[str, Cell], out: TextIO = sys.stdout) 
         short = promised - p
         flag = "  <-- more than 3 points" if short > 0.03 else ""
         soaked_mean = float(np.mean(cell.soaked)) if cell.soaked else math.nan
-        print(f"  {name:<14} {label:<26} {cell.offered:>5}/{cell.pilots:<6}  "
+        counts = f"{cell.offered}/{cell.reached}/{cell.pilots}"
+        print(f"  {name:<14} {label:<26} {counts:>14}          "
               f"{_pct(promised):>9}    {_pct(p)} ± {100 * se:3.1f}   {soaked_mean:>14,.0f}"
               f"   {100 * short:6.1f}{flag}", file=out, flush=True)  # fmt: skip
 
@@ -283,6 +286,7 @@ def _merge(into: dict[str, Cell], part: dict[str, Cell]) -> None:
         target.hits += cell.hits
         target.trials += cell.trials
         target.offered += cell.offered
+        target.reached += cell.reached
         target.pilots += cell.pilots
 
 

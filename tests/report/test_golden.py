@@ -54,9 +54,10 @@ def test_report_json_is_what_the_row_object_analysis_printed(
     argv = [part.format(db=db, plan=plan) for part in COMMANDS[name]]
     document = json.loads(_printed(argv, capsys))
     expected = json.loads((EXPECTED / name).read_text())
-    # The verdicts on top are new (issue 15), and the replayed collapses among the probes (issue
-    # 19, none here); every key the report had is unchanged.
-    assert set(document) - set(expected) == {"comparisons", "no_comparison"}
+    # The verdicts on top are new (issue 15), the replayed collapses among the probes (issue
+    # 19, none here), and the rate against uptime (issue 26); every key the report had is
+    # unchanged.
+    assert set(document) - set(expected) == {"comparisons", "no_comparison", "uptime"}
     assert document["probes"].pop("replays") == []
     assert document["probes"].pop("reference") == []  # reference scoring (issue 17), none here
     assert {key: document[key] for key in expected} == expected

@@ -92,6 +92,9 @@ class Columns:
     """Reference scoring's rows by (label, target) (runs soaked with it only)."""
     reference_rows: dict[int, Generation] = field(default_factory=dict)
     """The highest-scoring suspect rows of each (label, target), whole, by row id."""
+    warmups: dict[tuple[str, str], list[SliceColumns]] = field(default_factory=dict)
+    """(label, target) -> the warm-up of each of its runs that declares one (`warmup_requests`
+    in the run's load: its first requests per target, soaked and stored, never counted)."""
 
     def run_slices(self, run_id: str) -> list[SliceColumns]:
         """Every slice of one run."""
@@ -145,33 +148,45 @@ def _run_order(runs: list[Run], run_ids: list[str]) -> list[str]:
     return sorted(run_ids, key=lambda r: (order.get(r, len(order)), r))
 
 
+Split = dict[tuple[str, str], _Pieces]
+
+
 def _scan_run(
     reader: ColumnReader, run: Run | None, run_id: str, upto: int, greedy: bool
-) -> dict[tuple[str, str], _Pieces]:
-    """The run's rows split by (label, target); through the Arrow reader without strings when
-    the run record says which targets and label to expect (read again with strings when a row
-    holds another)."""
+) -> tuple[Split, Split]:
+    """The run's rows split by (label, target), and apart from them its warm-up rows; through
+    the Arrow reader without strings when the run record says which targets and label to expect
+    (read again with strings when a row holds another)."""
     from soakgate.store.columns import UnexpectedValues
 
+    warmup = int(run.load.get("warmup_requests") or 0) if run is not None else 0
     if run is not None:
-        pieces: dict[tuple[str, str], _Pieces] = {}
         try:
-            _split(reader.scan(run_id, upto, greedy, (run.targets, [run.label])), pieces)
-            return pieces
+            batches = reader.scan(run_id, upto, greedy, (run.targets, [run.label]))
+            return _split(batches, warmup)
         except UnexpectedValues:
             pass  # e.g. a two-arm run, whose rows carry the arms' labels
-    pieces = {}
-    _split(reader.scan(run_id, upto, greedy), pieces)
-    return pieces
+    return _split(reader.scan(run_id, upto, greedy), warmup)
 
 
-def _split(batches: Iterable[ColumnBatch], pieces: dict[tuple[str, str], _Pieces]) -> None:
+def _split(batches: Iterable[ColumnBatch], warmup: int) -> tuple[Split, Split]:
+    """Rows by (label, target); each key's first `warmup` rows go to the second split."""
+    pieces: Split = {}
+    warm: Split = {}
     for batch in batches:
         (target_codes, targets), (label_codes, labels) = batch.target, batch.label
         keys = label_codes.astype(np.int64) * len(targets) + target_codes
         for key in dict.fromkeys(keys[np.sort(np.unique(keys, return_index=True)[1])].tolist()):
             label, target = labels[key // len(targets)], targets[key % len(targets)]
-            pieces.setdefault((label, target), _Pieces()).add(batch, keys == key)
+            mask = keys == key
+            seen = warm[(label, target)].rows if (label, target) in warm else 0
+            if seen < warmup:
+                early = mask & (np.cumsum(mask) <= warmup - seen)
+                warm.setdefault((label, target), _Pieces()).add(batch, early)
+                mask &= ~early
+            if mask.any():
+                pieces.setdefault((label, target), _Pieces()).add(batch, mask)
+    return pieces, warm
 
 
 def load_columns(
@@ -185,14 +200,16 @@ def load_columns(
     greedy_runs = {e.run_id for e in events if e.kind == "reference_baseline"}
     probe_runs = {r.run_id for r in runs if r.load.get("probe") in PROBE_RUNS}  # replay's: no units
     slices: dict[tuple[str, str], list[SliceColumns]] = {}
+    warmups: dict[tuple[str, str], list[SliceColumns]] = {}
     records = {run.run_id: run for run in runs}
     for run_id in _run_order(runs, reader.run_ids()):
         if run_id in probe_runs:
             continue
-        pieces = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs)
-        for (label, target), piece in pieces.items():
-            slices.setdefault((label, target), []).append(piece.join(run_id, label, target))
-    columns = Columns(runs, events, ledger, slices)
+        split = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs)
+        for into, pieces in zip((slices, warmups), split, strict=True):
+            for (label, target), piece in pieces.items():
+                into.setdefault((label, target), []).append(piece.join(run_id, label, target))
+    columns = Columns(runs, events, ledger, slices, warmups=warmups)
     columns.exemplars = reader.rows(exemplar_ids(columns))
     return columns
 
