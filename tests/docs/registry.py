@@ -398,6 +398,7 @@ COMMANDS: dict[str, Entry] = {
     "soakgate plan --blocks K": Names("soakgate plan "),
     "soakgate plan ... --blocks 8": Names("soakgate plan "),
     "soakgate plan": Names("soakgate plan "),
+    "soakgate plan --pilot": Names("soakgate plan "),
     "soakgate export DB --format parquet|csv|jsonl [--out FILE]": Covered(
         "tests/report/test_outputs.py::test_export_round_trips_in_every_format"
     ),

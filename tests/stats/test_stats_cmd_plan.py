@@ -114,10 +114,10 @@ def test_pilot_blocks_deliver_what_is_printed(
     db = _pilot_db(tmp_path, "reset-2000", 12)
     out = _plan(capsys, "--pilot", str(db), "--label", "eager", "--ratio", "1.5", "--blocks", "8")
     assert "one run per arm: not sized from a pilot" in out
-    found = [p for p in designs(out) if p.power >= 0.8 - p.error]
+    found = designs(out)  # every design printed with a power, reaching 80% or not
     assert found and all(p.blocks == 8 for p in found)
     for printed in found:
-        got = soak(printed, by_name("reset-2000"), 0.002, 1.5, 150, seed=31)
+        got = soak(printed, by_name("reset-2000"), 0.002, 1.5, 100, seed=31)
         _within(printed, got, both_sides=False)  # conservative is allowed: the pilot is small
 
 
