@@ -15,7 +15,8 @@ B. plans from pilots simulated as a user's (2 runs x 20,000 requests, each on a 
    DIFFER, with its Monte Carlo SE (pilots as clusters).
 
 Run: `nice -n 10 python bench/bench_plan.py [--pilots 60] [--trials 8] [--reps 1000] [--jobs 2]`
-(`--part A` or `--part B`, `--processes a,b` for a subset). Progress goes to stderr.
+(`--part A` or `--part B`, `--processes a,b` for a subset; `--part T` times what `plan`
+computes, each plan in a fresh process). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import BATTERY, by_name, sequential_verdict, simulate, simulate_pair
+from bench.processes import by_name, selected, sequential_verdict, simulate, simulate_pair
 
 RATE, RATIO, POWER, ALPHA = 0.002, 1.5, 0.8, 0.05
 PILOT_RUNS, PILOT_LENGTH = 2, 20_000
@@ -131,34 +132,37 @@ def assumed_work(index: int, reps: int, seed: int) -> dict[str, Cell]:
         assert option.sized is not None
         design, cell = option.sized.design, Cell()
         cell.promised.append(option.sized.delivered.power)
-        hits = 0
+        hits, used = 0, 0
         count = reps // 2 if isinstance(design, SequentialRun) else reps
         for _ in range(count):
-            hits += _soak(by_name(process), rng, design, rate, ratio)
+            differ, n = _soak(by_name(process), rng, design, rate, ratio)
+            hits += differ
+            used += n
         cell.hits.append(hits)
         cell.trials.append(count)
-        cell.soaked.append(_size(design))
+        cell.soaked.append(round(used / count))  # mean counted n per arm at the verdict
         cells[f"{option.label}: {_shape(design)}"] = cell
     return cells
 
 
 def _soak(process: object, rng: np.random.Generator, design: object, rate: float,
-          ratio: float) -> bool:  # fmt: skip
+          ratio: float) -> tuple[bool, int]:  # fmt: skip
     from soakgate.stats import compare_outcomes
     from soakgate.stats.delivered import Blocks, OneRun
     from soakgate.stats.plan import make_plan
 
     if isinstance(design, OneRun):
         (a,), (b,) = simulate_pair(process, rng, 1, design.n, rate, rate * ratio)  # type: ignore[arg-type]
-        return compare_outcomes(a, b).differ
+        return compare_outcomes(a, b).differ, design.n
     if isinstance(design, Blocks):
         a, b = simulate_pair(process, rng, design.blocks, design.length, rate, rate * ratio, True)  # type: ignore[arg-type]
-        return compare_outcomes(a, b).differ
+        return compare_outcomes(a, b).differ, design.blocks * design.length
     rule = design.rule  # type: ignore[attr-defined]
     plan = make_plan("bench", ["A", "B"], rate, ratio, looks=rule.looks,
                      n_max_per_arm=rule.n_max_per_arm)  # fmt: skip
     (a,), (b,) = simulate_pair(process, rng, 1, rule.n_max_per_arm, rate, rate * ratio)  # type: ignore[arg-type]
-    return sequential_verdict(plan, a, b)[0] == "differ"
+    verdict, n = sequential_verdict(plan, a, b)
+    return verdict == "differ", n
 
 
 def _shape(design: object) -> str:
@@ -171,19 +175,13 @@ def _shape(design: object) -> str:
     return f"5 looks, n max {design.rule.n_max_per_arm:,}"  # type: ignore[attr-defined]
 
 
-def _size(design: object) -> int:
-    from soakgate.stats.delivered import soaked
-
-    return soaked(design)  # type: ignore[arg-type]
-
-
 def _pct(value: float) -> str:
     return f"{100 * value:5.1f}"
 
 
 def _print_assumed(results: dict[int, dict[str, Cell]]) -> None:
     print("\nA. plans without a pilot: the process simulated is the one the plan assumes")
-    print(f"  {'plan':<44} {'design':<44} promised %   delivered %")
+    print(f"  {'plan':<44} {'design':<44} promised %   delivered %    mean n/arm")
     for index, cells in sorted(results.items()):
         process, rate, ratio, spread, n = ASSUMED[index]
         flags = f"{process}: --baseline-rate {rate:g} --ratio {ratio:g}"
@@ -192,7 +190,7 @@ def _print_assumed(results: dict[int, dict[str, Cell]]) -> None:
         for label, cell in cells.items():
             p, se = cell.delivered()
             print(f"  {flags:<44} {label:<44} {_pct(cell.promised[0]):>9}   "
-                  f"{_pct(p)} ± {100 * se:3.1f}")  # fmt: skip
+                  f"{_pct(p)} ± {100 * se:3.1f}   {cell.soaked[0]:>10,}")  # fmt: skip
             flags = ""
 
 
@@ -232,15 +230,14 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="soaks of each design per pilot")
     parser.add_argument("--reps", type=int, default=1000, help="soaks per design in part A")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
-    parser.add_argument("--part", choices=("A", "B", "AB"), default="AB")
+    parser.add_argument("--part", choices=("A", "B", "AB", "T"), default="AB")
     parser.add_argument("--processes", help="comma-separated subset of the battery (part B)")
     parser.add_argument("--chunk", type=int, default=10, help="pilots per unit of work")
     args = parser.parse_args()
-    names = [p.name for p in BATTERY]
-    if args.processes:
-        names = [name.strip() for name in args.processes.split(",")]
-        for name in names:
-            by_name(name)
+    names = selected(args.processes)
+    if args.part == "T":
+        timing()
+        return
     start = time.perf_counter()
     assumed: dict[int, dict[str, Cell]] = {}
     pilots: dict[str, dict[str, Cell]] = defaultdict(dict)
@@ -276,6 +273,38 @@ def main() -> None:
     if pilots:
         _print_pilots(pilots, names)
     print(f"\n{time.perf_counter() - start:.0f} s")
+
+
+TIMED = (
+    ("plan --baseline-rate 0.002 --ratio 1.5", {"baseline_rate": 0.002, "ratio": 1.5}),
+    ("plan --baseline-rate 0.002 --ratio 1.5 --n 13000",
+     {"baseline_rate": 0.002, "ratio": 1.5, "n": 13_000}),
+    ("plan --baseline-rate 0.002 --ratio 1.5 --sequential",
+     {"baseline_rate": 0.002, "ratio": 1.5, "looks": 5}),
+    ("plan --pilot (2 x 20,000, reset-2000) --ratio 1.5", {"baseline_rate": None, "ratio": 1.5}),
+)  # fmt: skip
+
+
+def timing() -> None:
+    """Wall and CPU seconds of what `soakgate plan` computes, each in a fresh process."""
+    print("time of `soakgate plan` (its library call, in a fresh process: nothing cached)")
+    for label, fields in TIMED:
+        with ProcessPoolExecutor(max_workers=1) as pool:  # a new process: an empty cache
+            wall, cpu = pool.submit(_timed, fields, "pilot" in label).result()
+        print(f"  {label:<52} {wall:6.1f} s wall, {cpu:6.1f} s CPU", flush=True)
+
+
+def _timed(fields: dict[str, object], pilot: bool) -> tuple[float, float]:
+    from soakgate.stats.pilot import pilot_estimate
+    from soakgate.stats.planning import PlanRequest, plan_summary
+
+    estimate = None
+    if pilot:
+        runs = simulate(by_name("reset-2000"), np.random.default_rng(5), 2, 20_000, RATE, True)
+        estimate = pilot_estimate("sim", runs)
+    wall, cpu = time.perf_counter(), time.process_time()
+    plan_summary(PlanRequest(pilot=estimate, **fields))  # type: ignore[arg-type]
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def _merge(into: dict[str, Cell], part: dict[str, Cell]) -> None:

@@ -59,18 +59,32 @@ def pilot_blocks(pilots: int, trials: int, seed: int) -> None:
             if sum(int(s.sum()) for s in pilot) == 0:
                 continue
             text = _plan_text(pilot=pilot, baseline_rate=None, ratio=1.5, blocks=8)
-            found = re.search(r"8 blocks per arm of ([\d,]+) requests.*?power ([\d.]+)%", text)
-            if found is None:
-                continue
-            length = int(found.group(1).replace(",", ""))
-            promised.append(float(found.group(2)))
-            lengths.append(length)
-            for _ in range(trials):
-                a, b = simulate_pair(process, rng, 8, length, 0.002, 0.003, True)
-                hits += compare_outcomes(a, b, seed=total).differ
-                total += 1
+            for length, warmup, power in _block_lines(text):
+                promised.append(power)
+                lengths.append(length)
+                for _ in range(trials):
+                    a, b = simulate_pair(process, rng, 8, warmup + length, 0.002, 0.003, True)
+                    a, b = [x[warmup:] for x in a], [x[warmup:] for x in b]
+                    hits += compare_outcomes(a, b, seed=total).differ
+                    total += 1
         print(f"  {name:<14} {np.mean(promised):9.1f}   {_share(hits, total):>11}   "
               f"{np.mean(lengths):>12,.0f}")  # fmt: skip
+
+
+OLD_BLOCKS = re.compile(r"8 blocks per arm of ([\d,]+) requests.*?power ([\d.]+)%")
+NEW_BLOCKS = re.compile(
+    r"8 per arm of ([\d,]+) counted requests(?: after a warm-up of ([\d,]+))?.*?power ([\d.]+)%"
+)
+
+
+def _block_lines(text: str) -> list[tuple[int, int, float]]:
+    """(block length, warm-up, promised %) of every 8-block design printed (either version)."""
+    found = [(_int(m[1]), _int(m[2]), float(m[3])) for m in NEW_BLOCKS.finditer(text)]
+    return found or [(_int(m[1]), 0, float(m[2])) for m in OLD_BLOCKS.finditer(text)]
+
+
+def _int(text: str | None) -> int:
+    return int(text.replace(",", "")) if text else 0
 
 
 def one_run(reps: int, rate: float, ratio: float, n: int, label: str, seed: int) -> None:
@@ -107,7 +121,7 @@ def sequential(reps: int, name: str, seed: int) -> None:
     from soakgate.stats.plan import make_plan
     from soakgate.stats.power import n_per_arm
 
-    plan = make_plan("bench", ["A", "B"], 0.002, 1.5, looks=5)
+    plan = make_plan("bench", ["A", "B"], 0.002, 1.5, looks=5)  # sized as `plan --sequential`
     assert plan.sequential is not None
     n_max = plan.sequential.n_max_per_arm
     process, rng = by_name(name), np.random.default_rng(seed)
@@ -136,15 +150,19 @@ def main() -> None:
     start = time.perf_counter()
     if "onerun" in only:
         text = _plan_text(baseline_rate=0.01, ratio=2.0)
-        found = re.search(r"as compare judges it.*?n per arm (\d+)", text)
-        assert found, text
-        print("plan --baseline-rate 0.01 --ratio 2 --power 0.8, one run per arm (promised 80%)")
-        one_run(args.reps, 0.01, 2.0, int(found.group(1)), "independent", 26_001)
+        old = re.search(r"as compare judges it.*?n per arm (\d+)", text)
+        new = re.search(r"one run per arm: ([\d,]+) requests per arm, power ([\d.]+)%", text)
+        n, promised = (_int(new[1]), new[2]) if new else (_int(old[1]) if old else 0, "80")
+        print(f"plan --baseline-rate 0.01 --ratio 2 --power 0.8, one run per arm (promised "
+              f"{promised}%)")  # fmt: skip
+        one_run(args.reps, 0.01, 2.0, n, "independent", 26_001)
     if "n" in only:
         text = _plan_text(baseline_rate=0.002, ratio=1.5, n=13_000)
-        found = re.search(r"power with n=13000 per arm: ([\d.]+)%", text)
+        found = re.search(r"power with n=13000 per arm: ([\d.]+)%", text) or re.search(
+            r"one run per arm: 13,000 requests per arm, power ([\d.]+)%", text
+        )
         print(f"\nplan --baseline-rate 0.002 --ratio 1.5 --n 13000 promises "
-              f"{found.group(1) if found else text!r}%")  # fmt: skip
+              f"{found.group(1) if found else text!r}% for one run per arm")  # fmt: skip
         one_run(args.reps, 0.002, 1.5, 13_000, "independent", 26_002)
     if "budget" in only:
         print("\n13,000 per arm as 8 restarted blocks (independent, 0.2% vs 0.3%)")

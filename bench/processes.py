@@ -318,6 +318,16 @@ def by_name(name: str) -> Process:
     raise KeyError(name)
 
 
+def selected(subset: str | None) -> list[str]:
+    """The battery's names, or the comma-separated subset given (KeyError for an unknown one)."""
+    if not subset:
+        return [p.name for p in BATTERY]
+    names = [name.strip() for name in subset.split(",")]
+    for name in names:
+        by_name(name)
+    return names
+
+
 def simulate(
     process: Process,
     rng: np.random.Generator,

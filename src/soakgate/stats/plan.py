@@ -111,21 +111,18 @@ def make_plan(
     arm. A size not given is the one the verdict soakgate applies needs for `power`, simulated
     under independent requests (short bursts when `design_effect` > 1): `stats.sizing`."""
     check_design(baseline_rate, ratio, alpha, power)
+    question = (baseline_rate, ratio, alpha, power, design_effect)
     sequential = None
     if looks is not None:
         if blocks is not None or requests_per_block is not None:
             raise UsageError("a sequential plan looks at one run per arm; drop --blocks")
-        if n_max_per_arm is None:
-            n_max_per_arm = _sized(baseline_rate, ratio, alpha, power, design_effect, looks=looks)
-        sequential = SequentialRule(looks, n_max_per_arm)
+        sequential = SequentialRule(looks, n_max_per_arm or _sized(*question, looks=looks))
     elif blocks is not None or requests_per_block is not None:
         if blocks is None or requests_per_block is None:
-            blocks, requests_per_block = _sized_blocks(
-                baseline_rate, ratio, alpha, power, design_effect, blocks, requests_per_block
-            )
+            blocks, requests_per_block = _sized_blocks(*question, blocks, requests_per_block)
         n_per_arm = blocks * requests_per_block
     elif n_per_arm is None:
-        n_per_arm = _sized(baseline_rate, ratio, alpha, power, design_effect)
+        n_per_arm = _sized(*question)
     plan = Plan(
         hypothesis=hypothesis,
         arms=_two_arms(arms),

@@ -88,21 +88,14 @@ def _simulate(
     return Sized(design, got, False, length)
 
 
-def solve_length(
-    make: Maker,
-    ratio: float,
-    alpha: float,
-    power: float,
-    guess: int,
-    quantum: int,
-    ceiling: int = LIMIT,
-) -> Sized | None:
-    """The smallest length (a multiple of `quantum`, at most `ceiling`) whose design delivers
-    `power`, the longest tried when none does, or None when the model vouches for none tried."""
+def _locate(
+    make: Maker, ratio: float, alpha: float, power: float, guess: int, quantum: int, top: int
+) -> tuple[float, float, float] | None:
+    """(length the spread points to, the probit line's slope, the power's probit); None when
+    the model vouches for no length of the spread."""
     from scipy.stats import norm
 
     spread = np.linspace(-0.5, 0.7, GRID)
-    top = max(quantum, ceiling // quantum * quantum)
     tried = sorted({min(top, _round_up(guess * math.exp(s), quantum)) for s in spread})
     lengths, hits = [], []
     for index, point in enumerate(tried):
@@ -116,7 +109,27 @@ def solve_length(
     target = float(norm.ppf(power))
     slope = line[1] if line is not None else 1.0
     at = math.log(lengths[-1] * 4.0) if line is None else (target - line[0]) / slope
-    length = math.exp(min(max(at, 0.0), math.log(top)))
+    return math.exp(min(max(at, 0.0), math.log(top))), slope, target
+
+
+def solve_length(
+    make: Maker,
+    ratio: float,
+    alpha: float,
+    power: float,
+    guess: int,
+    quantum: int,
+    ceiling: int = LIMIT,
+) -> Sized | None:
+    """The smallest length (a multiple of `quantum`, at most `ceiling`) whose design delivers
+    `power`, the longest tried when none does, or None when the model vouches for none tried."""
+    from scipy.stats import norm
+
+    top = max(quantum, ceiling // quantum * quantum)
+    located = _locate(make, ratio, alpha, power, guess, quantum, top)
+    if located is None:
+        return None
+    length, slope, target = located
     verified: list[Sized] = []
     low, high = 0.0, math.inf  # longest short of the power, shortest reaching it
     for attempt in range(5):
