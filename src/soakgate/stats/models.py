@@ -8,15 +8,18 @@ hazard multiplied by `multiplier` (arm B of a ratio). A block is `segments=1`; a
 the verdict is `segmented.SEGMENTS` segments.
 
 - `Independent(rate)`: every request fails on its own with probability `rate`;
-- `Clustered(rate, design_effect)`: failures come in short bursts of adjacent requests (bursts
-  start at random; geometric sizes with mean (design_effect + 1) / 2), so counts over any
-  stretch are `design_effect` times as variable as independent ones, with no dependence
-  between stretches: what `plan --design-effect` assumes.
+- `Clustered(rate, design_effect)`: failures come in short bursts of adjacent requests, so
+  counts over any stretch are `design_effect` times as variable as independent ones, with no
+  dependence between stretches: what `plan --design-effect` assumes. Bursts start at random
+  and all have the same size, design_effect (or the two sizes around it, mixed to give it):
+  the lumpiest bursts with that design effect. Measured on 5-row bursts, geometric sizes with
+  the same design effect promised 81.4% for blocks that delivered 76.4 +- 1.3%.
 A pilot's fitted model is in `stats.pilotmodel`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -95,9 +98,12 @@ class Clustered:
     design_effect: float
 
     @property
-    def burst_mean(self) -> float:
-        """Mean failures per burst: a geometric size with mean m has design effect 2m - 1."""
-        return (self.design_effect + 1.0) / 2.0
+    def sizes(self) -> tuple[int, float]:
+        """(k, q): bursts of k failures, or k + 1 with probability q, so that E[S^2] / E[S],
+        the design effect of bursts that start at random, is `design_effect`."""
+        k = max(1, math.floor(self.design_effect))
+        q = k * (self.design_effect - k) / (2 * k + 1 - self.design_effect)
+        return k, min(max(q, 0.0), 1.0)
 
     def counts(
         self,
@@ -108,18 +114,14 @@ class Clustered:
         segments: int,
         multiplier: float,
     ) -> IntArray:
-        """Poisson burst starts per segment, each adding a geometric number of failures."""
+        """Poisson burst starts per segment, each adding k or k + 1 failures."""
         sizes = segment_sizes(length, segments)
-        mean = self.burst_mean
-        starts = rng.poisson(sizes[None, :] * self.rate * multiplier / mean, (reps, segments))
-        if mean <= 1.0:
-            return starts.astype(np.int64)
-        # a sum of k geometric sizes on {1, 2, ...} is k + NegativeBinomial(k, 1/mean)
-        extra = np.zeros_like(starts)
-        some = starts > 0
-        extra[some] = rng.negative_binomial(starts[some], 1.0 / mean)
-        total: IntArray = np.minimum(starts + extra, sizes[None, :]).astype(np.int64)
-        return total
+        k, q = self.sizes
+        mean = k + q
+        bursts = rng.poisson(sizes[None, :] * self.rate * multiplier / mean, (reps, segments))
+        total = k * bursts + rng.binomial(bursts, q)
+        clipped: IntArray = np.minimum(total, sizes[None, :]).astype(np.int64)
+        return clipped
 
     def describe(self) -> str:
         """One phrase."""

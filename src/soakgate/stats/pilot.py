@@ -7,9 +7,10 @@ variance-time curve is still rising. A plan sized on the estimates themselves un
 for, at a stated confidence (CONFIDENCE, one-sided):
 
 - the dispersion of counts over a block of m requests: at most the upper confidence bound of
-  the variance-time curve at windows up to m (scaled chi-square on the windows it rests on);
-  past the pilot's longest window (an eighth of its runs) the bound grows with the square root
-  of the length when the curve was still rising there, and stays flat when it was not;
+  the variance-time curve at windows up to m (scaled chi-square on the windows it rests on),
+  over the whole runs and, for a block counted after a warm-up, over the runs from that uptime
+  on (the larger); past the longest window (an eighth of the runs) the bound grows with the
+  square root of the length when the curve was still rising there, and stays flat when not;
 - the rate over the requests [w, w + m) after each server's start: at least the lower
   confidence bound of the pilot's own rate over those uptimes (each pilot run is taken to
   start on a freshly started server), its counts shrunk by the dispersion bound. Past the
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -100,6 +101,8 @@ class PilotEstimate:
     """Their variance-time curve and the design effect it implies."""
     uptime: UptimeFit
     """How their rate depends on the requests since the server started."""
+    trimmed: dict[int, LongRangeEstimate] = field(default_factory=dict, compare=False, repr=False)
+    """Variance-time curves of the runs from a later uptime on (filled as plans ask)."""
 
     @property
     def n(self) -> int:
@@ -132,21 +135,17 @@ class PilotEstimate:
             f"at windows of {estimate.window:,} requests{bound}"
         )
 
-    def dispersion_high(self, length: int) -> float:
-        """Upper bound (CONFIDENCE) of the dispersion of counts over `length` requests."""
-        from scipy.stats import chi2
-
-        bounds: list[float] = []
-        for point in self.long_range.curve:
-            if point.window > length and bounds:
-                break
-            disjoint = sum(len(s) // point.window for s in self.sequences)
-            df = max(1.0, (disjoint - len(self.sequences)) * OVERLAP_GAIN)
-            bounds.append(point.design_effect * df / float(chi2.ppf(1.0 - CONFIDENCE, df)))
-        high = max([1.0, *bounds])
-        last = self.long_range.curve[-1].window if self.long_range.curve else length
-        if length > last and self.long_range.still_rising:
-            high *= math.sqrt(length / last)
+    def dispersion_high(self, length: int, start: int = 0) -> float:
+        """Upper bound (CONFIDENCE) of the dispersion of counts over `length` requests: over the
+        whole pilot, and, for counting that starts at uptime `start`, over its runs from there
+        on (state that builds up can make late stretches the more variable), the larger."""
+        high = _dispersion_bound(self.long_range, self.sequences, length)
+        if start > 0:
+            trimmed = tuple(s[start:] for s in self.sequences if len(s) > start)
+            if trimmed:
+                if start not in self.trimmed:
+                    self.trimmed[start] = long_range_design_effect(list(trimmed))
+                high = max(high, _dispersion_bound(self.trimmed[start], trimmed, length))
         return high
 
     def rate_low(self, start: int, length: int) -> float | None:
@@ -171,7 +170,7 @@ class PilotEstimate:
         exposure = sum(max(0, min(len(s), last) - first) for s in self.sequences)
         if events == 0 or exposure == 0:
             return 0.0
-        spread = self.dispersion_high(max(1, exposure // len(self.sequences)))
+        spread = self.dispersion_high(max(1, exposure // len(self.sequences)), first)
         effective = events / spread
         return float(gamma.ppf(1.0 - CONFIDENCE, effective)) * spread / exposure
 
@@ -186,7 +185,28 @@ class PilotEstimate:
         rate = self.rate_low(warmup, length)
         if rate is None or rate <= 0.0:
             return None
-        return BlockBounds(rate, self.dispersion_high(length))
+        return BlockBounds(rate, self.dispersion_high(length, warmup))
+
+
+def _dispersion_bound(
+    curve: LongRangeEstimate, sequences: Sequence[BoolArray], length: int
+) -> float:
+    """The largest upper confidence bound of the curve at windows up to `length`, grown with
+    the square root of the length past its longest window while the curve was still rising."""
+    from scipy.stats import chi2
+
+    bounds: list[float] = []
+    for point in curve.curve:
+        if point.window > length and bounds:
+            break
+        disjoint = sum(len(s) // point.window for s in sequences)
+        df = max(1.0, (disjoint - len(sequences)) * OVERLAP_GAIN)
+        bounds.append(point.design_effect * df / float(chi2.ppf(1.0 - CONFIDENCE, df)))
+    high = max([1.0, *bounds])
+    last = curve.curve[-1].window if curve.curve else length
+    if length > last and curve.still_rising:
+        high *= math.sqrt(length / last)
+    return high
 
 
 def pilot_estimate(source: str, sequences: Sequence[BoolArray]) -> PilotEstimate:

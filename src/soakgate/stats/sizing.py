@@ -153,9 +153,20 @@ def solve_length(
         if round(length / quantum) in {round(v.design_length / quantum) for v in verified}:
             break
     reached_ones = [v for v in verified if v.reached]
-    if reached_ones:
-        return min(reached_ones, key=lambda v: v.design_length)
-    return max(verified, key=lambda v: v.design_length, default=None)
+    chosen = (
+        min(reached_ones, key=lambda v: v.design_length)
+        if reached_ones
+        else max(verified, key=lambda v: v.design_length, default=None)
+    )
+    return None if chosen is None else _afresh(make, chosen, ratio, alpha)
+
+
+def _afresh(make: Maker, chosen: Sized, ratio: float, alpha: float) -> Sized:
+    """The chosen design's power simulated again on draws of its own: the figure the search
+    chose by is biased by the choice (the shortest length whose draws reached the power)."""
+    again = _simulate(make, chosen.design_length, ratio, alpha, None, SEED + 97)
+    assert again is not None
+    return Sized(chosen.design, again.delivered, chosen.reached, chosen.design_length)
 
 
 def size_one_run(
@@ -233,8 +244,9 @@ def _fewest_blocks(
             high = middle
         else:
             low = middle + 1
-    got = delivered(model, Blocks(high, length, warmup), ratio, alpha, reps)
-    return Sized(Blocks(high, length, warmup), got, got.power >= power - got.standard_error)
+    reached = delivered(model, Blocks(high, length, warmup), ratio, alpha, reps).power >= power
+    again = delivered(model, Blocks(high, length, warmup), ratio, alpha, reps, SEED + 97)
+    return Sized(Blocks(high, length, warmup), again, reached)  # printed: draws of its own
 
 
 def _spread(model: FailureModel) -> float:
