@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.processes` from anywhere
 
-from bench.processes import APART, BATTERY, by_name, sequential_verdict, simulate_pair
+from bench.processes import APART, BATTERY, by_name, selected, sequential_verdict, simulate_pair
 
 RATE, RATIO, ALPHA = 0.002, 1.5, 0.05
 RUN_LENGTHS = (13_000, 40_000)
@@ -224,11 +224,7 @@ def main() -> None:
         "is never decided on episodes (for the before/after comparison)",
     )
     args = parser.parse_args()
-    names = [p.name for p in BATTERY]
-    if args.processes:
-        names = [name.strip() for name in args.processes.split(",")]
-        for name in names:
-            by_name(name)
+    names = selected(args.processes)
     if args.quick:
         args.reps, args.seq_reps = 8, 4
         names = names if args.processes else ["independent", "reset-2000", "self-exciting"]

@@ -131,6 +131,85 @@ def prompt_heterogeneity(prompts: int = 300, shape: float = 0.3) -> Generator:
     return generate
 
 
+def renewal_hazard(scale: int, shape: float | None) -> Generator:
+    """Hazard growing linearly with the requests since the last reset, as `reset_hazard`, but
+    the resets come after gamma intervals (mean `scale`, shape `shape`: more regular than
+    geometric) or exactly every `scale` requests (shape None). A fresh server starts at age 0."""
+    mean_age = scale * (1.0 + 1.0 / shape) / 2.0 if shape else scale / 2.0
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        count = int(n / scale * 1.5) + 12
+        if shape:
+            gaps = np.maximum(1, np.round(rng.gamma(shape, scale / shape, (reps, count))))
+        else:
+            gaps = np.full((reps, count), float(scale))
+        if not fresh:  # a server up a while: the first gap is a residual one
+            gaps[:, 0] = np.maximum(1, np.round(gaps[:, 0] * rng.random(reps)))
+        resets = np.cumsum(gaps.astype(np.int64), axis=1)
+        marks = np.zeros((reps, n), dtype=bool)
+        rows, cols = np.nonzero(resets < n)
+        marks[rows, resets[rows, cols]] = True
+        positions = np.arange(n)
+        last = np.maximum.accumulate(np.where(marks, positions, 0), axis=1)
+        start_age = np.zeros(reps) if fresh else rng.random(reps) * 2.0 * mean_age
+        age = np.where(last > 0, positions - last, positions + start_age[:, None])
+        return _bernoulli(rng, age * (rate / mean_age))
+
+    generate.__name__ = f"renewal_{scale}"
+    return generate
+
+
+def saturating_uptime(scale: int = 4_000) -> Generator:
+    """State that builds up from the server's start and is never cleared: the hazard rises as
+    rate * (1 - exp(-uptime / scale)) (90% of the steady rate after 2.3 x scale requests). A
+    stationary run is one of a server up for long."""
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        uptime = np.arange(n, dtype=np.float64) + (0.0 if fresh else 50.0 * scale)
+        hazard = rate * -np.expm1(-uptime / scale)
+        return _bernoulli(rng, np.broadcast_to(hazard, (reps, n)))
+
+    generate.__name__ = "saturating_uptime"
+    return generate
+
+
+def heavy_bursts(tail: float = 2.5, cap: int = 500) -> Generator:
+    """Bursts of adjacent collapses whose sizes are heavy-tailed: P(size = k) ~ k^-tail (Zipf,
+    infinite variance at tail 2.5 but for the cap)."""
+    sizes = np.arange(1, cap + 1, dtype=np.float64)
+    weights = sizes**-tail / (sizes**-tail).sum()
+    mean_size = float((sizes * weights).sum())
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        burn = 0 if fresh else cap
+        starts = rng.random((reps, n + burn)) < rate / mean_size
+        rows, cols = np.nonzero(starts)
+        lengths = rng.choice(cap, size=len(rows), p=weights) + 1
+        edges = np.zeros((reps, n + burn + cap + 1), dtype=np.int64)
+        np.add.at(edges, (rows, cols), 1)
+        np.add.at(edges, (rows, cols + lengths), -1)
+        result: Bools = np.cumsum(edges, axis=1)[:, burn : burn + n] > 0
+        return result
+
+    generate.__name__ = "heavy_bursts"
+    return generate
+
+
+def hot_prompts(prompts: int = 300, shape: float = 0.1) -> Generator:
+    """A few prompts carry most failures (per-prompt rates gamma with CV 3.2, the same prompts
+    in every run), sent in a fresh random order every pass over the set."""
+    weights = np.random.default_rng(301).gamma(shape, 1.0 / shape, prompts)
+    weights /= weights.mean()
+
+    def generate(rng: np.random.Generator, reps: int, n: int, rate: float, fresh: bool) -> Bools:
+        passes = -(-n // prompts)
+        order = np.argsort(rng.random((reps, passes, prompts)), axis=2).reshape(reps, -1)[:, :n]
+        return _bernoulli(rng, rate * weights[order])
+
+    generate.__name__ = "hot_prompts"
+    return generate
+
+
 def drift_log_rate(
     rng: np.random.Generator, reps: int, n: int, correlation: int, spread: float
 ) -> npt.NDArray[np.float64]:
@@ -207,6 +286,18 @@ BATTERY = (
     Process("batch-5", "5 adjacent rows collapse together", batch_coincident()),
     Process("prompts", "per-prompt rates (gamma, CV 1.8), 300 prompts round-robin",
             prompt_heterogeneity()),
+    Process("gamma-resets", "hazard grows since a reset, resets after gamma(4) ~3,000",
+            renewal_hazard(3_000, 4.0)),
+    Process("fixed-resets", "hazard grows since a reset, resets exactly every 4,000",
+            renewal_hazard(4_000, None)),
+    Process("uptime", "hazard rises with uptime, 90% of steady after ~9,200 (never reset)",
+            saturating_uptime(4_000)),
+    Process("long-regimes", "clean ~20,000 / bursty ~4,000 at 10x the rate",
+            regimes(20_000, 4_000, 10.0)),
+    Process("heavy-bursts", "bursts of adjacent collapses, Zipf(2.5) sizes up to 500",
+            heavy_bursts()),
+    Process("hot-prompts", "per-prompt rates (gamma, CV 3.2), shuffled every pass",
+            hot_prompts()),
     Process("drift-shared", "one drifting log rate for both arms (OU, 20,000, sd 0.4)",
             slow_drift(*DRIFTS["drift-strong"]), shared_drift(*DRIFTS["drift-strong"])),
     Process("drift", "each arm's log rate drifts apart from the start (OU, 20,000, sd 0.2)",
@@ -225,6 +316,16 @@ def by_name(name: str) -> Process:
         if process.name == name:
             return process
     raise KeyError(name)
+
+
+def selected(subset: str | None) -> list[str]:
+    """The battery's names, or the comma-separated subset given (KeyError for an unknown one)."""
+    if not subset:
+        return [p.name for p in BATTERY]
+    names = [name.strip() for name in subset.split(",")]
+    for name in names:
+        by_name(name)
+    return names
 
 
 def simulate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ def test_planned_blocks_are_registered_before_their_data(tmp_path: Path) -> None
         assert entry.at < first_request[entry.payload["run_id"]]
 
 
-def _block_campaign(tmp_path: Path, repetitions: int) -> Path:
+def _block_campaign(tmp_path: Path, repetitions: int, warmup: int | None = None) -> Path:
     plan = make_plan("graph collapses more", ["eager", "graph"], 0.05, 8.0, blocks=4,
-                     requests_per_block=12)  # fmt: skip
+                     requests_per_block=12, warmup_requests=warmup)  # fmt: skip
     write_plan(plan, tmp_path / "plan.toml")
     path = write_campaign(
         tmp_path, {"eager": "--collapse-rate 0.02", "graph": "--collapse-rate 0.6"},
@@ -78,3 +79,32 @@ def test_a_campaign_runs_the_block_plan_and_compare_judges_its_blocks(
     out = capsys.readouterr().out
     assert "design: replicate blocks, 4 + 4 blocks (one per run and target): campaign blocks" in out
     assert "plan verdict: DIFFER by quasi_poisson" in out and "plan deviations: none" in out
+
+
+def test_a_block_plans_warm_up_is_soaked_stored_and_never_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from soakgate.cli.main import main
+    from soakgate.report.api import load_analysis
+
+    db = tmp_path / "runs.sqlite"
+    run_campaign(_block_campaign(tmp_path, repetitions=2, warmup=5), db)
+    store = open_store(db)
+    blocks = [run for run in store.runs() if run.campaign]
+    stored = {(r.run_id, t): sum(g.target == t for g in store.generations(r.run_id))
+              for r in blocks for t in r.targets}  # fmt: skip
+    store.close()
+    assert {run.load["warmup_requests"] for run in blocks} == {5}
+    assert len(stored) == 8 and set(stored.values()) == {17}  # 5 soaked + 12 counted per block
+    analysis = load_analysis(db, clustering=False)
+    eager = [u for u in analysis.units if u.label == "eager" and not u.aggregate]
+    assert sum(u.n for u in eager) + sum(u.errors for u in eager) == 4 * 12
+    assert sum(w.requests for group in analysis.columns.warmups.values() for w in group) == 8 * 5
+    assert main(["compare", str(db), "eager", "graph", "--plan", str(tmp_path / "plan.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "4 + 4 blocks" in out and "plan deviations: none" in out
+    assert main(["report", str(db), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["uptime"] == [] or all(
+        u["warmup_requests"] == 2 * 5 for u in document["uptime"]
+    )

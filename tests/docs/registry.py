@@ -64,7 +64,7 @@ GPU = "tests/realservers/test_gpu_scripts.py::test_transformers_serve_campaign_o
 PREREGISTERED = (
     "tests/load/test_readme_workflow.py::test_plan_run_until_verdict_compare_as_the_readme_shows"
 )
-PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_sizes_with_the_long_range_design_effect"
+PILOT = "tests/stats/test_stats_cmd_plan.py::test_pilot_blocks_deliver_what_is_printed"
 RESUME = "tests/load/test_resume_settings.py::test_resume_refuses_differing_flags_then_continues_with_the_stored_settings"
 RAY_FLEET = (
     "tests/campaign/test_campaign_ray.py::"
@@ -413,6 +413,7 @@ COMMANDS: dict[str, Entry] = {
     "soakgate plan --blocks K": Names("soakgate plan "),
     "soakgate plan ... --blocks 8": Names("soakgate plan "),
     "soakgate plan": Names("soakgate plan "),
+    "soakgate plan --pilot": Names("soakgate plan "),
     "soakgate export DB --format parquet|csv|jsonl [--out FILE]": Covered(
         "tests/report/test_outputs.py::test_export_round_trips_in_every_format"
     ),

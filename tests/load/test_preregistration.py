@@ -20,7 +20,8 @@ from soakgate.targets import RequestSpec, TargetSpec
 
 
 def sequential_plan(tmp_path: Path) -> tuple[Path, str]:
-    plan = make_plan("compiled collapses more than eager", ["eager", "compiled"], 0.01, 4, looks=3)
+    plan = make_plan("compiled collapses more than eager", ["eager", "compiled"], 0.01, 4, looks=3,
+                     n_max_per_arm=430)  # fmt: skip
     path = tmp_path / "plan.toml"
     return path, write_plan(plan, path)
 

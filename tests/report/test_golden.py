@@ -97,9 +97,11 @@ def test_report_json_is_what_the_row_object_analysis_printed(
     document = json.loads(_printed(argv, capsys))
     expected = json.loads((EXPECTED / name).read_text())
     # The verdicts on top are new (issue 15), and the replayed collapses among the probes (issue
-    # 19, none here); every outcome per unit and the gates (issue 25); every key the report had
-    # is unchanged.
-    assert set(document) - set(expected) == {"comparisons", "no_comparison", "gates", "outcomes"}
+    # 19, none here); every outcome per unit and the gates (issue 25); the rate against uptime
+    # (issue 26); every key the report had is unchanged.
+    assert set(document) - set(expected) == {
+        "comparisons", "no_comparison", "gates", "outcomes", "uptime"
+    }  # fmt: skip
     assert document["probes"].pop("replays") == []
     assert document["probes"].pop("reference") == []  # reference scoring (issue 17), none here
     outcome_columns = {"judged_requests", "server_errors", "crashes", "crashes_per_hour",

@@ -1,34 +1,155 @@
-"""The `soakgate plan` command: figures, the written plan, and one-line errors."""
+"""The `soakgate plan` command: every power it prints is the power the verdict delivers (soaked
+here at full length and judged as `compare` judges it), the designs it weighs and the one it
+recommends, the written plan, and one-line errors."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from bench.processes import by_name, sequential_verdict, simulate, simulate_pair
+from tests.stats.plan_output import Printed, designs, soak
 
 from soakgate.cli.main import main
 from soakgate.stats.plan import plan_sha256, read_plan
 
-
-def test_prints_n_per_arm(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--baseline-rate", "0.002", "--ratio", "1.5"]) == 0
-    assert "n per arm: 39146" in capsys.readouterr().out
+TOLERANCE = 0.03  # the issue's bar: delivered within 3 points of the power printed
 
 
-def test_prints_power_for_n(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--baseline-rate", "0.002", "--ratio", "1.5", "--n", "13000"]) == 0
-    out = capsys.readouterr().out
-    assert "36.5%" in out and "smallest ratio" in out
+def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(["plan", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def _within(printed: Printed, got: tuple[float, float], *, both_sides: bool = True) -> None:
+    delivered, error = got
+    slack = TOLERANCE + 2.0 * math.hypot(error, printed.error)
+    assert delivered >= printed.power - slack, (printed, delivered)
+    if both_sides:
+        assert delivered <= printed.power + slack, (printed, delivered)
+
+
+def test_every_power_printed_is_delivered(capsys: pytest.CaptureFixture[str]) -> None:
+    # The issue: the one-run n printed for 1% vs 2% (2,842) delivered 63 +- 2%, not 80%.
+    out = _plan(capsys, "--baseline-rate", "0.01", "--ratio", "2")
+    found = {p.kind: p for p in designs(out)}
+    assert set(found) == {"one run", "replicate blocks"}
+    for printed in found.values():
+        assert printed.power >= 0.8 - printed.error
+        _within(printed, soak(printed, by_name("independent"), 0.01, 2.0, 400, seed=26))
+
+
+def test_power_for_a_given_n_is_the_verdicts(capsys: pytest.CaptureFixture[str]) -> None:
+    # The issue: `plan --n 13000` printed the z test's 36.5%; the verdict delivers about 25%.
+    out = _plan(capsys, "--baseline-rate", "0.002", "--ratio", "1.5", "--n", "13000")
+    found = {p.kind: p for p in designs(out)}
+    one = found["one run"]
+    assert one.length == 13_000
+    _within(one, soak(one, by_name("independent"), 0.002, 1.5, 400, seed=27))
+    blocks = found["replicate blocks"]
+    assert blocks.blocks * blocks.length <= 13_000
+    _within(blocks, soak(blocks, by_name("independent"), 0.002, 1.5, 400, seed=28))
+    # the same budget as restarted blocks answers for the configurations, with more power
+    assert blocks.power > one.power
+    assert "recommended: replicate blocks" in out and f"--blocks {blocks.blocks}" in out
+
+
+def test_design_effect_plans_for_short_bursts(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _plan(capsys, "--baseline-rate", "0.01", "--ratio", "2", "--design-effect", "5")
+    assert "short bursts (design effect 5" in out
+    for printed in designs(out):
+        _within(printed, soak(printed, by_name("batch-5"), 0.01, 2.0, 300, seed=29))
+
+
+@pytest.mark.slow
+def test_sequential_plan_keeps_its_promise(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The issue: n max sized for a z test, judged with a t and a dependence check: 73.9% for
+    # a promised 80%, and a mean n 0.87 of the fixed design.
+    path = tmp_path / "plan.toml"
+    out = _plan(
+        capsys, "--baseline-rate", "0.01", "--ratio", "2", "--sequential", "--looks", "5",
+        "--write", str(path), "--arms", "eager", "graph", "--hypothesis", "graph is worse",
+    )  # fmt: skip
+    found = {p.kind: p for p in designs(out)}
+    looks, fixed = found["looks"], found["one run"]
+    plan = read_plan(path)
+    assert plan.sequential is not None and plan.sequential.n_max_per_arm == looks.length
+    rng = np.random.default_rng(30)
+    hits, used = 0, 0
+    for _ in range(300):
+        (a,), (b,) = simulate_pair(by_name("independent"), rng, 1, looks.length, 0.01, 0.02)
+        verdict, n = sequential_verdict(plan, a, b)  # the monitor's own looks
+        hits += verdict == "differ"
+        used += n
+    _within(looks, (hits / 300, math.sqrt(hits / 300 * (1 - hits / 300) / 300)))
+    assert used / 300 <= 0.75 * fixed.length
+    assert looks.mean_n <= 0.75 * fixed.length
+
+
+def _pilot_db(tmp_path: Path, name: str, seed: int, length: int = 20_000) -> Path:
+    from tests.report.synth import add_run
+
+    from soakgate.store import open_store
+
+    db = tmp_path / "pilot.sqlite"
+    store = open_store(db)
+    rng = np.random.default_rng(seed)
+    for i, seq in enumerate(simulate(by_name(name), rng, 2, length, 0.002, True)):
+        add_run(store, "eager", f"gpu{i}", list(seq), start=1.7e9 + i * 1e5)
+    add_run(store, "other", "gpu0", list(rng.random(5000) < 0.01), start=1.8e9)
+    store.close()
+    return db
+
+
+@pytest.mark.slow
+def test_pilot_blocks_deliver_what_is_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The issue: `plan --pilot DB --label L --ratio 1.5 --blocks 8` promised 80% and delivered
+    # 55-64% on clustered processes (44% here on resets every ~2,000 requests, fresh blocks).
+    db = _pilot_db(tmp_path, "reset-2000", 12)
+    out = _plan(capsys, "--pilot", str(db), "--label", "eager", "--ratio", "1.5", "--blocks", "8")
+    assert "one run per arm: not sized from a pilot" in out
+    found = designs(out)  # every design printed with a power, reaching 80% or not
+    assert found and all(p.blocks == 8 for p in found)
+    for printed in found:
+        got = soak(printed, by_name("reset-2000"), 0.002, 1.5, 100, seed=31)
+        _within(printed, got, both_sides=False)  # conservative is allowed: the pilot is small
+
+
+def test_pilot_line_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = _pilot_db(tmp_path, "independent", 13, length=6_000)
+    out = _plan(capsys, "--pilot", str(db), "--label", "eager", "--ratio", "2", "--n", "60000")
+    assert "pilot pilot.sqlite label eager: 2 run(s)" in out
+    assert "rate against uptime" in out
+    assert "80% sure of each" in out
+    for extra, message in ((["--design-effect", "2"], "not both"),
+                           (["--label", "nope"], "no label 'nope'")):  # fmt: skip
+        assert main(["plan", "--pilot", str(db), "--ratio", "1.5", *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    assert main(["plan", "--label", "eager", "--ratio", "1.5"]) == 2
+    assert "--label needs --pilot" in capsys.readouterr().err
+    assert main(["plan", "--pilot", str(tmp_path / "absent.sqlite"), "--ratio", "1.5"]) == 2
+    argv = ["plan", "--pilot", str(db), "--ratio", "2", "--write", str(tmp_path / "p.toml")]
+    assert main([*argv, "--arms", "a", "b", "--hypothesis", "h"]) == 2
+    assert "a block design: add --blocks" in capsys.readouterr().err
 
 
 def test_writes_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "plan.toml"
-    argv = ["plan", "--baseline-rate", "0.002", "--ratio", "1.5", "--write", str(path)]
-    argv += ["--arms", "eager", "graph", "--hypothesis", "graph is worse", "--sequential"]
+    argv = ["plan", "--baseline-rate", "0.05", "--ratio", "3", "--write", str(path)]
+    argv += ["--arms", "eager", "graph", "--hypothesis", "graph is worse"]
     assert main(argv) == 0
+    out = capsys.readouterr().out
     plan = read_plan(path)
-    assert plan.sequential is not None and plan.sequential.looks == 5
-    assert plan_sha256(plan) in capsys.readouterr().out
+    one = {p.kind: p for p in designs(out)}["one run"]
+    assert plan.sequential is None and plan.n_per_arm == one.length
+    assert plan_sha256(plan) in out
 
 
 @pytest.mark.parametrize(
@@ -38,6 +159,8 @@ def test_writes_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         ["--baseline-rate", "0.002", "--ratio", "-1"],
         ["--baseline-rate", "0.002", "--ratio", "1.5", "--power", "1.2"],
         ["--baseline-rate", "0.002", "--ratio", "1.5", "--write", "x.toml"],
+        ["--baseline-rate", "0.002", "--ratio", "1.5", "--n", "0"],
+        ["--baseline-rate", "0.002", "--ratio", "1.5", "--blocks", "2"],
     ],
 )
 def test_bad_input_is_one_line_exit_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,116 +169,24 @@ def test_bad_input_is_one_line_exit_2(extra: list[str], capsys: pytest.CaptureFi
     assert err.startswith("soakgate: error:") and err.count("\n") == 1
 
 
-def _plan(tmp_path: Path, *extra: str) -> list[str]:
-    path = tmp_path / "plan.toml"
-    argv = ["plan", "--baseline-rate", "0.002", "--ratio", "1.5", "--write", str(path)]
-    return [*argv, "--arms", "eager", "graph", "--hypothesis", "graph is worse", *extra]
-
-
 def test_matched_targets_only_when_asked(tmp_path: Path) -> None:
-    assert main(_plan(tmp_path)) == 0
-    assert read_plan(tmp_path / "plan.toml").matched_targets is False
-    assert main(_plan(tmp_path, "--matched-targets")) == 0
-    assert read_plan(tmp_path / "plan.toml").matched_targets is True
+    argv = ["plan", "--baseline-rate", "0.05", "--ratio", "3", "--write", str(tmp_path / "p")]
+    argv += ["--arms", "eager", "graph", "--hypothesis", "graph is worse"]
+    assert main(argv) == 0
+    assert read_plan(tmp_path / "p").matched_targets is False
+    assert main([*argv, "--matched-targets"]) == 0
+    assert read_plan(tmp_path / "p").matched_targets is True
 
 
-def test_block_design_is_recommended_and_written(
+def test_block_design_is_written_as_printed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from soakgate.stats.power import block_design, block_power
-
-    assert main(["plan", "--baseline-rate", "0.002", "--ratio", "1.5"]) == 0
+    path = tmp_path / "plan.toml"
+    argv = ["plan", "--baseline-rate", "0.01", "--ratio", "2", "--design-effect", "4"]
+    argv += ["--blocks", "10", "--write", str(path), "--arms", "eager", "graph"]
+    assert main([*argv, "--hypothesis", "graph is worse"]) == 0
     out = capsys.readouterr().out
-    blocks, per_block, _ = block_design(0.002, 1.5)
-    assert (
-        "recommended: replicate blocks" in out
-        and f"{blocks} blocks per arm of {per_block:,}" in out
-    )
-    assert main(_plan(tmp_path, "--blocks", "10", "--design-effect", "4")) == 0
-    plan = read_plan(tmp_path / "plan.toml")
-    assert plan.blocks == 10 and plan.requests_per_block is not None
-    assert block_power(0.002, 1.5, 10, plan.requests_per_block, design_effect=4) >= 0.8
-    assert block_power(0.002, 1.5, 10, plan.requests_per_block - 1, design_effect=4) < 0.8
-    assert plan.n_per_arm == 10 * plan.requests_per_block
-    assert "replicate-block design: 10 blocks per arm" in capsys.readouterr().out
-
-
-def test_block_power_matches_simulation_of_the_test_over_blocks() -> None:
-    # Independent requests, 8 blocks per arm: the planned power is what the verdict delivers.
-    import numpy as np
-
-    from soakgate.stats import compare_outcomes
-    from soakgate.stats.power import block_power
-
-    rng = np.random.default_rng(31)
-    hits = sum(
-        compare_outcomes(
-            list(rng.random((8, 3000)) < 0.002), list(rng.random((8, 3000)) < 0.004)
-        ).differ
-        for _ in range(300)
-    )
-    assert hits / 300 == pytest.approx(block_power(0.002, 2.0, 8, 3000), abs=0.08)
-
-
-def _pilot_db(tmp_path: Path) -> Path:
-    import numpy as np
-    from bench.processes import by_name, simulate
-    from tests.report.synth import add_run
-
-    from soakgate.store import open_store
-
-    db = tmp_path / "pilot.sqlite"
-    store = open_store(db)
-    rng = np.random.default_rng(12)
-    for i, seq in enumerate(simulate(by_name("reset-2000"), rng, 2, 40_000, 0.002)):
-        add_run(store, "eager", f"gpu{i}", list(seq), start=1.7e9 + i * 1e5)
-    add_run(store, "other", "gpu0", list(rng.random(5000) < 0.01), start=1.8e9)
-    store.close()
-    return db
-
-
-def test_pilot_sizes_with_the_long_range_design_effect(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from soakgate.report.api import load_analysis
-    from soakgate.stats.dependence import long_range_design_effect
-    from soakgate.stats.power import n_per_arm
-
-    db = _pilot_db(tmp_path)
-    assert main(["plan", "--pilot", str(db), "--label", "eager", "--ratio", "1.5"]) == 0
-    out = capsys.readouterr().out
-    analysis = load_analysis(db, clustering=False)
-    seqs = [u.sequence for u in analysis.units if u.label == "eager" and not u.aggregate]
-    estimate = long_range_design_effect([s for s in seqs if s is not None])
-    rate = sum(int(s.sum()) for s in seqs if s is not None) / 80_000
-    from soakgate.stats.clustering import dispersion_test
-
-    windowed = max(dispersion_test(s, 500)[1] for s in seqs if s is not None)
-    assert estimate.design_effect > 2 * windowed  # 500-request windows miss most of it
-    assert f"long-range design effect {estimate.design_effect:.2f}" in out
-    assert f"n per arm: {n_per_arm(rate, 1.5, design_effect=estimate.design_effect)}" in out
-    # as README.md shows it: the same pilot, sizing a design of 8 replicate blocks per arm
-    assert (
-        main(["plan", "--pilot", str(db), "--label", "eager", "--ratio", "1.5", "--blocks", "8"])
-        == 0
-    )
-    assert "8 blocks" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (["--design-effect", "2"], "not both"),
-        (["--label", "nope"], "no label 'nope'"),
-    ],
-)
-def test_pilot_bad_input_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
-) -> None:
-    db = _pilot_db(tmp_path)
-    assert main(["plan", "--pilot", str(db), "--ratio", "1.5", *extra]) == 2
-    err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
-    assert main(["plan", "--label", "eager", "--ratio", "1.5"]) == 2
-    assert "--label needs --pilot" in capsys.readouterr().err
-    assert main(["plan", "--pilot", str(tmp_path / "absent.sqlite"), "--ratio", "1.5"]) == 2
+    printed = {p.kind: p for p in designs(out)}["replicate blocks"]
+    plan = read_plan(path)
+    assert (plan.blocks, plan.requests_per_block) == (10, printed.length) and printed.blocks == 10
+    assert plan.n_per_arm == 10 * printed.length and plan.warmup_requests is None

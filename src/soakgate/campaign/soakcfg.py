@@ -40,12 +40,19 @@ def requests_per_block(campaign: Campaign, config: ConfigEntry) -> int | None:
     if config.requests is not None or config.plan is None:
         return config.requests
     plan = _read_plan(config.plan)
-    if plan.requests_per_block is not None:
-        return int(plan.requests_per_block)  # a replicate-block design fixes the block length
+    if plan.requests_per_block is not None:  # a replicate-block design fixes the block length
+        return int(plan.requests_per_block) + int(plan.warmup_requests or 0)
     per_arm: int | None = plan.sequential.n_max_per_arm if plan.sequential else plan.n_per_arm
     if not per_arm:
         raise ConfigError(f"plan {config.plan} gives no sample size per arm")
     return max(1, math.ceil(per_arm / (len(campaign.devices) * campaign.repetitions)))
+
+
+def warmup_requests(config: ConfigEntry) -> int:
+    """Requests per target each block soaks before counting starts (its plan's warm-up)."""
+    if config.plan is None or config.requests is not None:
+        return 0
+    return int(_read_plan(config.plan).warmup_requests or 0)
 
 
 def check_block_plans(campaign: Campaign) -> None:
@@ -96,6 +103,9 @@ def block_run(cfg: SoakConfig, campaign: Campaign, config: ConfigEntry, block: B
         context["plan"] = str(config.plan)
         context["plan_file_sha256"] = hashlib.sha256(config.plan.read_bytes()).hexdigest()
     run.load["campaign"] = context
+    warmup = warmup_requests(config)
+    if warmup:  # soaked and stored, never counted: the report and compare leave these out
+        run.load["warmup_requests"] = warmup
     return run
 
 

@@ -16,14 +16,8 @@ import numpy.typing as npt
 from soakgate.errors import PlanError, UsageError
 from soakgate.records import Event, Generation, Run
 from soakgate.stats.compare import Comparison
-from soakgate.stats.plan import (
-    Decision,
-    Plan,
-    SequentialRule,
-    plan_sha256,
-    plan_to_dict,
-    read_plan,
-)
+from soakgate.stats.plan import Decision, Plan, plan_sha256, plan_to_dict, read_plan
+from soakgate.stats.sequential import SequentialRule
 from soakgate.store import LedgerEntry, Store
 
 

@@ -428,7 +428,10 @@ def _preregister(store: Store, config: SoakConfig, run: Run) -> Plan | None:
         return None
     labels = sorted(set(config.labels.values()) or {run.label})
     plan, _ = register_plan(store, config.plan, run, labels)
+    warmup = plan.warmup_requests or 0
     if config.load.requests is None and config.load.duration_s is None:
-        config.load = dataclasses.replace(config.load, requests=planned_requests(plan))
+        config.load = dataclasses.replace(config.load, requests=planned_requests(plan) + warmup)
         run.load["requests_per_target"] = config.load.requests
+    if warmup:  # soaked and stored, never counted: the report and compare leave these out
+        run.load["warmup_requests"] = warmup
     return plan

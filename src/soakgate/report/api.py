@@ -21,7 +21,7 @@ from soakgate.store import SqliteStore
 
 if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport
-    from soakgate.stats.planning import PilotEstimate
+    from soakgate.stats.pilot import PilotEstimate
 
 __all__ = [
     "collapse_report", "compare", "default_comparisons", "export", "load_analysis",
@@ -230,7 +230,7 @@ def _suspect_view(analysis: Analysis, plan: str | Path | None) -> Analysis:
 def load_pilot(db: str | Path, label: str | None = None) -> PilotEstimate:
     """A pilot estimate for `soakgate plan --pilot`: every run of every target of `label` (or
     of every label) as its own time-ordered sequence of clean generations."""
-    from soakgate.stats.planning import pilot_estimate
+    from soakgate.stats.pilot import pilot_estimate
 
     analysis = load_analysis(db, clustering=False)
     if label is not None and label not in analysis.labels:

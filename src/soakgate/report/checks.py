@@ -74,6 +74,8 @@ def _run_warnings(
                 f"longest {longest:.0f} s, {sum(g for _, g in gaps):.0f} s in all; {BURST_SCOPED}"
             )
         planned = run.load.get("requests_per_target")
+        if isinstance(planned, int):  # the warm-up is soaked apart from the counted rows
+            planned -= int(run.load.get("warmup_requests") or 0)
         if isinstance(planned, int) and rows.requests < planned:
             found.append(
                 f"run {run.run_id} ({run.label}@{target}): {rows.requests} of the {planned} "

@@ -140,6 +140,9 @@ class Columns:
     """The highest-scoring suspect rows of each (label, target), whole, by row id."""
     gateway: dict[tuple[str, str], GatewayTally] = field(default_factory=dict)
     """(label, target) -> the rows a gateway retried upstream (only units that have some)."""
+    warmups: dict[tuple[str, str], list[SliceColumns]] = field(default_factory=dict)
+    """(label, target) -> the warm-up of each of its runs that declares one (`warmup_requests`
+    in the run's load: its first requests per target, soaked and stored, never counted)."""
 
     def run_slices(self, run_id: str) -> list[SliceColumns]:
         """Every slice of one run."""
@@ -217,39 +220,48 @@ def _run_order(runs: list[Run], run_ids: list[str]) -> list[str]:
     return sorted(run_ids, key=lambda r: (order.get(r, len(order)), r))
 
 
+Split = dict[tuple[str, str], _Pieces]
+
+
 def _scan_run(
     reader: ColumnReader, run: Run | None, run_id: str, upto: int, greedy: bool,
     make: Callable[[str], _Pieces],
-) -> dict[tuple[str, str], _Pieces]:  # fmt: skip
-    """The run's rows split by (label, target); through the Arrow reader without strings when
-    the run record says which targets and label to expect (read again with strings when a row
-    holds another)."""
+) -> tuple[Split, Split]:  # fmt: skip
+    """The run's rows split by (label, target), and apart from them its warm-up rows; through
+    the Arrow reader without strings when the run record says which targets and label to expect
+    (read again with strings when a row holds another)."""
     from soakgate.store.columns import UnexpectedValues
 
+    warmup = int(run.load.get("warmup_requests") or 0) if run is not None else 0
     if run is not None:
-        pieces: dict[tuple[str, str], _Pieces] = {}
         try:
-            _split(reader.scan(run_id, upto, greedy, (run.targets, [run.label])), pieces, make)
-            return pieces
+            batches = reader.scan(run_id, upto, greedy, (run.targets, [run.label]))
+            return _split(batches, warmup, make)
         except UnexpectedValues:
             pass  # e.g. a two-arm run, whose rows carry the arms' labels
-    pieces = {}
-    _split(reader.scan(run_id, upto, greedy), pieces, make)
-    return pieces
+    return _split(reader.scan(run_id, upto, greedy), warmup, make)
 
 
 def _split(
-    batches: Iterable[ColumnBatch], pieces: dict[tuple[str, str], _Pieces],
-    make: Callable[[str], _Pieces],
-) -> None:  # fmt: skip
+    batches: Iterable[ColumnBatch], warmup: int, make: Callable[[str], _Pieces]
+) -> tuple[Split, Split]:
+    """Rows by (label, target); each key's first `warmup` rows go to the second split."""
+    pieces: Split = {}
+    warm: Split = {}
     for batch in batches:
         (target_codes, targets), (label_codes, labels) = batch.target, batch.label
         keys = label_codes.astype(np.int64) * len(targets) + target_codes
         for key in dict.fromkeys(keys[np.sort(np.unique(keys, return_index=True)[1])].tolist()):
             label, target = labels[key // len(targets)], targets[key % len(targets)]
-            if (label, target) not in pieces:
-                pieces[(label, target)] = make(target)
-            pieces[(label, target)].add(batch, keys == key)
+            mask = keys == key
+            seen = warm[(label, target)].rows if (label, target) in warm else 0
+            if seen < warmup:
+                early = mask & (np.cumsum(mask) <= warmup - seen)
+                warm.setdefault((label, target), make(target)).add(batch, early)
+                mask &= ~early
+            if mask.any():
+                pieces.setdefault((label, target), make(target)).add(batch, mask)
+    return pieces, warm
 
 
 def fault_windows(events: Iterable[Event]) -> dict[str, Windows]:
@@ -280,6 +292,7 @@ def load_columns(
     greedy_runs = {e.run_id for e in events if e.kind == "reference_baseline"}
     probe_runs = _probe_runs(runs)
     slices: dict[tuple[str, str], list[SliceColumns]] = {}
+    warmups: dict[tuple[str, str], list[SliceColumns]] = {}
     records = {run.run_id: run for run in runs}
     windows = fault_windows(events)
     suspects = np.fromiter(suspect_ids, np.int64)
@@ -291,10 +304,11 @@ def load_columns(
         def make(target: str, mine: Windows = mine) -> _Pieces:
             return _Pieces(mine.get(target, []), suspects)
 
-        pieces = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs, make)
-        for (label, target), piece in pieces.items():
-            slices.setdefault((label, target), []).append(piece.join(run_id, label, target))
-    columns = Columns(runs, events, ledger, slices)
+        split = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs, make)
+        for into, pieces in zip((slices, warmups), split, strict=True):
+            for (label, target), piece in pieces.items():
+                into.setdefault((label, target), []).append(piece.join(run_id, label, target))
+    columns = Columns(runs, events, ledger, slices, warmups=warmups)
     columns.exemplars = reader.rows(exemplar_ids(columns))
     return columns
 

@@ -13,6 +13,7 @@ from soakgate.report.comparisons import ComparisonReport, why_not_compared
 from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 from soakgate.report.outcomes import UnitOutcomes
+from soakgate.report.uptime import uptime_json, uptime_lines
 
 COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
@@ -220,6 +221,8 @@ def render_table(
     if analysis.probes is not None:
         _print_probes(analysis, console)
     _print_placement(analysis, console)
+    for line in uptime_lines(analysis):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     return console.export_text()
 
 
@@ -288,6 +291,7 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
+        "uptime": uptime_json(analysis),
         "events": [
             {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
             for e in analysis.events
@@ -330,6 +334,9 @@ def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] 
         lines += [f"- {_md_cell(w)}" for w in analysis.warnings]
     if analysis.probes is not None:
         lines += _markdown_probes(analysis)
+    uptime = uptime_lines(analysis)
+    if uptime:
+        lines += ["", f"**{uptime[0]}**", ""] + [f"- {_md_cell(u.strip())}" for u in uptime[1:]]
     return "\n".join(lines) + "\n"
 
 

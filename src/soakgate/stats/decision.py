@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from soakgate.errors import PlanError
 from soakgate.stats.compare import Comparison
 from soakgate.stats.plan import Decision, Plan, plan_sha256
+from soakgate.stats.sequential import sequential_look
 from soakgate.stats.verdict import INDETERMINATE
 
 
@@ -72,8 +73,6 @@ def _sequential(
     deviations: list[str],
     digest: str,
 ) -> Decision:
-    from soakgate.stats.sequential import sequential_decision
-
     assert plan.sequential is not None
     rule = plan.sequential
     # The boundary is judged on the verdict's own statistic, with its degrees of freedom.
@@ -84,19 +83,11 @@ def _sequential(
     n_now = min(comparison.a.n, comparison.b.n)
     if n_now > rule.n_max_per_arm:
         deviations.append(f"n={n_now} per arm exceeds the planned n max {rule.n_max_per_arm}")
-    fractions = [*previous, min(n_now / rule.n_max_per_arm, 1.0)]
-    if len(fractions) > rule.looks:
-        deviations.append(f"look {len(fractions)} exceeds the planned {rule.looks} looks")
+    if len(previous) + 1 > rule.looks:
+        deviations.append(f"look {len(previous) + 1} exceeds the planned {rule.looks} looks")
     result = comparison.tests[name]
-    z_values = [0.0] * (len(fractions) - 1) + [result.statistic]
-    try:
-        step = sequential_decision(fractions, z_values, plan.alpha, rule.futility_z, result.df)
-    except ValueError as exc:
-        raise PlanError(f"looks cannot be judged: {exc}") from None
-    verdict = {"reject": "differ", "accept": "no_difference"}.get(step.action, "continue")
-    reason = step.reason
-    unresolved = name == comparison.verdict_test and comparison.verdict.verdict == INDETERMINATE
-    if unresolved and (verdict != "continue" or fractions[-1] >= 1.0):
-        verdict = "indeterminate" if fractions[-1] >= 1.0 else "continue"
-        reason = f"{step.reason}; not a verdict: {comparison.reason}"
+    own = name == comparison.verdict_test
+    verdict, reason = sequential_look(
+        rule, plan.alpha, result, own and comparison.verdict, n_now, previous
+    )
     return Decision(verdict, name, result.p_value, tuple(deviations), reason, digest)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,24 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from soakgate.errors import ConfigError, UsageError
-from soakgate.stats.power import check_design, n_per_arm
+from soakgate.stats.power import MIN_PLAN_BLOCKS, check_design
+from soakgate.stats.sequential import SequentialRule
 
 PLAN_VERSION = 1
 TESTS = ("auto", "pooled_z", "fisher", "poisson_exact", "batch_means", "quasi_poisson")
 FIXED_RULE = "two_sided_p_below_alpha"
 SEQUENTIAL_RULE = "group_sequential_obrien_fleming"
-
-
-@dataclass(frozen=True, slots=True)
-class SequentialRule:
-    """Stopping rule of a group-sequential plan."""
-
-    looks: int
-    """Number of equally spaced looks, the last at n max."""
-    n_max_per_arm: int
-    """Generations per arm at the final look."""
-    futility_z: float | None = None
-    """Optional non-binding futility bound: stop as 'no difference' when |z| falls below it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +60,9 @@ class Plan:
     """Replicate-block design: blocks per arm (each a run of a freshly started server)."""
     requests_per_block: int | None = None
     """Replicate-block design: requests per target in each block."""
+    warmup_requests: int | None = None
+    """Requests each block's server (or each run's) is soaked before counting starts: soaked,
+    stored and marked, never counted (None: counting starts at the first request)."""
 
     @property
     def rule(self) -> str:
@@ -110,24 +101,28 @@ def make_plan(
     blocks: int | None = None,
     requests_per_block: int | None = None,
     matched_targets: bool = False,
+    *,
+    n_per_arm: int | None = None,
+    n_max_per_arm: int | None = None,
+    warmup_requests: int | None = None,
 ) -> Plan:
-    """A plan with n per arm filled in: with `looks`, an O'Brien–Fleming stopping rule; with
-    `blocks` or `requests_per_block`, a replicate-block design (the other number solved for)."""
-    from soakgate.stats.power import block_design
-    from soakgate.stats.sequential import design_sequential
-
-    n_fixed = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
+    """A plan with its sizes filled in: with `looks`, an O'Brien–Fleming stopping rule up to
+    n max; with `blocks` or `requests_per_block`, a replicate-block design; else one run per
+    arm. A size not given is the one the verdict soakgate applies needs for `power`, simulated
+    under independent requests (short bursts when `design_effect` > 1): `stats.sizing`."""
+    check_design(baseline_rate, ratio, alpha, power)
+    question = (baseline_rate, ratio, alpha, power, design_effect)
     sequential = None
     if looks is not None:
         if blocks is not None or requests_per_block is not None:
             raise UsageError("a sequential plan looks at one run per arm; drop --blocks")
-        design = design_sequential(looks, alpha, power)
-        sequential = SequentialRule(looks, math.ceil(n_fixed * design.inflation))
-    if blocks is not None or requests_per_block is not None:
-        blocks, requests_per_block, _ = block_design(
-            baseline_rate, ratio, alpha, power, design_effect, blocks, requests_per_block
-        )
-        n_fixed = blocks * requests_per_block
+        sequential = SequentialRule(looks, n_max_per_arm or _sized(*question, looks=looks))
+    elif blocks is not None or requests_per_block is not None:
+        if blocks is None or requests_per_block is None:
+            blocks, requests_per_block = _sized_blocks(*question, blocks, requests_per_block)
+        n_per_arm = blocks * requests_per_block
+    elif n_per_arm is None:
+        n_per_arm = _sized(*question)
     plan = Plan(
         hypothesis=hypothesis,
         arms=_two_arms(arms),
@@ -137,14 +132,53 @@ def make_plan(
         power=power,
         test=test,
         design_effect=design_effect,
-        n_per_arm=n_fixed,
+        n_per_arm=n_per_arm if sequential is None else None,
         sequential=sequential,
         blocks=blocks,
         requests_per_block=requests_per_block,
         matched_targets=matched_targets,
+        warmup_requests=warmup_requests or None,
     )
     _validate(plan)
     return Plan(**{**_fields(plan), "decision_rule": describe_rule(plan)})
+
+
+def _sized(
+    rate: float, ratio: float, alpha: float, power: float, spread: float, looks: int | None = None
+) -> int:
+    """n per arm (or n max for looks) by simulating the verdict under the assumed process."""
+    from soakgate.stats.delivered import OneRun, SequentialRun
+    from soakgate.stats.models import assumed_model
+    from soakgate.stats.sizing import size_one_run, size_sequential
+
+    model = assumed_model(rate, spread)
+    if looks is None:
+        one = size_one_run(model, rate, ratio, alpha, power).design
+        assert isinstance(one, OneRun)
+        return one.n
+    found = size_sequential(model, rate, ratio, alpha, power, looks).design
+    assert isinstance(found, SequentialRun)
+    return found.rule.n_max_per_arm
+
+
+def _sized_blocks(
+    rate: float,
+    ratio: float,
+    alpha: float,
+    power: float,
+    spread: float,
+    blocks: int | None,
+    length: int | None,
+) -> tuple[int, int]:
+    from soakgate.stats.delivered import Blocks
+    from soakgate.stats.models import assumed_model
+    from soakgate.stats.sizing import size_blocks
+
+    if blocks is not None and blocks < MIN_PLAN_BLOCKS:
+        raise UsageError(f"a block design needs at least {MIN_PLAN_BLOCKS} blocks per arm")
+    found = size_blocks(assumed_model(rate, spread), rate, ratio, alpha, power, blocks, length)
+    assert isinstance(found.design, Blocks)
+    return found.design.blocks, found.design.length
 
 
 def describe_rule(plan: Plan) -> str:
@@ -162,10 +196,15 @@ def describe_rule(plan: Plan) -> str:
             f"freedom; 'no difference' if n max is reached without crossing; {unresolved}"
         )
     if plan.blocks is not None:
+        warm = (
+            f", counted after a warm-up of {plan.warmup_requests} requests soaked on each"
+            if plan.warmup_requests
+            else ""
+        )
         return (
             f"{arms}: {plan.blocks} replicate blocks per arm of {plan.requests_per_block} "
-            f"requests, each on a freshly started server; 'differ' if the two-sided p-value of "
-            f"the {plan.test} test over blocks is below {plan.alpha}, else 'no difference'"
+            f"requests{warm}, each on a freshly started server; 'differ' if the two-sided p-value "
+            f"of the {plan.test} test over blocks is below {plan.alpha}, else 'no difference'"
         )
     return (
         f"{arms}: after {plan.n_per_arm} generations per arm, 'differ' if the two-sided p-value "
@@ -193,6 +232,8 @@ def _validate(plan: Plan) -> None:
         raise UsageError("a block design needs both blocks and requests per block")
     if plan.blocks is not None and (plan.blocks < 2 or (plan.requests_per_block or 0) < 1):
         raise UsageError("a block design needs at least 2 blocks of at least 1 request")
+    if plan.warmup_requests is not None and plan.warmup_requests < 0:
+        raise UsageError(f"warm-up must be >= 0 requests, got {plan.warmup_requests}")
 
 
 def _fields(plan: Plan) -> dict[str, Any]:
@@ -233,6 +274,7 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
             )
         n_fixed = data.get("n_per_arm")
         blocks, per_block = data.get("blocks"), data.get("requests_per_block")
+        warmup = data.get("warmup_requests")
         plan = Plan(
             hypothesis=str(data["hypothesis"]),
             arms=_two_arms(data["arms"]),
@@ -249,6 +291,7 @@ def plan_from_dict(data: dict[str, Any]) -> Plan:
             decision_rule=str(data.get("decision_rule", "")),
             blocks=None if blocks is None else int(blocks),
             requests_per_block=None if per_block is None else int(per_block),
+            warmup_requests=None if warmup is None else int(warmup),
         )
         _validate(plan)
     except KeyError as exc:

@@ -1,5 +1,7 @@
-"""What `soakgate plan` prints: n per arm, the replicate-block design it recommends, a pilot's
-design effect, and the written pre-registration."""
+"""What `soakgate plan` prints: the designs it weighs (one run per arm, replicate blocks from a
+fresh start or after a warm-up, looks), each with the power the verdict soakgate applies
+delivers and the question it answers, the one it recommends, and the written
+pre-registration."""
 
 from __future__ import annotations
 
@@ -7,57 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
-
 from soakgate.errors import UsageError
-from soakgate.stats.dependence import LongRangeEstimate, long_range_design_effect
+from soakgate.stats.options import Option, Question, assumed_options, pilot_options
+from soakgate.stats.pilot import CONFIDENCE, PilotEstimate, pilot_estimate
 from soakgate.stats.plan import make_plan, write_plan
-from soakgate.stats.power import block_design, check_design, n_per_arm
+from soakgate.stats.power import MIN_PLAN_BLOCKS, check_design
+from soakgate.stats.verdict import CONFIGURATIONS
 
-BoolArray = npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True, slots=True)
-class PilotEstimate:
-    """What an earlier soak says about the failure process a plan must allow for."""
-
-    source: str
-    """Where the pilot came from (database and label), for the printed line."""
-    sequences: int
-    """Time-ordered runs it pools (one per run and target)."""
-    n: int
-    """Clean generations in them."""
-    events: int
-    """Collapses in them."""
-    long_range: LongRangeEstimate
-    """Their variance-time curve and the design effect it implies."""
-
-    @property
-    def rate(self) -> float:
-        """Collapse rate of the pilot."""
-        return self.events / self.n if self.n else 0.0
-
-    def line(self) -> str:
-        """One line describing the estimate."""
-        estimate = self.long_range
-        rising = " (still rising at an eighth of the run: a lower bound)"
-        bound = rising if estimate.still_rising else ""
-        return (
-            f"pilot {self.source}: {self.sequences} run(s), {self.events:,} / {self.n:,} collapsed "
-            f"({self.rate:.4%}); long-range design effect {estimate.design_effect:.2f} at "
-            f"windows of {estimate.window:,} requests{bound}"
-        )
-
-
-def pilot_estimate(source: str, sequences: Sequence[BoolArray]) -> PilotEstimate:
-    """The pilot's rate and long-range design effect, pooled over its runs (never joined)."""
-    usable = [s for s in sequences if len(s) > 0]
-    if not usable:
-        raise UsageError(f"pilot {source} holds no clean generations")
-    n = sum(len(s) for s in usable)
-    events = int(sum(int(s.sum()) for s in usable))
-    return PilotEstimate(source, len(usable), n, events, long_range_design_effect(usable))
+__all__ = ["PilotEstimate", "PlanRequest", "pilot_estimate", "plan_summary"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,117 +58,148 @@ def _resolved(request: PlanRequest) -> tuple[float, float]:
     return rate, design_effect
 
 
-def plan_summary(request: PlanRequest) -> str:
-    """The text `soakgate plan` prints; writes the plan file when asked."""
-    rate, design_effect = _resolved(request)
-    check_design(rate, request.ratio, request.alpha, request.power)
-    lines = [request.pilot.line()] if request.pilot else []
-    lines += _figures(rate, request.ratio, request.alpha, request.power, design_effect, request.n)
-    block_asked = request.blocks is not None or request.requests_per_block is not None
-    if request.n is None:
-        lines.append(_blocks_line(request, rate, design_effect, block_asked))
+def _check(request: PlanRequest) -> None:
+    if request.n is not None and request.n <= 0:
+        raise UsageError(f"--n must be positive, got {request.n}")
+    if request.blocks is not None and request.blocks < MIN_PLAN_BLOCKS:
+        raise UsageError(f"a block design needs at least {MIN_PLAN_BLOCKS} blocks per arm")
+    if request.looks is not None and not 1 <= request.looks <= 20:
+        raise UsageError(f"looks must be between 1 and 20, got {request.looks}")
     if request.write is not None and (not request.arms or not request.hypothesis):
         raise UsageError("--write needs --arms A B and --hypothesis TEXT")
-    if request.looks is not None or request.write is not None or block_asked:
-        plan = make_plan(
-            hypothesis=request.hypothesis or "", arms=request.arms or ("A", "B"),
-            baseline_rate=rate, ratio=request.ratio, alpha=request.alpha, power=request.power,
-            design_effect=design_effect, looks=request.looks, test=request.test,
-            blocks=request.blocks, requests_per_block=request.requests_per_block,
-            matched_targets=request.matched_targets,
-        )  # fmt: skip
-        if plan.sequential:
-            n_max = plan.sequential.n_max_per_arm
-            lines.append(f"sequential, {request.looks} looks: n max per arm {n_max}")
-        if request.write is not None:
-            lines.append(f"wrote {request.write} (sha256 {write_plan(plan, request.write)})")
+    block_asked = request.blocks is not None or request.requests_per_block is not None
+    if request.looks is not None and block_asked:
+        raise UsageError("a sequential plan looks at one run per arm; drop --blocks")
+    if request.pilot is not None and request.write is not None and not block_asked:
+        raise UsageError("a plan sized from a pilot is a block design: add --blocks K")
+
+
+def plan_summary(request: PlanRequest) -> str:
+    """The text `soakgate plan` prints; writes the plan file when asked."""
+    from soakgate.stats.models import assumed_model
+
+    rate, design_effect = _resolved(request)
+    check_design(rate, request.ratio, request.alpha, request.power)
+    _check(request)
+    question = Question(rate, request.ratio, request.alpha, request.power)
+    shape = (request.n, request.blocks, request.requests_per_block, request.looks)
+    pilot = request.pilot
+    lines = [_header(question, request.n)]
+    if pilot is not None:
+        lines += [pilot.line(), pilot.uptime.line(), _vouched(pilot)]
+        options = pilot_options(pilot, question, *shape)
+    else:
+        model = assumed_model(rate, design_effect)
+        lines.append(f"assumed: {model.describe()} (--pilot DB: sized from an earlier soak)")
+        options = assumed_options(model, question, *shape)
+    lines.append("power: the verdict soakgate applies, simulated (± Monte Carlo standard error)")
+    lines += [f"  {option.line()}" for option in options]
+    chosen = _recommended(options, request.n is not None)
+    lines.append(_recommendation(chosen, request))
+    note = reach_note(options, question)
+    if note:
+        lines.append(note)
+    if request.write is not None:
+        lines.append(_write(request, rate, design_effect, options))
     return "\n".join(lines)
 
 
-def _blocks_line(request: PlanRequest, rate: float, design_effect: float, asked: bool) -> str:
-    try:
-        blocks, per_block, got = block_design(
-            rate, request.ratio, request.alpha, request.power, design_effect,
-            request.blocks, request.requests_per_block,
-        )  # fmt: skip
-    except UsageError as exc:
-        if asked:
-            raise
-        # a recommendation the figures cannot support is said, not a failure of the plan
-        return f"recommended: replicate blocks; but {exc}"
-    design = (
-        f"{blocks} blocks per arm of {per_block:,} requests ({blocks * per_block:,} per arm), "
-        f"power {got:.1%}, quasi-Poisson t on {2 * blocks - 2} df"
-    )
-    if asked:
-        return f"replicate-block design: {design}"
+def _header(question: Question, n: int | None) -> str:
+    q = question
+    rates = f"{q.rate:g} vs {q.rate * q.ratio:g} (ratio {q.ratio:g}), two-sided alpha {q.alpha:g}"
+    return f"{rates}, {n:,} requests per arm" if n is not None else f"{rates}, power {q.power:.0%}"
+
+
+def _vouched(pilot: PilotEstimate) -> str:
     return (
-        f"recommended: replicate blocks, servers restarted between blocks (valid whatever state "
-        f"builds up inside a block): {design} (add --blocks {blocks} to write it into a plan)"
+        f"assumed: what the pilot vouches for, {CONFIDENCE:.0%} sure of each: every block fails "
+        "at least at the pilot's lower bound for the uptimes it counts, and its count varies at "
+        "most by the pilot's upper bound for its length (past the pilot's windows, growing with "
+        "the square root of the length while the design effect was still rising)"
     )
 
 
-def _figures(
-    baseline_rate: float,
-    ratio: float,
-    alpha: float,
-    power: float,
-    design_effect: float,
-    n: int | None,
-) -> list[str]:
-    """n per arm, or for a given n the achieved power and the smallest detectable ratio."""
-    from soakgate.stats.power import achieved_power, detectable_ratio
-
-    rates = f"{baseline_rate:g} vs {baseline_rate * ratio:g} (ratio {ratio:g})"
-    setting = f"two-sided alpha {alpha:g}, design effect {design_effect:g}"
-    if n is None:
-        needed = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
-        judged = one_run_n(baseline_rate, ratio, alpha, power, design_effect)
-        return [
-            f"{rates}, {setting}, power {power:.0%}",
-            f"n per arm: {needed}",
-            f"one run per arm as compare judges it (batch-means t on ~{ONE_RUN_DF:g} df; "
-            f"{ONE_RUN_INDETERMINATE:.0%} of runs indeterminate): n per arm {judged}",
-        ]
-    if n <= 0:
-        raise UsageError(f"--n must be positive, got {n}")
-    got = achieved_power(baseline_rate, ratio, n, alpha, design_effect)
-    smallest = detectable_ratio(baseline_rate, n, alpha, power, design_effect)
-    return [
-        f"{rates}, {setting}",
-        f"power with n={n} per arm: {got:.1%}",
-        f"smallest ratio detectable with {power:.0%} power: {smallest:.3g}",
-    ]
+def _recommended(options: list[Option], budget: bool) -> Option | None:
+    """The configuration-level design: the most power for a budget, else the fewest requests
+    among those reaching the power; after a warm-up where the pilot's rate rises with uptime."""
+    usable = [o for o in options if o.scope == CONFIGURATIONS and o.sized is not None]
+    if budget:
+        return max(usable, key=lambda o: o.power, default=None)
+    reached = [o for o in usable if o.reached]
+    steady = [o for o in reached if "after a warm-up" in o.label]
+    return min(steady or reached or usable, key=lambda o: o.cost, default=None)
 
 
-ONE_RUN_DF = 22.0  # batch-means Welch t over 12 + 12 batches, about 2 x (12 - 1) df
-ONE_RUN_INDETERMINATE = 0.05  # share of independent runs the long-range check calls unresolved
+def _recommendation(chosen: Option | None, request: PlanRequest) -> str:
+    if chosen is None or chosen.sized is None:
+        return (
+            "recommended: none of these reaches a verdict on the configurations; soak a longer "
+            "pilot, or plan for a larger ratio"
+        )
+    design = chosen.sized.design
+    count = getattr(design, "blocks", 0)
+    add = "" if request.blocks is not None else f" (add --blocks {count} to write it into a plan)"
+    return (
+        f"recommended: {chosen.label}, servers restarted between blocks: it answers for "
+        f"{chosen.answers}{add}"
+    )
 
 
-def one_run_n(
-    baseline_rate: float, ratio: float, alpha: float, power: float, design_effect: float
-) -> int:
-    """n per arm for `power` as `compare` judges one run per arm: its t over 12 batches per
-    arm (about 22 df) and the 5% of resolvable runs its correlation check still refuses."""
-    from scipy.stats import nct
-    from scipy.stats import t as student_t
+def _write(request: PlanRequest, rate: float, design_effect: float, options: list[Option]) -> str:
+    """Write the design the flags name, with the sizes just simulated."""
+    from soakgate.stats.delivered import Blocks, OneRun, SequentialRun
 
-    n_z = n_per_arm(baseline_rate, ratio, alpha, power, design_effect)
-    from scipy.stats import norm
+    chosen = _recommended(options, request.n is not None)
+    named = {type(o.sized.design): o.sized.design for o in options if o.sized is not None}
+    block_asked = request.blocks is not None or request.requests_per_block is not None
+    sizes: dict[str, int | None] = {}
+    blocks = length = None
+    if block_asked:
+        design = chosen.sized.design if chosen and chosen.sized else None
+        if not isinstance(design, Blocks):
+            raise UsageError("no block design reaches a verdict here: nothing to write")
+        blocks, length = design.blocks, design.length
+        sizes["warmup_requests"] = design.warmup or None
+    elif request.looks is not None:
+        sequential = named[SequentialRun]
+        assert isinstance(sequential, SequentialRun)
+        sizes["n_max_per_arm"] = sequential.rule.n_max_per_arm
+    else:
+        one = named[OneRun]
+        assert isinstance(one, OneRun)
+        sizes["n_per_arm"] = one.n
+    plan = make_plan(
+        hypothesis=request.hypothesis or "", arms=request.arms or ("A", "B"),
+        baseline_rate=rate, ratio=request.ratio, alpha=request.alpha, power=request.power,
+        design_effect=design_effect, looks=request.looks, test=request.test, blocks=blocks,
+        requests_per_block=length, matched_targets=request.matched_targets, **sizes,
+    )  # fmt: skip
+    assert request.write is not None
+    return f"wrote {request.write} (sha256 {write_plan(plan, request.write)})"
 
-    critical = float(student_t.isf(alpha / 2.0, ONE_RUN_DF))
-    # At n_z the z test's noncentrality is z_(alpha/2) + z_power; it grows with sqrt(n).
-    at_n_z = float(norm.isf(alpha / 2.0) + norm.isf(1.0 - power))
 
-    def achieved(n: float) -> float:
-        shift = at_n_z * (n / n_z) ** 0.5
-        tails = nct.sf(critical, ONE_RUN_DF, shift) + nct.cdf(-critical, ONE_RUN_DF, shift)
-        return float(tails) * (1.0 - ONE_RUN_INDETERMINATE)
+FAST_SOAK_PER_S = 1000.0
+"""Generations per second per arm of a fast soak (several GPUs): the yardstick of `reach_note`."""
+REACHABLE_S = 7 * 86400.0
+"""A week of such soaking: past it, a sample size is a sign of a mistyped rate or ratio."""
 
-    low, high = float(n_z), float(n_z)
-    while achieved(high) < power:
-        low, high = high, high * 1.25
-    for _ in range(40):
-        middle = (low + high) / 2.0
-        low, high = (middle, high) if achieved(middle) < power else (low, middle)
-    return int(high + 0.999)
+
+def reach_note(options: list[Option], question: Question) -> str | None:
+    """A sanity note when the cheapest design that reaches the power (or, when none does, the
+    largest tried) would take more than a week even at 1,000 generations/s."""
+    sized = [o for o in options if o.sized is not None]
+    if not sized:
+        return None
+    reached = [o for o in sized if o.reached]
+    cheapest = min(reached or sized, key=lambda o: o.cost)
+    days = cheapest.cost / FAST_SOAK_PER_S / 86400.0
+    if days * 86400.0 <= REACHABLE_S:
+        return None
+    span = f"{days / 365.25:,.3g} years" if days > 365.25 else f"{days:,.0f} days"
+    what = "is out of reach" if reached else "still falls short of the power, and is out of reach"
+    return (
+        f"note: {cheapest.cost:.3g} generations per arm {what}: {span} per arm even at "
+        f"{FAST_SOAK_PER_S:,.0f} generations/s; check --baseline-rate {question.rate:g} and "
+        f"--ratio {question.ratio:g} (a ratio this close to 1, or a rate this small, cannot be "
+        "detected by soaking)"
+    )

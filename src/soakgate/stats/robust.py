@@ -61,7 +61,7 @@ def batch_means_test(
 ) -> TestResult | None:
     """Welch t on the rate difference B - A, each arm's variance from `batches` consecutive
     stretches of its run; Satterthwaite degrees of freedom. None for runs under 4 requests."""
-    from scipy.stats import t as student_t
+    from scipy.special import stdtr  # the t distribution's cdf: scipy.stats' t.sf at 1/40 the cost
 
     (rate_a, var_a, used_a), (rate_b, var_b, used_b) = (
         _batch_variance(s, batches) for s in (seq_a, seq_b)
@@ -83,7 +83,7 @@ def batch_means_test(
     statistic = difference / math.sqrt(variance)
     denominator = var_a**2 / (used_a - 1) + var_b**2 / (used_b - 1)
     dof = variance**2 / denominator if denominator > 0 else dof_floor
-    p_value = float(2.0 * student_t.sf(abs(statistic), dof))
+    p_value = float(2.0 * stdtr(dof, -abs(statistic)))
     return TestResult("batch_means", statistic, p_value, dof, note, None, math.sqrt(variance))
 
 
@@ -98,8 +98,7 @@ def quasi_poisson_test(
     clean arm against a failing one is still a finite, testable ratio. None for fewer than 2
     blocks in an arm or no residual degrees of freedom.
     """
-    from scipy.stats import chi2
-    from scipy.stats import t as student_t
+    from scipy.special import chdtrc, stdtr  # chi2.sf and t.cdf without scipy.stats' overhead
 
     if min(len(replicates_a), len(replicates_b)) < 2:
         return None
@@ -120,8 +119,8 @@ def quasi_poisson_test(
     log_ratio = math.log(adjusted[1] / sizes[1]) - math.log(adjusted[0] / sizes[0])
     spread = math.sqrt(max(scale, 1e-12) * (1.0 / adjusted[0] + 1.0 / adjusted[1]))
     statistic = log_ratio / spread
-    p_value = float(2.0 * student_t.sf(abs(statistic), dof))
-    overdispersion = float(chi2.sf(pearson, dof))
+    p_value = float(2.0 * stdtr(dof, -abs(statistic)))
+    overdispersion = float(chdtrc(dof, pearson))
     rates = [total / size for total, size in zip(events, sizes, strict=True)]
     error = math.sqrt(max(scale, 0.0) * (rates[0] / sizes[0] + rates[1] / sizes[1]))
     note += f", dispersion {scale:.3g}, log ratio {log_ratio:.3g}"

@@ -18,10 +18,24 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.errors import UsageError
+from soakgate.errors import PlanError, UsageError
+from soakgate.stats.robust import TestResult
+from soakgate.stats.verdict import INDETERMINATE, Verdict
 
 FloatArray = npt.NDArray[np.float64]
 GRID_POINTS = 801  # grid over the continuation region; ample for 4-digit boundaries
+
+
+@dataclass(frozen=True, slots=True)
+class SequentialRule:
+    """Stopping rule of a group-sequential plan."""
+
+    looks: int
+    """Number of equally spaced looks, the last at n max."""
+    n_max_per_arm: int
+    """Generations per arm at the final look."""
+    futility_z: float | None = None
+    """Optional non-binding futility bound: stop as 'no difference' when |z| falls below it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,3 +242,31 @@ def sequential_decision(
     else:
         action, reason = "continue", f"{name}={abs(z):.3f} < {bound:.3f} at look {look}: continue"
     return SequentialDecision(action, look, z, bound, tuple(bounds), reason)
+
+
+def sequential_look(
+    rule: SequentialRule,
+    alpha: float,
+    result: TestResult,
+    own: Verdict | bool,
+    n_now: int,
+    previous: Sequence[float],
+) -> tuple[str, str]:
+    """(verdict, reason) of one look of a sequential rule: `result` is the statistic judged
+    against the boundary, `own` the verdict it came from (False when the plan names another
+    test), so that a run that cannot resolve its dependence never stops for `differ` and ends
+    `indeterminate` at n max. The soak's monitor and the plan's Monte Carlo both call this."""
+    fractions = [*previous, min(n_now / rule.n_max_per_arm, 1.0)]
+    z_values = [0.0] * (len(fractions) - 1) + [result.statistic]
+    try:
+        step = sequential_decision(fractions, z_values, alpha, rule.futility_z, result.df)
+    except ValueError as exc:
+        raise PlanError(f"looks cannot be judged: {exc}") from None
+    verdict = {"reject": "differ", "accept": "no_difference"}.get(step.action, "continue")
+    reason = step.reason
+    unresolved = isinstance(own, Verdict) and own.verdict == INDETERMINATE
+    if unresolved and (verdict != "continue" or fractions[-1] >= 1.0):
+        assert isinstance(own, Verdict)
+        verdict = "indeterminate" if fractions[-1] >= 1.0 else "continue"
+        reason = f"{step.reason}; not a verdict: {own.reason}"
+    return verdict, reason

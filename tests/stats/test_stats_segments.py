@@ -1,0 +1,55 @@
+"""The plan's Monte Carlo judges segment counts with the verdict itself: the same verdict,
+p-values and correlation check as on the full-length runs those counts come from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bench.processes import by_name, simulate
+
+from soakgate.stats import compare_outcomes
+from soakgate.stats.dependence import bin_edges
+from soakgate.stats.segments import SEGMENTS, blocks_verdict, compact_sequence, one_run_verdict
+
+
+def _segment_counts(seq: np.ndarray) -> np.ndarray:
+    return np.add.reduceat(seq.astype(np.int64), bin_edges(len(seq), SEGMENTS)[:-1])
+
+
+@pytest.mark.parametrize(("name", "n"), [("independent", 24_000), ("reset-2000", 36_000)])
+def test_compact_runs_get_the_full_runs_verdict(name: str, n: int) -> None:
+    rng = np.random.default_rng(7)
+    runs = simulate(by_name(name), rng, 60, n, 0.003)
+    for i in range(0, 60, 2):
+        a, b = runs[i], runs[i + 1] | (rng.random(n) < 0.001)
+        full = compare_outcomes(a, b, seed=i)
+        compact = one_run_verdict(_segment_counts(a), _segment_counts(b), seed=i)
+        assert compact.verdict == full.verdict
+        assert compact.p_value == pytest.approx(full.p_value, rel=1e-9)
+        assert compact.dependence is not None and full.dependence is not None
+        assert compact.dependence.p_value == full.dependence.p_value
+
+
+def test_compact_sequence_holds_the_counts() -> None:
+    counts = np.array([0, 3, 1, 2], dtype=np.int64)
+    seq = compact_sequence(counts, 3)
+    assert len(seq) == 12 and _counts_of(seq, 4).tolist() == [0, 3, 1, 2]
+    with pytest.raises(ValueError, match="cannot hold"):
+        compact_sequence(counts, 2)
+
+
+def _counts_of(seq: np.ndarray, parts: int) -> np.ndarray:
+    return seq.reshape(parts, -1).sum(axis=1)
+
+
+def test_blocks_verdict_is_compare_outcomes_on_blocks() -> None:
+    rng = np.random.default_rng(3)
+    for i in range(20):
+        a = list(rng.random((6, 2_000)) < 0.004)
+        b = list(rng.random((6, 2_000)) < 0.006)
+        full = compare_outcomes(a, b, seed=i)
+        counts = [np.array([int(s.sum()) for s in arm]) for arm in (a, b)]
+        compact = blocks_verdict(counts[0], counts[1], 2_000, seed=i)
+        assert (compact.verdict, compact.p_value, compact.design) == (
+            full.verdict, full.p_value, full.design,
+        )  # fmt: skip
