@@ -190,3 +190,30 @@ def test_block_design_is_written_as_printed(
     plan = read_plan(path)
     assert (plan.blocks, plan.requests_per_block) == (10, printed.length) and printed.blocks == 10
     assert plan.n_per_arm == 10 * printed.length and plan.warmup_requests is None
+
+
+@pytest.mark.slow
+def test_pilot_with_uptime_offers_a_warm_up_and_says_which_question(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Hazard 0.2% x (1 - exp(-uptime / 4,000)): blocks from a fresh start see less than half
+    # the steady rate. The plan fits the rise, offers blocks after a warm-up, and says which
+    # question each design answers; the plan it writes records the warm-up.
+    db = _pilot_db(tmp_path, "uptime", 3, length=60_000)
+    path = tmp_path / "plan.toml"
+    out = _plan(
+        capsys, "--pilot", str(db), "--label", "eager", "--ratio", "1.5", "--blocks", "8",
+        "--write", str(path), "--arms", "eager", "graph", "--hypothesis", "graph is worse",
+    )  # fmt: skip
+    assert "rate against uptime" in out and "flat in uptime: p=0.00" in out
+    found = {p.kind: p for p in designs(out)}
+    warm = found["blocks after a warm-up"]
+    assert warm.warmup >= 9_000  # the true 90% point of the rise
+    assert "on a fresh server over its first" in out
+    assert f"on a server after {warm.warmup:,} requests" in out
+    assert "recommended: blocks after a warm-up" in out
+    plan = read_plan(path)
+    assert (plan.blocks, plan.requests_per_block, plan.warmup_requests) == (
+        8, warm.length, warm.warmup,
+    )  # fmt: skip
+    assert f"counted after a warm-up of {warm.warmup} requests" in plan.decision_rule
