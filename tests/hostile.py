@@ -371,12 +371,30 @@ async def echo_key(server: Hostile, request: Request, writer: Writer) -> bool:
     return True
 
 
+MARKUP = (
+    "[bold]b31[graph][/bold] cfg[/tmp] </td><script>alert(1)</script> <b>bold</b> *em* _u_ "
+    "`code` [link](http://x.invalid) | cell | \x1b[31mred\x1b[0m :thumbs_up: $x^2$ "
+    '=HYPERLINK("http://x.invalid") \\ {{ raw }} %s &amp;'
+)
+"""Text that is markup in every format soakgate renders to: rich, HTML, Markdown, a
+spreadsheet's formula, an ANSI escape, a rich emoji code, matplotlib's mathtext, jinja."""
+
+
+async def markup(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Every answer is MARKUP; every other one then collapses (a run of `!`)."""
+    text = MARKUP + (COLLAPSE if server.count % 2 == 0 else " and a clean end.")
+    server.saw(request, text)
+    writer.write(answer(request, text))
+    return True
+
+
 BEHAVIOURS: dict[str, Handler] = {
     "ok": ok, "drop-after-work": drop_after_work, "bom": bom, "lone-cr": lone_cr,
     "two-choices": two_choices, "error-event": error_event, "gzip": _encoded("gzip"),
     "deflate": _encoded("deflate"), "br": _encoded("br"), "stray": stray, "huge": huge,
     "endless-header": endless_header, "rate-limit": rate_limit, "overloaded": overloaded,
     **{kind: _unstorable(kind) for kind in UNSTORABLE}, "echo-key": echo_key,
+    "markup": markup,
 }  # fmt: skip
 
 

@@ -37,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
     from soakgate.campaign.soakcfg import detector_config
     from soakgate.cli import exits
     from soakgate.cli.cmd_run import warn_detector_budget
-    from soakgate.load.progress import wide_console
+    from soakgate.terminal import wide_console
 
     console = wide_console()
 
@@ -77,8 +77,7 @@ def main(args: argparse.Namespace) -> int:
         )  # fmt: skip
     console.print(table)
     for block_id, reason in result.failures.items():
-        console.print(f"block {block_id} failed: {reason}", markup=False, highlight=False,
-                      soft_wrap=True)  # fmt: skip
+        console.print(f"block {block_id} failed: {reason}", soft_wrap=True)
     console.print(
         f"stored in {args.db}"
         + ("; interrupted: rerun with --resume" if result.interrupted else "")

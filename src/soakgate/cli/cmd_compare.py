@@ -39,6 +39,7 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print the comparison(s); with --fail-on-differ, exit 1 when any verdict is DIFFER."""
     from soakgate.report.api import compare
+    from soakgate.terminal import echo
 
     text, differ = compare(
         args.db,
@@ -51,5 +52,5 @@ def main(args: argparse.Namespace) -> int:
         options=clustering_options(args),
         outcome=args.outcome,
     )
-    print(text)
+    echo(text)
     return 1 if differ and args.fail_on_differ else 0

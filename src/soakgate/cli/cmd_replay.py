@@ -54,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
     from soakgate.probes.reproduce import NEVER, NO_ANSWER
     from soakgate.prompts import load_prompts
     from soakgate.targets import TargetSpec
+    from soakgate.terminal import echo
 
     if not args.collapsed:
         raise UsageError("say what to replay: --collapsed (the collapsed rows)")
@@ -65,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if not config.db.is_file():
         raise UsageError(f"no database at {config.db}")
-    result = replay(config, progress=lambda line: print(line, file=sys.stderr))
-    print("\n".join(summary_lines(result, config)))
+    result = replay(config, progress=lambda line: echo(line, sys.stderr))
+    echo("\n".join(summary_lines(result, config)))
     reproduced = any(i.verdict not in (NEVER, NO_ANSWER) for i in result.replayed)
     return exits.FINDING if reproduced else exits.OK

@@ -80,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         sys.stdout.flush()
     except SoakgateError as exc:
-        print(f"soakgate: error: {secrets.redact(str(exc))}", file=sys.stderr)
+        from soakgate.terminal import echo
+
+        echo(f"soakgate: error: {secrets.redact(str(exc))}", sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         print("soakgate: interrupted", file=sys.stderr)
@@ -91,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = exits.OK
     except sqlite3.DatabaseError as exc:  # a safety net: stores translate their own errors
-        print(f"soakgate: error: database error: {secrets.redact(str(exc))}", file=sys.stderr)
+        from soakgate.terminal import echo
+
+        echo(f"soakgate: error: database error: {secrets.redact(str(exc))}", sys.stderr)
         code = exits.FAILED
     except Exception:  # a bug: keep the traceback for the report, but never exit 1 (a finding)
         traceback.print_exc()
