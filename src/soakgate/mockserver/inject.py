@@ -52,7 +52,9 @@ class Injector:
             or config.burst_enter
             or config.perturb_rate
             or config.fluent_rate
+            or config.state_collapse
         )
+        self._received = 0
 
     def decide(self, in_flight: int = 1) -> Decision:
         """Advance the burst state, then draw fault, else collapse, else perturbation.
@@ -61,6 +63,12 @@ class Injector:
         if self._idle:
             return CLEAN
         config, rng = self._config, self.rng
+        self._received += 1
+        if config.state_collapse is not None:  # the server's own count decides, nothing else
+            width, period = config.state_collapse
+            if (self._received - 1) % period < width:
+                return Decision(self._pick_kind(), None, False, False)
+            return CLEAN
         if self._burst:
             self._burst = rng.random() >= config.burst_exit
         else:

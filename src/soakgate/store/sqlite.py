@@ -20,6 +20,7 @@ from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
 from soakgate.store.columns import Sqlite3Reader
+from soakgate.store.history import TargetHistory, target_history
 from soakgate.store.repair import storable, storable_event
 
 # What binding a value SQLite cannot hold raises: a lone surrogate in a text, an integer past
@@ -239,6 +240,10 @@ class SqliteStore:
         )
         params = [target, *(bound for start, end in windows for bound in (end, start))]
         return [codec.generation_from_row(r) for r in self._db.execute(sql, params)]
+
+    def target_history(self, row: Generation) -> TargetHistory:
+        """What came before `row` on its target (`store.history`)."""
+        return target_history(self._db, row.run_id, row.target, row.seq, row.incarnation)
 
     def request_ids(self, run_id: str) -> set[str]:
         """Request ids of the generations stored for one run."""
