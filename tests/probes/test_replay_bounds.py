@@ -78,3 +78,64 @@ def test_the_time_bound_stops_a_slow_replay_with_exit_2(
     planned = 4 * 5 * len([e for e in events if e["kind"] == "replay_verdict"])
     assert 0 < len(errors) < planned  # what was sent is kept; the rest was never sent
     assert "stopped early: stopped at the --max-time bound" in done.stdout
+
+
+def test_sigterm_stops_the_replay_at_once_with_exit_130_and_keeps_its_rows(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    mock = start_mock("--collapse-rate", "0.5", "--latency-ms", "200", "--seed", "3")
+    db = _soak(mock.url, tmp_path)
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "soakgate", "replay", str(db), "--collapsed", "--target",
+         f"gpu0={mock.url}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=os.environ,
+    )  # fmt: skip
+    assert replay.stderr is not None
+    first = replay.stderr.readline()  # a progress line: the replay is sending
+    assert first.startswith("replay 1/"), first
+    replay.send_signal(signal.SIGTERM)
+    _, rest = replay.communicate(timeout=120)
+    assert replay.returncode == 130, first + rest
+    assert "Traceback" not in rest and rest.strip().endswith("soakgate: interrupted")
+    runs, errors, _ = _stored(db)
+    assert runs[-1] == ("replay", "interrupted") and errors.count("cancelled") <= 1
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        stored = {r for (r,) in check.execute("SELECT request_id FROM generations")}
+    seen = {t["request_id"] for t in mock.ground_truth()}
+    assert seen <= stored  # every request the server read is a row (the one in flight: cancelled)
+
+
+def test_sigterm_while_a_replay_hangs_stores_it_as_cancelled(
+    hostile: Callable[[str], HostileProcess], tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = _soak(hostile("ok").url, tmp_path)
+    hung = hostile("hang")
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "soakgate", "replay", str(db), "--collapsed", "--target",
+         f"gpu0={hung.url}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=os.environ,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not hung.seen() and time.monotonic() < deadline:  # the server has read the replay
+        time.sleep(0.05)
+    replay.send_signal(signal.SIGTERM)
+    _, err = replay.communicate(timeout=120)
+    assert replay.returncode == 130, err
+    runs, errors, _ = _stored(db)
+    assert runs[-1] == ("replay", "interrupted") and errors == ["cancelled"]
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        (stored,) = check.execute(
+            "SELECT request_id FROM generations WHERE label='replay'"
+        ).fetchone()
+    assert hung.request_ids() == [stored]

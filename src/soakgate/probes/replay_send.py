@@ -4,6 +4,7 @@ the target keeps failing or the replay's time is up (`ReplayStopped`)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
@@ -72,7 +73,22 @@ class Sender:
         spec = dataclasses.replace(spec, timeout_s=timeout)
         client = await self._client(session, request.model)
         request_id = f"{self.run.run_id}-{self.seq}"
-        outcome = await client.generate(request.prompt, spec, request_id, Outcome(time.time()))
+        outcome = Outcome(time.time())
+        try:
+            await client.generate(request.prompt, spec, request_id, outcome)
+        except asyncio.CancelledError:  # stopped by a signal: the request sent is a row too
+            self._store(request, phase, spec, outcome, request_id, tally, of)
+            raise
+        row = self._store(request, phase, spec, outcome, request_id, tally, of)
+        self._say(row, phase, of or request.request_id)
+        self._count_failure(row)
+        return row
+
+    def _store(
+        self, request: StoredRequest, phase: str, spec: RequestSpec, outcome: Outcome,
+        request_id: str, tally: Tally, of: str | None,
+    ) -> Generation:  # fmt: skip
+        """Score and store one replay's row, and count it."""
         row = unscored_generation(
             outcome, run_id=self.run.run_id, request_id=request_id, target=self.target.name,
             label=REPLAY_LABEL, seq=self.seq, prompt=request.prompt, spec=spec,
@@ -83,8 +99,6 @@ class Sender:
         row.details["replay"] = {"of": of or request.request_id, "phase": phase}
         self.writer.add_generation(row)
         tally.add(row.collapsed, row.error_class is not None)
-        self._say(row, phase, of or request.request_id)
-        self._count_failure(row)
         return row
 
     def _say(self, row: Generation, phase: str, of: str) -> None:
