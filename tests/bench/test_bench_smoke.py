@@ -183,3 +183,9 @@ def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> Non
     assert out.count("sessions with a wrong cause: new") == 6
     for name in ("independent 2%", "input: 1 prompt", "load: 30%", "state: requests 6"):
         assert name in out
+
+
+def test_bench_import_prints_the_peak_memory_of_an_import() -> None:
+    out = run_bench("bench_import.py", "--rows", "300")
+    assert "sidecar: 300 generations" in out
+    assert "import (this checkout): peak RSS" in out and "exit 0, 300 rows stored" in out

@@ -156,6 +156,7 @@ def compiled_server() -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a CPU model answering one request at a time: minutes under load
 @needs_transformers
 def test_the_dropped_op_collapses_replay_as_any_input(compiled_server: str, tmp_path: Path) -> None:
     db = tmp_path / "control.sqlite"  # the soak as docs/trace.md shows it (/metrics watched)
@@ -166,7 +167,7 @@ def test_the_dropped_op_collapses_replay_as_any_input(compiled_server: str, tmp_
     )  # fmt: skip
     assert soaked.returncode == 0, soaked.stderr
     done = soakgate("replay", str(db), "--collapsed", "--target", f"cpu0={compiled_server}",
-                    "--repeats", "2", "--max-rows", "2", cwd=tmp_path, timeout=300)  # fmt: skip
+                    "--repeats", "2", "--max-rows", "2", cwd=tmp_path, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr  # no trigger: every prompt collapses
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
         verdicts = [json.loads(d) for (d,) in check.execute(

@@ -186,7 +186,7 @@ COMMANDS: dict[str, Entry] = {
     "--max-rows 2": Covered(DROPPED_REPLAY, "torch"),
     "soakgate bisect ../shared/models/tiny-llama-8k --import "
     "examples/bisect/dropped_op_transformers.py --layers 2 --from-db control.sqlite --request "
-    "0de01712ce6f-0": Covered(DROPPED_BISECT, "torch"),
+    "d3b827b7fb23-0": Covered(DROPPED_BISECT, "torch"),
     "soakgate bisect examples/bisect/wrong_post_grad_pass.py:model --verbose": Covered(
         WRONG_PASS, "torch"
     ),

@@ -76,8 +76,9 @@ class SoakConfig:
     references: list[TargetSpec] = field(default_factory=list)
     reference_fraction: float = 0.03
     baseline_prompts: int = 8
-    allow_foreign_tables: bool = False
-    """Write into an SQLite file that holds other programs' tables (refused by default)."""
+    allow_foreign_tables: bool | None = None
+    """Write into an SQLite file that holds other programs' tables (refused by default; None:
+    the command has no option to allow it, so the refusal names none)."""
     explicit: frozenset[str] = frozenset()
     """Settings given on the command line (argparse dests): `resume` refuses one that differs
     from the stored run, and takes the stored value of every other."""

@@ -245,10 +245,22 @@ class SqliteStore:
         """What came before `row` on its target (`store.history`)."""
         return target_history(self._db, row.run_id, row.target, row.seq, row.incarnation)
 
-    def request_ids(self, run_id: str) -> set[str]:
-        """Request ids of the generations stored for one run."""
-        rows = self._db.execute("SELECT request_id FROM generations WHERE run_id=?", (run_id,))
-        return {request_id for (request_id,) in rows}
+    def request_ids(self, run_id: str, among: Sequence[str] | None = None) -> set[str]:
+        """Request ids of the generations stored for one run (only those `among`, when given:
+        looked up by the unique index, 500 at a time)."""
+        if among is None:
+            rows = self._db.execute("SELECT request_id FROM generations WHERE run_id=?", (run_id,))
+            return {request_id for (request_id,) in rows}
+        found: set[str] = set()
+        ids = list(among)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(r for (r,) in self._db.execute(
+                f"SELECT request_id FROM generations WHERE run_id=? AND request_id IN ({marks})",
+                (run_id, *chunk),
+            ))  # fmt: skip
+        return found
 
     def events(self, run_id: str | None = None) -> list[Event]:
         """Events in time order, optionally of one run."""
@@ -374,10 +386,12 @@ def _locked_by_chattr(path: str) -> bool:
     return bool(attributes & (_STATX_ATTR_IMMUTABLE | _STATX_ATTR_APPEND))
 
 
-def open_store(path: str | Path, allow_foreign_tables: bool = False) -> SqliteStore:
+def open_store(path: str | Path, allow_foreign_tables: bool | None = None) -> SqliteStore:
     """Open (creating if needed) a soakgate database to write into; a missing parent folder, a
     folder, a file that is not SQLite, or (unless `allow_foreign_tables`) another program's
-    database is a StoreError, and such a file is left untouched."""
+    database is a StoreError, and such a file is left untouched. The refusal names
+    `--allow-foreign-tables` only when the command has it (`allow_foreign_tables` is a bool,
+    not None)."""
     target = Path(path)
     if not target.parent.exists():
         raise StoreError(f"cannot create database {target}: folder {target.parent} does not exist")
@@ -386,10 +400,14 @@ def open_store(path: str | Path, allow_foreign_tables: bool = False) -> SqliteSt
     if target.is_file() and target.stat().st_size > 0:
         foreign = _foreign_tables(target)
         if foreign and not allow_foreign_tables:
+            hint = (
+                " (choose another --db, or give --allow-foreign-tables to write into it anyway)"
+                if allow_foreign_tables is False
+                else ""
+            )
             raise StoreError(
                 f"{target} is not a soakgate database (it holds {', '.join(foreign[:5])}); "
-                "refusing to add soakgate's tables to it (choose another --db, or give "
-                "--allow-foreign-tables to write into it anyway)"
+                f"refusing to add soakgate's tables to it{hint}"
             )
     return SqliteStore(target)
 
