@@ -149,3 +149,21 @@ def _state_line(db: Path, request_id: str, tmp_path: Path) -> str:
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("  state: ")]
     return line
+
+
+def test_the_context_as_json_and_what_collapse_refuses(
+    soaked: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, request_id = soaked
+    done = soakgate("report", str(db), "--collapse", request_id, "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    context = json.loads(done.stdout)
+    assert context["request_id"] == request_id and context["collapsed"] is True
+    assert {n["request_id"] for n in context["in_flight_at_start"]} == _in_flight(
+        db, request_id, "started_at"
+    )
+    assert context["state"]["requests_before"] >= 8
+    for flags in (("--html", "page.html"), ("--format", "markdown"), ("--format", "csv")):
+        done = soakgate("report", str(db), "--collapse", request_id, *flags, cwd=tmp_path)
+        assert done.returncode == 2 and "--collapse prints one generation" in one_error_line(done)
+    assert not (tmp_path / "page.html").exists()

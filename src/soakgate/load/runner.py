@@ -24,7 +24,8 @@ from soakgate.load import resume
 from soakgate.load.driver import note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
-from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
+from soakgate.load.scoring import SoakScorer, prepare_scoring, until_signal
+from soakgate.load.spec import Differential, LoadSpec, SoakResult, TargetTally
 from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.probes.serverload import ServerLoadWatch
 from soakgate.probes.specwatch import watch
@@ -38,15 +39,6 @@ from soakgate.targets import RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
 
 T = TypeVar("T")
-
-
-class SoakScorer(GenerationScorer, Protocol):
-    """A GenerationScorer that is calibrated before the soak and released after it."""
-
-    async def prepare(
-        self, spec: RequestSpec, picker: PromptPicker, concurrency: int
-    ) -> dict[str, Any]: ...
-    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -304,8 +296,13 @@ async def _soak_with_signals(
         baseline = await reference_baseline(config, picker)
         writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
                               informative=baseline.informative))  # fmt: skip
-    if config.scorer is not None:
-        await _calibrate(config.scorer, config, run, writer, picker)
+    if config.scorer is not None and not await until_signal(
+        stop, prepare_scoring(config.scorer, config, run, writer, picker)
+    ):  # a signal during the calibration: nothing was sent to the targets, nothing is lost
+        await config.scorer.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        return SoakResult(run, {t.name: TargetTally(t.name) for t in config.targets}, 0.0, "stop")
     watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
     try:
         result = await soak(
@@ -324,24 +321,6 @@ async def _soak_with_signals(
             await config.scorer.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-
-
-async def _calibrate(
-    scorer: SoakScorer, config: SoakConfig, run: Run, writer: BatchWriter, picker: PromptPicker
-) -> None:
-    """Calibrate reference scoring on the reference's own samples; store it with the run (an
-    event and `run.detectors["reference"]`) and say so when it is too small to trust well."""
-    try:
-        calibration = await scorer.prepare(config.request, picker, config.load.concurrency)
-    except BaseException:
-        await scorer.close()
-        raise
-    run.detectors["reference"] = calibration
-    writer.add_event(note(run, "reference_calibration", **calibration))
-    if calibration.get("warning"):
-        print(f"soakgate: warning: {calibration['warning']}", file=sys.stderr, flush=True)
-    if calibration.get("sampling_note"):
-        print(f"soakgate: note: {calibration['sampling_note']}", file=sys.stderr, flush=True)
 
 
 def _on_signal(stop: asyncio.Event, abort: asyncio.Event, grace_s: float) -> None:

@@ -6,6 +6,7 @@ render (`tables`, `compare_text`, `html`: text and pages).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,13 +88,15 @@ def report(
     return RENDERERS[fmt](analysis, comparisons)
 
 
-def collapse_report(db: str | Path, request_id: str) -> str:
-    """`soakgate report DB --collapse ID`: what surrounded one stored generation, as text
-    (report/collapse.py)."""
+def collapse_report(db: str | Path, request_id: str, fmt: str = "table") -> str:
+    """`soakgate report DB --collapse ID`: what surrounded one stored generation, as text, or
+    as one JSON document with `fmt` json (report/collapse.py)."""
     from soakgate.report.collapse import collapse_context
 
     with existing_store(db) as store:
         context = collapse_context(store, request_id)
+    if fmt == "json":
+        return json.dumps(context.as_dict(), indent=2, default=str)
     lines = context.lines()
     lines.append(
         f"  replay it: soakgate replay {db} --collapsed --run {context.row.run_id} --target URL"

@@ -10,6 +10,7 @@ requests, KV-cache usage), and the guard's events nearby. Pure functions over ro
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,6 +112,28 @@ class CollapseContext:
         else:
             lines.append(f"  events within {NEARBY_S:g} s: none")
         return lines
+
+    def as_dict(self) -> dict[str, object]:
+        """The context as JSON-ready values (`report --collapse ID --format json`)."""
+        row = self.row
+        return {
+            "request_id": row.request_id, "run_id": row.run_id, "label": row.label,
+            "target": row.target, "seq": row.seq, "collapsed": row.collapsed,
+            "flags": row.flags, "error_class": row.error_class, "started_at": row.started_at,
+            "ended_at": row.ended_at, "prompt_tokens": row.prompt_tokens,
+            "completion_tokens": row.completion_tokens, "finish_reason": row.finish_reason,
+            "incarnation": row.incarnation, "up_since": self.up_since,
+            "up_source": self.up_source or None,
+            "state": dataclasses.asdict(self.history) if self.history else None,
+            "load_at_start": self.load_at_start.data if self.load_at_start else None,
+            "load_at_end": self.load_at_end.data if self.load_at_end else None,
+            "in_flight_at_start": [dataclasses.asdict(n) for n in self.at_start],
+            "in_flight_at_end": [dataclasses.asdict(n) for n in self.at_end],
+            "events_nearby": [
+                {"at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
+                for e in self.nearby
+            ],
+        }  # fmt: skip
 
     def _state(self) -> list[str]:
         """The derived state: requests since the incarnation began, time since the target was
