@@ -89,11 +89,16 @@ def _interrupt_calibration(tmp_path: Path, target: str, *reference: str) -> tupl
         env=os.environ,
     )  # fmt: skip
     assert process.stderr is not None
-    lines = [process.stderr.readline()]
-    while lines[-1] and "calibrating reference scoring" not in lines[-1]:
-        lines.append(process.stderr.readline())
-    process.send_signal(signal.SIGTERM)
-    _, rest = process.communicate(timeout=300)
+    try:
+        lines = [process.stderr.readline()]
+        while lines[-1] and "calibrating reference scoring" not in lines[-1]:
+            lines.append(process.stderr.readline())
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:  # it ignored the signal: end it, leave nothing behind
+            process.kill()
+            process.communicate()
     return process.returncode, "".join(lines) + rest, db
 
 

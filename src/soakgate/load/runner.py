@@ -228,7 +228,7 @@ def _drive_run(
     """Soak and record how the run ended; a bug keeps the rows and marks the run `failed`."""
     try:
         if config.resume:
-            writer.add_event(note(run, "resumed"))
+            writer.add_event(note(run, "resumed", duration_left_s=config.load.duration_s))
         warning = budget_warning(config.detectors, config.request.max_tokens)
         if warning:  # stored with the run, so a report of it says why short collapses went unseen
             writer.add_event(note(run, "detector_budget", message=warning))
