@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from soakgate.errors import StoreError, UsageError
 from soakgate.report.model import Analysis, ClusteringOptions
 from soakgate.store import SqliteStore
+from soakgate.store.sqlite import read_failure
 
 if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport
@@ -37,7 +38,7 @@ def existing_store(db: str | Path) -> Iterator[SqliteStore]:
     try:
         yield store
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read database {db}: {exc}") from None
+        raise StoreError(f"cannot read database {db}: {read_failure(exc)}") from None
     finally:
         store.close()
 
@@ -56,7 +57,7 @@ def load_analysis(
     try:
         columns = load_path(db, contexts)
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read database {db}: {exc}") from None
+        raise StoreError(f"cannot read database {db}: {read_failure(exc)}") from None
     analysis = analyze_columns(columns, options, clustering)
     if not analysis.units:
         raise UsageError(f"{db} holds no generations")

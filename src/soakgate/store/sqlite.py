@@ -424,6 +424,19 @@ def open_analysis(path: str | Path) -> SqliteStore:
     return SqliteStore(target, read_only=True)
 
 
+def read_failure(exc: BaseException) -> str:
+    """What a read of a damaged database failed on, in one line: SQLite's words, or, for text
+    that is not UTF-8 (a damaged page read as a string), that it is malformed, without the
+    garbage itself."""
+    text = str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return "database disk image is malformed (a text column holds bytes that are not UTF-8)"
+    if "Could not decode to UTF-8" in text:
+        column = text.split("column ", 1)[-1].split(" with text", 1)[0]
+        return f"database disk image is malformed (column {column} holds bytes that are not text)"
+    return text
+
+
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to a soakgate database (`read_only_uri`), checked by its
     metadata. Nothing here writes the file."""
@@ -435,7 +448,7 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
         db.execute("PRAGMA busy_timeout=10000")
         _check_soakgate(db, path)
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read database {path}: {exc}") from None
+        raise StoreError(f"cannot read database {path}: {read_failure(exc)}") from None
     return db
 
 
