@@ -21,6 +21,7 @@ smoke-size run. Work is split into chunks over `--jobs` processes; progress goes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
@@ -54,6 +55,7 @@ class Work:
     ratio: float
     reps: int
     seed: int
+    without_episodes: bool = False  # the verdict as before issue 25 (no decision on episodes)
 
 
 @dataclass(slots=True)
@@ -74,6 +76,10 @@ class Tally:
 def _run_chunk(work: Work) -> tuple[Work, Tally]:
     from soakgate.stats import compare_outcomes
 
+    if work.without_episodes:  # the "before" column: episodes never decide
+        import soakgate.stats.verdict
+
+        soakgate.stats.verdict._episode_verdict = lambda *args, **kwargs: None  # type: ignore[assignment]
     rng = np.random.default_rng(work.seed)
     process = by_name(work.process)
     tally = Tally()
@@ -162,7 +168,8 @@ def _first_apart(processes: list[str]) -> str | None:
 
 def _print_tables(tallies: dict[tuple[str, str, int, float], Tally], processes: list[str]) -> None:
     header = "false alarms %   indeterminate (H0)   power at 1.5x %   indeterminate (H1)"
-    for n in RUN_LENGTHS:
+    designs = {key[0] for key in tallies}
+    for n in RUN_LENGTHS if "run" in designs else ():
         print(f"\none run per arm, {n:,} requests per arm (rate 0.2%, alpha 0.05)")
         print(f"  {'process':<14} {header}")
         for p in _ordered(processes):
@@ -174,6 +181,8 @@ def _print_tables(tallies: dict[tuple[str, str, int, float], Tally], processes: 
             widths = (14, 18, 15, 18)
             row = "   ".join(f"{_pct(c):>{w}}" for c, w in zip(cells, widths, strict=True))
             print(f"  {p:<14} {row}")
+    if "blocks" not in designs:
+        return
     print(f"\n{BLOCKS} replicate blocks per arm of {BLOCK_LENGTH:,} requests, each block restarted")
     print(f"  {'process':<14} false alarms %   power at 1.5x %   oracle z: false alarms %, power %")
     for p in _ordered(processes):
@@ -203,6 +212,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--processes", help="comma-separated subset of the battery")
     parser.add_argument("--quick", action="store_true", help="smoke size: 8 reps, 3 processes")
+    parser.add_argument(
+        "--designs",
+        default="run,blocks,sequential",
+        help="comma-separated subset of run, blocks, sequential (same seeds)",
+    )
+    parser.add_argument(
+        "--without-episodes",
+        action="store_true",
+        help="judge as before issue 25: the correlation check's INDETERMINATE "
+        "is never decided on episodes (for the before/after comparison)",
+    )
     args = parser.parse_args()
     names = [p.name for p in BATTERY]
     if args.processes:
@@ -213,7 +233,9 @@ def main() -> None:
         args.reps, args.seq_reps = 8, 4
         names = names if args.processes else ["independent", "reset-2000", "self-exciting"]
     seq_reps = args.seq_reps if args.seq_reps is not None else args.reps
-    work = list(_work(args.reps, seq_reps, names))
+    designs = {d.strip() for d in args.designs.split(",")}
+    work = [dataclasses.replace(w, without_episodes=args.without_episodes)
+            for w in _work(args.reps, seq_reps, names) if w.design in designs]  # fmt: skip
     print(f"bench_calibration: {len(work)} chunks, {args.reps} pairs per cell, {seq_reps} per "
           f"sequential cell, {args.jobs} processes")  # fmt: skip
     for process in BATTERY:

@@ -2,6 +2,7 @@
 mock's aiohttp app (its /v1/models, /health and /metrics; completions answered by the model).
 
     python -m tests.hfserve MODEL_DIR [--dropped-op] [--layers 2] [--window 48] [--port 0]
+        [--corrupt-at-in-flight K --corrupt-rate P --corrupt-crash-rate Q --seed N]
 
 With `--dropped-op` the final norm goes through the dropped-op plugin's `soakgate_ctl::copy_into`
 (examples/bisect/dropped_op_transformers.py) and the model is run under
@@ -9,6 +10,14 @@ With `--dropped-op` the final norm goes through the dropped-op plugin's `soakgat
 prompt, alone or under load. Inputs are left-padded to a fixed window so the model compiles
 once, at start-up; requests are served one at a time. Non-streamed completions only: the tests
 that use it soak with `--no-stream`.
+
+With `--corrupt-at-in-flight K` (the release gate's control, issue 25) a request that arrives
+while K or more are in flight (waiting included) corrupts the server's state with probability
+`--corrupt-rate`, as a KV-cache bug under concurrent load does: from then on the first layer's
+output reaches the next one a position late (each token attends to its neighbour's state), so
+every answer is fluent-looking and wrong, with HTTP 200, until the process dies of SIGSEGV
+(`--corrupt-crash-rate` per request) and is restarted clean. Its decisions are logged to
+`--ground-truth` like the mock's.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from soakgate.mockserver.app import MockServer
+from soakgate.mockserver.app import MockServer, die_of_sigsegv
 from soakgate.mockserver.config import MockConfig
 from soakgate.mockserver.inject import CLEAN
 from soakgate.mockserver.plan import BadRequest, Plan, Sampling, parse_sampling
@@ -59,9 +68,19 @@ class ModelServer(MockServer):
             model_dir, local_files_only=True
         )
         self.model = torch.compile(model, backend="aot_eager") if dropped_op else model
+        self.corrupted = False
+        model.model.layers[0].register_forward_hook(self._corrupt)
         self.window = window
         self._lock = asyncio.Lock()
         self._step(self.tokenizer("warm up").input_ids)  # compiles here, before "listening on"
+
+    def _corrupt(self, _module: Any, _inputs: Any, output: Any) -> Any:
+        """Once the state is corrupt, the first layer's output arrives a position late."""
+        if not self.corrupted:
+            return output
+        hidden = output[0] if isinstance(output, tuple) else output
+        shifted = hidden.roll(shifts=1, dims=1)
+        return (shifted, *output[1:]) if isinstance(output, tuple) else shifted
 
     def _step(self, ids: list[int], temperature: float = 0.0, generator: Any = None) -> int:
         """The next token after `ids` (the last `window` of them, left-padded)."""
@@ -107,9 +126,16 @@ class ModelServer(MockServer):
             return web.json_response(error_body(message, "BadRequestError", 400), status=400)
         request_id = request.headers.get("X-Request-Id") or f"hf-{self.seq}"
         self.seq += 1
+        decision = self.injector.decide(self.metrics.in_flight + 1)
+        self.corrupted |= decision.corrupt
+        if decision.crash:
+            self.truth.write({"request_id": request_id, "corrupt": True, "crash": True})
+            die_of_sigsegv()
         self.metrics.in_flight += 1
         try:
-            async with self._lock:
+            async with self._lock:  # the state it is served with, logged as it starts
+                self.truth.write({"request_id": request_id, "corrupt": self.corrupted,
+                                  "crash": False})  # fmt: skip
                 ids, prompt_tokens, finish = await asyncio.to_thread(self._complete, sampling)
         finally:
             self.metrics.in_flight -= 1
@@ -127,8 +153,17 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--window", type=int, default=48, help="tokens the model sees")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the corruption draws")
+    parser.add_argument("--corrupt-at-in-flight", type=int, default=0)
+    parser.add_argument("--corrupt-rate", type=float, default=1.0)
+    parser.add_argument("--corrupt-crash-rate", type=float, default=0.0)
+    parser.add_argument("--ground-truth", type=Path, default=None)
     args = parser.parse_args()
-    config = MockConfig(model_name="tiny-llama", max_model_len=2048)
+    config = MockConfig(
+        model_name="tiny-llama", max_model_len=2048, ground_truth=args.ground_truth, seed=args.seed,
+        corrupt_at_in_flight=args.corrupt_at_in_flight, corrupt_rate=args.corrupt_rate,
+        corrupt_crash_rate=args.corrupt_crash_rate,
+    )  # fmt: skip
     server = ModelServer(config, args.model_dir, args.dropped_op, args.layers, args.window)
 
     async def serve() -> None:

@@ -24,6 +24,12 @@ ERROR_CLASSES = (
     "response_mismatch",  # the answer is not this request's (an echoed X-Request-Id differs)
     "unexpected_choices",  # more choices than requested, or choices with a bad index
 )
+NOT_THE_SERVERS = ("cancelled", "client_error", "http_4xx")
+"""Error classes that say nothing about the server under test: the soak stopped the request,
+soakgate itself failed, or the server refused the request as invalid (the client's settings:
+a prompt past the model length, an unknown model). Every other class is a failure of the
+server: refused, reset or dropped connections, timeouts, 5xx, 429/503, malformed or truncated
+answers, errors inside a 200, oversized, mismatched or extra answers."""
 
 
 @dataclass(slots=True)

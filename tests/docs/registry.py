@@ -128,10 +128,19 @@ COMMANDS: dict[str, Entry] = {
     "kill -9": Covered(
         "tests/load/test_kill_and_resume.py::test_kill_9_loses_at_most_a_second_and_resume_completes"
     ),
+    # README.md and docs/report.md: the release gate's control (issue 25)
+    "soakgate campaign examples/gate-control.toml --db /tmp/gate-control.sqlite --fail-on-differ": (
+        Covered(
+            "tests/campaign/test_gate_control.py::"
+            "test_the_flagged_configuration_fails_the_campaign_and_the_gate"
+        )
+    ),
     # README.md: campaigns, sweeps, probes
     "soakgate campaign examples/ray-mock-fleet.toml --db /tmp/fleet.sqlite": Covered(RAY_FLEET),
+    # the example's graph servers die once each on purpose: a crash is a finding (exit 1)
     "soakgate campaign examples/mock-campaign.toml --db /tmp/mock-campaign.sqlite": Run(
         (("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),),
+        code=1,
         creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
     ),
     "soakgate sweep --target http://127.0.0.1:8000 --concurrency 24,48,96,192 "
@@ -363,6 +372,7 @@ COMMANDS: dict[str, Entry] = {
             ("/tmp/mock-campaign.sqlite", "out/mock-campaign.sqlite"),
             ("--metrics-port 9400", "--metrics-port 0"),
         ),
+        code=1,
         creates=("out/mock-campaign.sqlite", "out/mock-campaign.logs"),
     ),
     "soakgate merge /shards/shard-*.sqlite --into /shards/all.sqlite": Covered(INDEXED_JOB),
@@ -391,6 +401,11 @@ COMMANDS: dict[str, Entry] = {
     "soakgate compare DB A B [--allow-unit-mismatch] [--alpha 0.05] [--fail-on-differ] "
     "[--seed N]": Covered(
         "tests/report/test_compare.py::test_fail_on_differ_gates_a_pipeline_by_exit_status"
+    ),
+    "soakgate compare DB A B --fail-on-differ [--allow-crashes] [--configurations-only] "
+    "[--outcome NAME]": Covered(
+        "tests/report/test_gate_report.py::"
+        "test_compare_judges_every_outcome_and_the_gate_fails_on_the_crashes"
     ),
     "soakgate compare DB --baseline LABEL [--seed N]": Covered(
         "tests/report/test_compare.py::test_baseline_family_honours_the_seed"

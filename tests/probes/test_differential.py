@@ -77,6 +77,50 @@ def test_nondeterministic_reference_makes_the_baseline_uninformative(
     assert baseline.data["divergent"] > 0 and not baseline.data["informative"]
 
 
+def test_every_compared_row_keeps_the_references_repeat_and_the_baseline_its_positions(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    """The reference's own nondeterminism is measured beside every comparison (issue 25): the
+    reference is asked again, and where its second answer first diverged from its first is
+    kept; the before-soak baseline keeps where each of its pairs diverged."""
+    target = start_mock("--seed", "1")
+    reference = start_mock("--seed", "2", "--perturb-rate", "0.3", "--perturb-from", "8")
+    db = tmp_path / "d.sqlite"
+    run_id = differential_soak(target, [reference], db)
+    store = open_store(db)
+    rows = list(store.generations(run_id))
+    (baseline,) = [e for e in store.events(run_id) if e.kind == "reference_baseline"]
+    store.close()
+    compared = [g for g in rows if g.reference_divergence is not None]
+    marks = [g.details["differential"] for g in compared]
+    assert len(compared) > 100 and all(m["unit"] == "tokens" for m in marks)
+    repeats = [m["reference_repeat"] for m in marks]
+    assert all(r == -1 or r >= 8 for r in repeats)  # the reference only diverges late
+    assert 0.3 * len(repeats) < sum(r >= 8 for r in repeats) < 0.7 * len(repeats)
+    positions = baseline.data["positions"]
+    assert len(positions) == baseline.data["pairs"]
+    assert sum(p >= 0 for p in positions) == baseline.data["divergent"]
+
+
+def test_a_reference_without_a_models_route_works_when_the_model_is_given(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    from tests.command_line import soakgate
+
+    target = start_mock("--seed", "1")
+    reference = start_mock("--seed", "2", "--quirk", "no-models")
+    argv = ["run", "--target", target.url, "--reference", reference.url, "--requests", "30",
+            "--reference-fraction", "1", "--no-watch-metrics", "--quiet", "--token-ids"]  # fmt: skip
+    given_model = soakgate(*argv, "--model", "soakgate-mock", "--db", "m.sqlite", cwd=tmp_path)
+    assert given_model.returncode == 0, given_model.stderr
+    store = open_store(tmp_path / "m.sqlite")
+    compared = [g for g in store.generations() if g.reference_divergence is not None]
+    store.close()
+    assert len(compared) == 30 and all(g.reference_divergence == -1 for g in compared)
+    discovered = soakgate(*argv, "--db", "d.sqlite", cwd=tmp_path)
+    assert discovered.returncode == 2 and discovered.stderr.count("\n") == 1, discovered.stderr
+
+
 @given(st.lists(st.integers(0, 3)), st.lists(st.integers(0, 3)))
 def test_first_divergence_matches_definition(a: list[int], b: list[int]) -> None:
     position = first_divergence(a, b)

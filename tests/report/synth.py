@@ -50,6 +50,7 @@ def add_run(
     divergence: dict[int, int] | None = None,
     campaign: str | None = None,
     flagged_by: dict[int, str] | None = None,
+    incarnations: Sequence[int] | None = None,
 ) -> Run:
     """Store one run on one target: generation i collapses when collapses[i] (unless errored)."""
     run_id = run_id or f"{label}-{target}-{int(start)}"
@@ -71,6 +72,7 @@ def add_run(
             scores={"char_run": 120.0 if bad else 1.0},
             details={"char_run": {"char": "!"}} if bad and not error else {},
             reference_divergence=(divergence or {}).get(i),
+            incarnation=incarnations[i] if incarnations is not None else 0,
         ))  # fmt: skip
     store.add(rows, events)
     return run

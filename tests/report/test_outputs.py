@@ -35,7 +35,9 @@ def test_json_and_csv_carry_every_unit(two_label_db: Path, fast: ClusteringOptio
 def test_table_and_markdown_mark_aggregates(two_label_db: Path, fast: ClusteringOptions) -> None:
     analysis = load_analysis(two_label_db, fast, clustering=False)
     markdown = render_markdown(analysis).splitlines()
-    assert markdown[0].startswith("| label | target | n |")
+    assert markdown[0] == "**Failures per unit**"  # every outcome first (issue 25)
+    assert markdown[2].startswith("| unit | requests | server errors | crashes |")
+    assert any(line.startswith("| label | target | n |") for line in markdown)
     assert sum("ALL (aggregate)" in line for line in markdown) == 2
     assert "ALL (aggregate)" in render_table(analysis, width=200)
 

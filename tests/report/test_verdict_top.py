@@ -38,7 +38,7 @@ def test_the_terminal_report_opens_with_the_verdict_and_the_warnings(
                     env={"COLUMNS": "100"})  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "verdict (every label against eager@gpu0):"
+    assert lines[0] == "verdict on collapses (every label against eager@gpu0):"
     assert lines[1].startswith("DIFFER: compiled@gpu0 vs eager@gpu0: ")
     verdict = " ".join(lines[1:4])
     assert re.search(r"ratio \d[\d.]* \[\d[\d.]*, \d[\d.]*\]", verdict), verdict

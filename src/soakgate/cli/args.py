@@ -137,3 +137,30 @@ def explicit_options(args: argparse.Namespace) -> frozenset[str]:
     """The dests of the options given on the command line (see `track_explicit`)."""
     given: frozenset[str] = getattr(args, _EXPLICIT, frozenset())
     return given
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser, who: str) -> None:
+    """--fail-on-differ, --allow-crashes and --configurations-only: the release gate's options
+    (report/gate.py), for `compare` and `campaign`; `who` says what fails it."""
+    parser.add_argument(
+        "--fail-on-differ", action="store_true",
+        help=f"the release gate: exit 1 when {who} is judged worse on any outcome (crashes, "
+        "server errors, collapses, suspect, divergence, any failure; Holm across them), or its "
+        "servers crashed and the baseline's never did",
+    )  # fmt: skip
+    parser.add_argument(
+        "--allow-crashes", action="store_true",
+        help="a crash alone is no finding (the crash-rate test still is, when it finds worse)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--configurations-only", action="store_true",
+        help="fail only on configuration-level verdicts (replicate blocks), not on a DIFFER "
+        "between two single server instances",
+    )  # fmt: skip
+
+
+def gate_options(args: argparse.Namespace) -> Any:
+    """The gate's options from `add_gate_arguments`' flags."""
+    from soakgate.report.gate import GateOptions
+
+    return GateOptions(args.allow_crashes, args.configurations_only)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from soakgate.cli.args import add_gate_arguments, gate_options
 from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
 
 
@@ -22,6 +23,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--allow-foreign-tables", action="store_true",
         help="write into an SQLite file that also holds other programs' tables",
+    )  # fmt: skip
+    add_gate_arguments(parser, "a configuration (against the baseline)")
+    parser.add_argument(
+        "--baseline", metavar="LABEL",
+        help="the configuration the others are judged against (default: the campaign's "
+        "reference, else its first configuration)",
     )  # fmt: skip
     add_metrics_arguments(parser)
     parser.set_defaults(func=main)
@@ -85,4 +92,24 @@ def main(args: argparse.Namespace) -> int:
     finish_metrics(metrics, args, interrupted=result.interrupted)
     if result.interrupted:
         return exits.INTERRUPTED
-    return exits.FINDING if result.failures else exits.OK
+    findings = _verdicts(args, result.campaign.name, console)
+    return exits.FINDING if result.failures or findings else exits.OK
+
+
+def _verdicts(args: argparse.Namespace, campaign: str, console: Any) -> bool:
+    """Print the crashes and each configuration's gate; True when they make a finding: a
+    configuration crashed (unless --allow-crashes), or a gate failed under --fail-on-differ."""
+    from soakgate.errors import UsageError
+    from soakgate.report.api import campaign_verdicts
+
+    try:
+        found = campaign_verdicts(args.db, campaign, args.baseline, gate=gate_options(args))
+    except UsageError as exc:  # e.g. nothing stored: no verdict to give
+        console.print(f"no verdict: {exc}")
+        return False
+    for line in found.lines:
+        console.print(line, soft_wrap=True)
+    crashed = bool(found.crashed) and not args.allow_crashes
+    if crashed:
+        console.print("a configuration's servers crashed: exit 1 (--allow-crashes to pass)")
+    return crashed or (args.fail_on_differ and found.gate_fails)

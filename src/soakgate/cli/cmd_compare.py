@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from soakgate.cli.args import add_gate_arguments, gate_options
 from soakgate.cli.cmd_report import add_clustering_arguments, clustering_options
+
+COMPARE_OUTCOMES = ("all", "crash", "error", "collapse", "suspect", "divergence", "any_failure")
 
 
 def register(subparsers: Any) -> None:
     """Add the `compare` command."""
     parser = subparsers.add_parser(
-        "compare", help="compare collapse rates: naive, exact and cluster-robust tests"
+        "compare",
+        help="judge every failure outcome of B against A (the release gate), and "
+        "collapse rates in detail",
     )
     parser.add_argument("db", metavar="DB", help="soakgate SQLite database")
     parser.add_argument("a", metavar="A", nargs="?", help="reference arm: LABEL or LABEL@TARGET")
@@ -23,21 +28,19 @@ def register(subparsers: Any) -> None:
         "--allow-unit-mismatch", action="store_true",
         help="compare an aggregate over targets with one target anyway (output is labelled)",
     )  # fmt: skip
+    add_gate_arguments(parser, "B")
     parser.add_argument(
-        "--fail-on-differ", action="store_true",
-        help="exit 1 when a verdict is DIFFER (to gate a pipeline); 0 otherwise",
-    )  # fmt: skip
-    parser.add_argument(
-        "--outcome", choices=("collapse", "suspect"), default="collapse",
-        help="what is compared: collapses among clean generations (default), or reference "
-        "scoring's suspect generations among scored ones",
+        "--outcome", choices=COMPARE_OUTCOMES, default="all",
+        help="what is judged: every outcome both arms measured (default), or one: crash, "
+        "error (server errors), collapse, suspect (reference scoring; the detail shows suspect "
+        "/ scored rows), divergence (from a greedy reference), any_failure",
     )  # fmt: skip
     add_clustering_arguments(parser)
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print the comparison(s); with --fail-on-differ, exit 1 when any verdict is DIFFER."""
+    """Print the gate and the comparison(s); with --fail-on-differ, exit 1 when the gate fails."""
     from soakgate.report.api import compare
     from soakgate.terminal import echo
 
@@ -51,6 +54,7 @@ def main(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         options=clustering_options(args),
         outcome=args.outcome,
+        gate=gate_options(args),
     )
     echo(text)
     return 1 if differ and args.fail_on_differ else 0

@@ -166,7 +166,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         db=Path(args.db), prompts=prompts, prompt_order=args.prompt_order,
         seed=args.prompt_seed, detectors=DetectorConfig(char_run_threshold=args.char_run_threshold),
         store_text=args.store_text, resume=getattr(args, "resume", None),
-        references=[TargetSpec.parse(r, api_key) for r in references],
+        references=[TargetSpec.parse(r, api_key, args.model) for r in references],
         reference_fraction=getattr(args, "reference_fraction", 0.03),
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),

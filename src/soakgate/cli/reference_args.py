@@ -100,7 +100,7 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
         from soakgate.targets import TargetSpec
 
         api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
-        spec = TargetSpec.parse(url, api_key)
+        spec = TargetSpec.parse(url, api_key, args.model)
         connections = config.load.concurrency * len(config.targets)
         reference = HttpReference(spec.url, spec.model, api_key, args.score_timeout, connections)
         return ReferenceScorer(reference, settings, ServerSampler(spec))

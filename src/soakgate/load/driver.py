@@ -19,7 +19,7 @@ from soakgate.errors import StoreError
 from soakgate.load.backoff import TargetBackoff
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
-from soakgate.probes.differential import greedy, is_sampled, outcome_divergence
+from soakgate.probes.differential import compare_with_reference, greedy, is_sampled
 from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run, sha256_text
 from soakgate.store import BatchWriter
@@ -29,6 +29,9 @@ from soakgate.targets.client import Session, connect, make_session
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
 _CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset", "dropped"})
+Marks = bool | dict[str, object]
+"""A row's differential marks: False (not sampled), True (sampled, not compared), or what the
+comparison with the reference kept (`probes.differential.compare_with_reference`)."""
 STORE_FAILURE_GRACE_S = 5.0
 """Once the store has failed, how long in-flight requests may finish (their rows are spilled)."""
 
@@ -55,6 +58,7 @@ class _Shared:
     references: dict[str, OpenAIClient] = field(default_factory=dict)
     """Target name -> the client its sampled greedy requests are compared against."""
     reference_fraction: float = 0.0
+    reference_repeat: bool = True
     labels: dict[str, str] = field(default_factory=dict)
     on_generation: Callable[[Generation], None] | None = None
     abort: asyncio.Event = field(default_factory=asyncio.Event)
@@ -115,6 +119,7 @@ async def soak(
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         reference_fraction=differential.fraction if differential else 0.0,
+        reference_repeat=differential.repeat if differential else False,
         abort=abort or asyncio.Event(), scorer=scorer,
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
@@ -256,13 +261,14 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
         sampled = reference is not None and is_sampled(seq, shared.reference_fraction)
         spec = greedy(shared.spec) if sampled else shared.spec
         divergence: int | None = None
+        marks: dict[str, object] = {}
         tally.in_flight += 1
         try:
             await client.generate(prompt, spec, request_id, outcome)
             if sampled and outcome.error_class is None and reference is not None:
-                answer = await reference.generate(prompt, spec, f"{request_id}-ref")
-                if answer.error_class is None:
-                    divergence = outcome_divergence(outcome, answer)
+                divergence, marks = await compare_with_reference(
+                    reference, prompt, spec, request_id, outcome, shared.reference_repeat
+                )  # fmt: skip
         except asyncio.CancelledError:
             _store(shared, outcome, name, seq, prompt, request_id)
             raise
@@ -272,10 +278,12 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
         scorer = shared.scorer
         if scorer is not None and error_class is None and scorer.selects(name, seq):
             await _score_then_store(
-                shared, outcome, name, seq, prompt, request_id, divergence, sampled
+                shared, outcome, name, seq, prompt, request_id, divergence, sampled and marks
             )
         else:
-            row = _store(shared, outcome, name, seq, prompt, request_id, divergence, sampled)
+            row = _store(
+                shared, outcome, name, seq, prompt, request_id, divergence, sampled and marks
+            )  # fmt: skip
             error_class = row.error_class
         backoff = _next_backoff(backoff, error_class)
         if backoff:
@@ -288,7 +296,7 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
 
 async def _score_then_store(
     shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
-    divergence: int | None, sampled: bool,
+    divergence: int | None, sampled: Marks,
 ) -> None:  # fmt: skip
     """Score a clean row under the reference in its own task, then store it. The worker waits
     only for a place in the backlog (at most `budget_s`: a reference that falls behind slows
@@ -329,7 +337,7 @@ async def _score_then_store(
 
 def _store(
     shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
-    divergence: int | None = None, sampled: bool = False,
+    divergence: int | None = None, sampled: Marks = False,
 ) -> Generation:  # fmt: skip
     """Queue the outcome's row for the store; it is scored with its batch (`_score_batch`)."""
     generation = _row(shared, outcome, target, seq, prompt, request_id, divergence, sampled)
@@ -339,7 +347,7 @@ def _store(
 
 def _row(
     shared: _Shared, outcome: Outcome, target: str, seq: int, prompt: Prompt, request_id: str,
-    divergence: int | None = None, sampled: bool = False,
+    divergence: int | None = None, sampled: Marks = False,
 ) -> Generation:  # fmt: skip
     """The outcome's row (not yet scored by the detectors)."""
     if outcome.error_class == "cancelled" and not outcome.ended_at:
@@ -354,8 +362,11 @@ def _row(
         event = note(shared.run, "retried", request_id=request_id, attempts=outcome.attempts)
         event.target = target
         shared.writer.add_event(event)
-    if sampled:  # greedy rows are marked so analysis can tell them from the sampled population
-        generation.details["differential"] = {"greedy": True, "compared": divergence is not None}
+    if sampled is not False:  # greedy rows are marked: analysis tells them from the population
+        marks = sampled if isinstance(sampled, dict) else {}
+        generation.details["differential"] = {
+            "greedy": True, "compared": divergence is not None, **marks,
+        }  # fmt: skip
     return generation
 
 

@@ -295,7 +295,8 @@ async def _soak_with_signals(
         differential = Differential(config.references[0], config.reference_fraction)
         baseline = await reference_baseline(config, picker)
         writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
-                              informative=baseline.informative))  # fmt: skip
+                              informative=baseline.informative,
+                              compared_with=config.references[0].name))  # fmt: skip
     if config.scorer is not None and not await until_signal(
         stop, prepare_scoring(config.scorer, config, run, writer, picker)
     ):  # a signal during the calibration: nothing was sent to the targets, nothing is lost

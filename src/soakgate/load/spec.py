@@ -106,6 +106,9 @@ class Differential:
     per_target: Mapping[str, TargetSpec] = field(default_factory=dict)
     """Target name -> its own reference (a campaign pairs each device with a reference instance
     on the same device)."""
+    repeat: bool = True
+    """Ask the reference each compared request twice: its own nondeterminism, measured beside
+    every comparison (`details.differential.reference_repeat`)."""
 
     def reference_for(self, target: str) -> TargetSpec | None:
         """The reference a target is compared against (None: that target is not compared)."""

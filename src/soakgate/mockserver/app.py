@@ -89,7 +89,9 @@ class MockServer:
         return web.Response(text="ok")
 
     async def models(self, _request: web.Request) -> web.Response:
-        """The one served model."""
+        """The one served model (quirk `no-models`: 404, as servers without the route answer)."""
+        if "no-models" in self.config.quirks:
+            return web.Response(status=404, text="404: Not Found")
         return web.Response(body=self._models, content_type=_JSON)
 
     async def metrics_page(self, _request: web.Request) -> web.Response:
@@ -127,6 +129,8 @@ class MockServer:
         decision = self.injector.decide(self.metrics.in_flight + 1)
         plan = make_plan(self.config, request_id, sampling, decision, self.injector.rng)
         self._log(plan, endpoint)
+        if decision.crash:
+            die_of_sigsegv()
         metrics = self.metrics
         metrics.in_flight += 1
         metrics.prompt_tokens += plan.prompt_tokens
@@ -162,6 +166,8 @@ class MockServer:
                 "fluent": len(plan.fluent_positions),
                 "fluent_positions": plan.fluent_positions,
                 "burst": decision.burst,
+                "corrupt": decision.corrupt,
+                "crash": decision.crash,
             }
         )
         self.seq += 1
@@ -309,6 +315,18 @@ def _abort(request: web.Request) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
+
+
+def die_of_sigsegv() -> None:
+    """Die of SIGSEGV, as a server whose corrupted state reached native code does (no core
+    file: the limit is set to 0 first)."""
+    import resource
+    import signal
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    sys.stderr.write("Fatal Python error: Segmentation fault (injected: corrupted state)\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def _maybe_die(config: MockConfig) -> None:

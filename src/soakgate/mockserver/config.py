@@ -10,7 +10,7 @@ from soakgate.errors import UsageError
 
 COLLAPSE_KINDS = ("bang_run", "word_loop", "empty")
 FAULT_KINDS = ("http_500", "reset", "stall", "malformed_json", "truncated_stream", "server_error")
-QUIRKS = ("no-done", "interrupt-streams", "chat-logprobs")
+QUIRKS = ("no-done", "interrupt-streams", "chat-logprobs", "no-models")
 DEFAULT_DIE_MESSAGE = "RuntimeError: UR_RESULT_ERROR_DEVICE_LOST: device lost"
 
 
@@ -67,11 +67,22 @@ class MockConfig:
     """Fraction of clean requests with a few ordinary tokens replaced (differential check)."""
     perturb_max_tokens: int = 3
     """Most tokens replaced in one perturbed request (at least one)."""
+    perturb_from: int = 0
+    """Perturb only tokens at this output position or later (late divergence, as ordinary
+    batching noise in a non-batch-invariant stack gives; 0: anywhere)."""
     fluent_rate: float = 0.0
     """Fraction of clean requests with fluent corruption: a few word tokens replaced by ordinary
     words the mock's model finds unlikely (what reference scoring must catch)."""
     fluent_max_tokens: int = 3
     """Most tokens replaced in one fluently corrupted request (at least one)."""
+    corrupt_at_in_flight: int = 0
+    """State corruption (the control for the release gate): a request that arrives with at least
+    this many requests in flight (itself included) may corrupt the server's state, after which
+    every answer is garbage with HTTP 200, until the process crashes and is restarted (0: off)."""
+    corrupt_rate: float = 1.0
+    """Probability that such an arrival corrupts the state."""
+    corrupt_crash_rate: float = 0.0
+    """While corrupt, probability per arriving request that the process dies of SIGSEGV."""
     die_after: int | None = None
     """Exit with code 1 when generation request number die_after + 1 arrives."""
     die_message: str = DEFAULT_DIE_MESSAGE
@@ -101,6 +112,8 @@ class MockConfig:
                 "--fluent-rate": self.fluent_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
+                "--corrupt-rate": self.corrupt_rate,
+                "--corrupt-crash-rate": self.corrupt_crash_rate,
             }
         )
         _check_nonnegative(
@@ -119,8 +132,14 @@ class MockConfig:
             raise UsageError(f"--max-model-len must be >= 1, got {self.max_model_len}")
         if self.output_tokens is not None and self.output_tokens < 1:
             raise UsageError(f"--output-tokens must be >= 1, got {self.output_tokens}")
+        if self.corrupt_at_in_flight < 0:
+            raise UsageError(
+                f"--corrupt-at-in-flight must be >= 0, got {self.corrupt_at_in_flight}"
+            )
         if self.die_after is not None and self.die_after < 0:
             raise UsageError(f"--die-after must be >= 0, got {self.die_after}")
+        if self.perturb_from < 0:
+            raise UsageError(f"--perturb-from must be >= 0, got {self.perturb_from}")
         if self.perturb_max_tokens < 1:
             raise UsageError("--perturb-max-tokens must be >= 1")
         if self.fluent_max_tokens < 1:
@@ -219,6 +238,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--perturb-max-tokens", type=int, default=d.perturb_max_tokens, help="most tokens perturbed"
     )
+    add("--perturb-from", type=int, default=d.perturb_from,
+        help="perturb only output positions from this one on (0: anywhere)")  # fmt: skip
     add(
         "--fluent-rate", type=float, default=d.fluent_rate,
         help="fraction of outputs with a few words replaced by words the model finds unlikely",
@@ -227,6 +248,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fluent-max-tokens", type=int, default=d.fluent_max_tokens,
         help="most tokens replaced by fluent corruption",
     )  # fmt: skip
+    add(
+        "--corrupt-at-in-flight", type=int, default=d.corrupt_at_in_flight,
+        help="a request arriving with this many in flight (itself included) may corrupt the "
+        "state: answers are garbage with HTTP 200 until a SIGSEGV crash (0: off)",
+    )  # fmt: skip
+    add("--corrupt-rate", type=float, default=d.corrupt_rate,
+        help="probability that such an arrival corrupts the state")  # fmt: skip
+    add("--corrupt-crash-rate", type=float, default=d.corrupt_crash_rate,
+        help="while corrupt, probability per request of dying of SIGSEGV")  # fmt: skip
     add("--die-after", type=int, default=None, help="exit 1 after N generation requests")
     add("--die-message", default=d.die_message, help="stderr line printed when dying")
     add("--die-once-file", type=Path, default=None, help="die only if this file does not exist")
@@ -276,8 +306,12 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         stall_s=args.stall_s,
         perturb_rate=args.perturb_rate,
         perturb_max_tokens=args.perturb_max_tokens,
+        perturb_from=args.perturb_from,
         fluent_rate=args.fluent_rate,
         fluent_max_tokens=args.fluent_max_tokens,
+        corrupt_at_in_flight=args.corrupt_at_in_flight,
+        corrupt_rate=args.corrupt_rate,
+        corrupt_crash_rate=args.corrupt_crash_rate,
         die_after=args.die_after,
         die_message=args.die_message,
         die_once_file=args.die_once_file,

@@ -31,6 +31,10 @@ class Decision:
     """Whether the Markov model was in the burst state for this request."""
     fluent: bool = False
     """Whether a few tokens are to be replaced by words the mock's model finds unlikely."""
+    corrupt: bool = False
+    """The server's state is corrupt: the answer is garbage (a collapse, or every word wrong)."""
+    crash: bool = False
+    """The server dies of SIGSEGV on this request (its state was corrupt)."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -53,8 +57,11 @@ class Injector:
             or config.perturb_rate
             or config.fluent_rate
             or config.state_collapse
+            or config.corrupt_at_in_flight
         )
         self._received = 0
+        self.corrupt = False
+        """The state is corrupt (until the process dies: a restart starts clean)."""
 
     def decide(self, in_flight: int = 1) -> Decision:
         """Advance the burst state, then draw fault, else collapse, else perturbation.
@@ -69,6 +76,8 @@ class Injector:
             if (self._received - 1) % period < width:
                 return Decision(self._pick_kind(), None, False, False)
             return CLEAN
+        if config.corrupt_at_in_flight and (self.corrupt or self._corrupts(in_flight)):
+            return self._corrupted()
         if self._burst:
             self._burst = rng.random() >= config.burst_exit
         else:
@@ -87,6 +96,22 @@ class Injector:
         # drawn only when asked for, so that seeds without it decide exactly as before
         fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate
         return Decision(None, None, perturbed, self._burst, fluent_draw)
+
+    def _corrupts(self, in_flight: int) -> bool:
+        """Whether this arrival corrupts the state (drawn only under the load that can)."""
+        config = self._config
+        if in_flight >= config.corrupt_at_in_flight and self.rng.random() < config.corrupt_rate:
+            self.corrupt = True
+        return self.corrupt
+
+    def _corrupted(self) -> Decision:
+        """An answer of a corrupt server: it crashes, or answers garbage (half of them a
+        collapse, the rest fluent words that are all wrong)."""
+        rng = self.rng
+        if rng.random() < self._config.corrupt_crash_rate:
+            return Decision(None, None, False, False, crash=True, corrupt=True)
+        kind = self._pick_kind() if rng.random() < 0.5 else None
+        return Decision(kind, None, False, False, corrupt=True)
 
     def _pick_kind(self) -> str:
         """A collapse kind drawn by weight."""
@@ -117,10 +142,24 @@ def degenerate(
     return ids, prefix_text + detokenize(loop)
 
 
-def perturb(clean: list[int], most: int, rng: random.Random) -> tuple[list[int], str, int]:
-    """Replace 1..most word tokens by other words (fluent, not degenerate); returns the count."""
+def garbage(clean: list[int], rng: random.Random) -> tuple[list[int], str]:
+    """Every token of the answer replaced by another ordinary word: fluent, and wrong from the
+    first token (what a corrupted KV cache answers)."""
+    ids = []
+    for token in clean:
+        word = rng.choice(WORD_IDS)
+        ids.append(word if word != token else WORD_IDS[(WORD_IDS.index(word) + 1) % len(WORD_IDS)])
+    return ids, detokenize(ids)
+
+
+def perturb(
+    clean: list[int], most: int, rng: random.Random, start: int = 0
+) -> tuple[list[int], str, int]:
+    """Replace 1..most word tokens (at positions `start` and later) by other words (fluent, not
+    degenerate); returns the count."""
     ids = list(clean)
-    candidates = [i for i, token in enumerate(ids) if token in _WORD_SET] or list(range(len(ids)))
+    later = range(min(start, len(ids)), len(ids))
+    candidates = [i for i in later if ids[i] in _WORD_SET] or list(later)
     if not candidates:
         return ids, detokenize(ids), 0
     positions = rng.sample(candidates, min(rng.randint(1, most), len(candidates)))

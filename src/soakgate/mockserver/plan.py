@@ -8,7 +8,7 @@ from typing import Any
 
 from soakgate.errors import UsageError
 from soakgate.mockserver.config import MockConfig
-from soakgate.mockserver.inject import Decision, degenerate, fluent, perturb
+from soakgate.mockserver.inject import Decision, degenerate, fluent, garbage, perturb
 from soakgate.mockserver.text import (
     VOCAB_SIZE,
     clean_tokens,
@@ -205,8 +205,10 @@ def make_plan(
     perturbed, positions = 0, list[int]()
     if decision.injected is not None:
         ids, text = degenerate(decision.injected, ids, text, rng)
+    elif decision.corrupt:
+        ids, text = garbage(ids, rng)
     elif decision.perturb:
-        ids, text, perturbed = perturb(ids, config.perturb_max_tokens, rng)
+        ids, text, perturbed = perturb(ids, config.perturb_max_tokens, rng, config.perturb_from)
     if decision.fluent and decision.injected is None:
         ids, text, positions = fluent(ids, context, config.fluent_max_tokens, rng)
     fault_after = rng.randint(2, 5) if decision.fault is not None else 0

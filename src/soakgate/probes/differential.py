@@ -31,6 +31,35 @@ def outcome_divergence(target: Outcome, reference: Outcome) -> int:
     return first_divergence(target.text, reference.text)
 
 
+def divergence_unit(target: Outcome, reference: Outcome) -> str:
+    """What `outcome_divergence` counted: `tokens` when both had ids, else `characters`."""
+    both = target.token_ids is not None and reference.token_ids is not None
+    return "tokens" if both else "characters"
+
+
+async def compare_with_reference(
+    reference: OpenAIClient, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome,
+    repeat: bool = True,
+) -> tuple[int | None, dict[str, object]]:  # fmt: skip
+    """Ask the reference the target's (greedy) request: the first divergence of the target's
+    answer from it (None when the reference failed), and what the row keeps of it. With
+    `repeat`, the reference is asked once more right after, and where that second answer first
+    diverges from its first (`reference_repeat`, -1: identical) is kept too: the reference's own
+    nondeterminism, measured beside every comparison, which the verdict judges divergence
+    against."""
+    answer = await reference.generate(prompt, spec, f"{request_id}-ref")
+    if answer.error_class is not None:
+        return None, {"reference_error": answer.error_class}
+    marks: dict[str, object] = {"unit": divergence_unit(outcome, answer)}
+    if repeat:
+        again = await reference.generate(prompt, spec, f"{request_id}-ref2")
+        if again.error_class is None:
+            marks["reference_repeat"] = outcome_divergence(again, answer)
+        else:
+            marks["reference_repeat_error"] = again.error_class
+    return outcome_divergence(outcome, answer), marks
+
+
 def is_sampled(seq: int, fraction: float, seed: int = 0) -> bool:
     """Whether request `seq` joins the differential sample (reproducible from seq and seed)."""
     return fraction > 0 and random.Random(f"{seed}:{seq}").random() < fraction
@@ -51,6 +80,8 @@ class Baseline:
     """How many of them differed."""
     errors: int
     """Comparisons lost to request errors."""
+    positions: tuple[int, ...] = ()
+    """First divergence of each comparison made (-1: identical)."""
 
     @property
     def informative(self) -> bool:
@@ -64,6 +95,7 @@ async def measure_baseline(
     """Send each prompt twice to the first reference (and once to each other reference)."""
     greedy_spec = greedy(spec)
     pairs = divergent = errors = 0
+    positions: list[int] = []
     for index, prompt in enumerate(prompts):
         first, *others = references
         runs = [first.generate(prompt, greedy_spec, f"baseline-{index}-{n}") for n in range(2)]
@@ -76,5 +108,6 @@ async def measure_baseline(
                 errors += 1
                 continue
             pairs += 1
-            divergent += outcome_divergence(anchor, other) >= 0
-    return Baseline(pairs, divergent, errors)
+            positions.append(outcome_divergence(anchor, other))
+            divergent += positions[-1] >= 0
+    return Baseline(pairs, divergent, errors, tuple(positions))

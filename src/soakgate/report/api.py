@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from soakgate.errors import StoreError, UsageError
+from soakgate.records import Run
+from soakgate.report.gate import GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions
+from soakgate.stats.outcomes import COLLAPSE, OUTCOMES, SUSPECT
 from soakgate.store import SqliteStore
 from soakgate.store.sqlite import read_failure
 
@@ -121,10 +124,14 @@ def default_comparisons(
 
 
 class CompareResult(NamedTuple):
-    """What `soakgate compare` prints, and whether any verdict in it is DIFFER."""
+    """What `soakgate compare` prints, and whether the gate fails (a finding: exit 1 with
+    --fail-on-differ)."""
 
     text: str
     differ: bool
+
+
+COMPARE_OUTCOMES = ("all", *OUTCOMES)
 
 
 def compare(
@@ -136,42 +143,40 @@ def compare(
     allow_unit_mismatch: bool = False,
     alpha: float = 0.05,
     options: ClusteringOptions | None = None,
-    outcome: str = "collapse",
+    outcome: str = "all",
+    gate: GateOptions | None = None,
 ) -> CompareResult:
-    """`soakgate compare`: one pair, a --baseline family, or a --plan's rule; its text, and
-    whether any comparison's verdict is DIFFER. `outcome` `suspect` compares the rates of
-    reference scoring's suspect rows among scored rows instead, with the same machinery."""
-    from soakgate.report.compare_text import render_comparison
-    from soakgate.report.comparisons import (
-        attach_differential,
-        compare_baseline,
-        compare_units,
-        compare_with_plan,
-        differs,
-    )
+    """`soakgate compare`: one pair, a --baseline family, or a --plan's rule. Every outcome both
+    arms measured is judged (crashes, server errors, collapses, suspect generations, divergence,
+    any failure; `outcome` names one to judge alone), the family-wise error held by Holm, and
+    the gate's line opens the text; collapses (or, for `outcome` `suspect`, reference scoring's
+    suspect / scored rows) follow in detail. `differ`: the gate fails (report/gate.py), or
+    under --plan the registered decision is DIFFER."""
+    import dataclasses
 
-    if outcome not in ("collapse", "suspect"):
-        raise UsageError(f"--outcome must be collapse or suspect, not {outcome!r}")
+    from soakgate.report.compare_text import render_comparison
+    from soakgate.report.comparisons import attach_differential, attach_gates
+    from soakgate.report.gate import gate_lines
+
+    if outcome not in COMPARE_OUTCOMES:
+        raise UsageError(f"--outcome must be one of {', '.join(COMPARE_OUTCOMES)}, not {outcome!r}")
     analysis = load_analysis(db, options, clustering=False)
-    if outcome == "suspect":
-        analysis = _suspect_view(analysis, plan)
-    if plan is not None:
-        if baseline:
-            raise UsageError("--plan names its own arms; give no --baseline with it")
-        given = (a, b) if a or b else None
-        reports = [compare_with_plan(analysis, plan, options, allow_unit_mismatch, given)]
-    elif baseline is not None:
-        if a or b:
-            raise UsageError("give either A B or --baseline LABEL, not both")
-        reports = compare_baseline(analysis, baseline, options, allow_unit_mismatch, alpha)
-    else:
-        if not a or not b:
-            raise UsageError("give two arms A B (LABEL or LABEL@TARGET), --baseline or --plan")
-        reports = [compare_units(analysis, a, b, options, allow_unit_mismatch, alpha)]
-    if outcome == "collapse":
+    detail = _suspect_view(analysis, plan) if outcome == SUSPECT else analysis
+    reports = _compare_reports(detail, a, b, baseline, plan, allow_unit_mismatch, alpha, options)
+    if outcome != SUSPECT:
         attach_differential(analysis, reports, options)
-    text = "\n\n".join(render_comparison(r) for r in reports)
-    if outcome == "suspect":
+    judged = tuple(o for o in OUTCOMES if outcome in ("all", o))
+    if plan is not None:  # the registered collapse decision stands on its own, as registered
+        judged = tuple(o for o in judged if o != COLLAPSE)
+    gate = dataclasses.replace(gate or GateOptions(), outcomes=judged)
+    if judged:
+        attach_gates(analysis, reports, alpha if plan is None else reports[0].comparison.alpha,
+                     options, gate)  # fmt: skip
+    gates = [line for r in reports if r.gate is not None for line in gate_lines(r.gate)]
+    heading = "gate (every outcome of B against A; Holm across outcomes and arms):"
+    parts = [heading + "\n" + "\n".join(gates)] if gates else []
+    text = "\n\n".join([*parts, *(render_comparison(r) for r in reports)])
+    if outcome == SUSPECT:
         text = (
             "outcome: suspect (reference scoring): suspect / scored generations per arm, in place "
             "of collapses / clean generations\n" + text
@@ -182,7 +187,31 @@ def compare(
             + text
         )
     warnings = [f"warning: {w}" for w in analysis.warnings]
-    return CompareResult("\n".join([text, *warnings]), any(differs(r) for r in reports))
+    fails = any(r.gate.fails for r in reports if r.gate is not None)
+    planned = any(r.decision is not None and r.decision.verdict == "differ" for r in reports)
+    return CompareResult("\n".join([text, *warnings]), fails or planned)
+
+
+def _compare_reports(
+    analysis: Analysis, a: str | None, b: str | None, baseline: str | None,
+    plan: str | Path | None, allow_unit_mismatch: bool, alpha: float,
+    options: ClusteringOptions | None,
+) -> list[ComparisonReport]:  # fmt: skip
+    """The comparisons asked for: a --plan's two arms, a --baseline family, or A B."""
+    from soakgate.report.comparisons import compare_baseline, compare_units, compare_with_plan
+
+    if plan is not None:
+        if baseline:
+            raise UsageError("--plan names its own arms; give no --baseline with it")
+        given = (a, b) if a or b else None
+        return [compare_with_plan(analysis, plan, options, allow_unit_mismatch, given)]
+    if baseline is not None:
+        if a or b:
+            raise UsageError("give either A B or --baseline LABEL, not both")
+        return compare_baseline(analysis, baseline, options, allow_unit_mismatch, alpha)
+    if not a or not b:
+        raise UsageError("give two arms A B (LABEL or LABEL@TARGET), --baseline or --plan")
+    return [compare_units(analysis, a, b, options, allow_unit_mismatch, alpha)]
 
 
 def _suspect_view(analysis: Analysis, plan: str | Path | None) -> Analysis:
@@ -251,3 +280,78 @@ def _export_parquet(db: str | Path, out: Path) -> int | None:
         return write_parquet(db, read_only_uri(Path(db)), present, out)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+
+
+class CampaignVerdicts(NamedTuple):
+    """What `soakgate campaign` prints after its blocks: the crashes of each configuration and
+    every other configuration's gate against the baseline."""
+
+    lines: list[str]
+    crashed: dict[str, int]
+    """Label -> crashes of its servers (targets and reference instances) in the campaign."""
+    gate_fails: bool
+    """Some configuration's gate failed against the baseline."""
+
+
+def campaign_verdicts(
+    db: str | Path, campaign: str, baseline: str | None = None, alpha: float = 0.05,
+    gate: GateOptions | None = None,
+) -> CampaignVerdicts:  # fmt: skip
+    """The campaign's own summary: one line per configuration whose servers crashed (a crash
+    of a reference instance is its configuration's), then each other configuration judged
+    against `baseline` (the campaign's reference, else its first configuration) on every
+    outcome, in one Holm family, over every run of those labels in the database."""
+    from soakgate.report.comparisons import attach_gates, compare_baseline
+    from soakgate.report.gate import gate_lines
+
+    analysis = load_analysis(db, clustering=False)
+    crashed, lines = _campaign_crashes(analysis, campaign)
+    mine = [r for r in analysis.runs if _campaign_of(r) == campaign]
+    base = baseline or next((_reference_of(r) for r in mine if _reference_of(r)), None)
+    base = base or (mine[0].label if mine else None)
+    fails = False
+    labels = list(dict.fromkeys(r.label for r in mine))
+    if base is not None and len(labels) > 1 and base in labels:
+        reports = compare_baseline(analysis, base, None, allow_unit_mismatch=False, alpha=alpha)
+        attach_gates(analysis, reports, alpha, None, gate)
+        lines.append(f"gate: every configuration against {base} (Holm across outcomes and "
+                     "configurations):")  # fmt: skip
+        lines += [line for r in reports if r.gate is not None for line in gate_lines(r.gate)]
+        fails = any(r.gate.fails for r in reports if r.gate is not None)
+    return CampaignVerdicts(lines, crashed, fails)
+
+
+def _campaign_of(run: Run) -> str | None:
+    context = run.load.get("campaign")
+    return str(context.get("campaign")) if isinstance(context, dict) else None
+
+
+def _reference_of(run: Run) -> str | None:
+    context = run.load.get("campaign")
+    reference = context.get("reference") if isinstance(context, dict) else None
+    return str(reference) if reference else None
+
+
+def _campaign_crashes(analysis: Analysis, campaign: str) -> tuple[dict[str, int], list[str]]:
+    """Label -> crashes in the campaign's runs, and one line per label that crashed."""
+    from collections import Counter
+
+    runs = {r.run_id: r for r in analysis.runs if _campaign_of(r) == campaign}
+    crashes: Counter[str] = Counter()
+    causes: dict[str, Counter[str]] = {}
+    for event in analysis.events:
+        run = runs.get(event.run_id)
+        if run is None or event.kind != "engine_fault" or event.target is None:
+            continue
+        label = run.label
+        if event.target not in run.targets and _reference_of(run):  # a reference instance
+            label = str(_reference_of(run))
+        crashes[label] += 1
+        causes.setdefault(label, Counter())[str(event.data.get("cause", "unknown"))] += 1
+    lines = [
+        f"configuration {label}: its servers crashed {count} time(s) ("
+        + ", ".join(f"{cause}: {n}" for cause, n in sorted(causes[label].items()))
+        + ")"
+        for label, count in crashes.items()
+    ]
+    return dict(crashes), lines

@@ -17,7 +17,7 @@ from soakgate.stats.robust import TestResult
 
 STATISTIC_NAMES = {
     "pooled_z": "z", "fisher": "odds ratio", "poisson_exact": "events in B",
-    "batch_means": "t", "quasi_poisson": "t",
+    "batch_means": "t", "episodes": "t", "quasi_poisson": "t",
 }  # fmt: skip
 
 

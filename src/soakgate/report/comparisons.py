@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from soakgate.errors import UnitMismatchError, UsageError
+from soakgate.report.gate import Gate, GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions, Unit
 from soakgate.stats.compare import AdjustedComparison, Arm, Comparison
 from soakgate.stats.plan import Decision, Plan
@@ -49,6 +50,8 @@ class ComparisonReport:
     """Other lines worth printing (e.g. which ledger entry registered the plan)."""
     differential: DifferentialComparison | None = None
     """The arms' differential-check divergence rates compared, when both have compared rows."""
+    gate: Gate | None = None
+    """Every outcome of B judged against A's (report/gate.py), when attached."""
 
 
 def rates_differ(report: ComparisonReport) -> bool:
@@ -284,6 +287,12 @@ def compare_divergence(
         seed=options.seed,
     )  # fmt: skip
     why = tuple(f"{u.name}: {u.verdict}" for u in (left, right) if not u.informative)
+    references = [u.divergence.reference if u.divergence else None for u in (left, right)]
+    if references[0] != references[1]:  # (unrecorded on both, by older soakgates: alike)
+        shown = " and ".join(f"{u.name} with {r or 'an unrecorded reference'}"
+                             for u, r in zip((left, right), references, strict=True))  # fmt: skip
+        why += (f"not compared with one reference ({shown}): each arm is judged against its "
+                "own reference's divergence from itself",)  # fmt: skip
     return DifferentialComparison(comparison, why)
 
 
@@ -296,10 +305,26 @@ def attach_differential(
         report.differential = compare_divergence(analysis, a, b, report.comparison.alpha, options)
 
 
+def attach_gates(
+    analysis: Analysis, reports: Sequence[ComparisonReport], alpha: float,
+    options: ClusteringOptions | None = None, gate: GateOptions | None = None,
+) -> None:  # fmt: skip
+    """Judge every outcome of each report's B against its A, all in one Holm family."""
+    from soakgate.report.gate import judge
+    from soakgate.report.outcomes import analysis_outcomes
+
+    outcomes = {o.name: o for o in analysis_outcomes(analysis)}
+    pairs = [(outcomes[r.units[0].name], outcomes[r.units[1].name]) for r in reports]
+    seed = (options or ClusteringOptions()).seed
+    for report, judged in zip(reports, judge(pairs, alpha, seed, gate), strict=True):
+        report.gate = judged
+
+
 def default_comparisons(
     analysis: Analysis, options: ClusteringOptions | None
 ) -> list[ComparisonReport]:
-    """Every label against the first one (Holm), when all labels are the same kind of unit."""
+    """Every label against the first one (Holm), when all labels are the same kind of unit,
+    with the differential and every outcome's gate attached."""
     labels = analysis.labels
     if len(labels) < 2:
         return []
@@ -310,6 +335,7 @@ def default_comparisons(
         return []
     reports = compare_baseline(analysis, labels[0], options)
     attach_differential(analysis, reports, options)
+    attach_gates(analysis, reports, reports[0].comparison.alpha if reports else 0.05, options)
     return reports
 
 

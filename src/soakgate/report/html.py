@@ -276,6 +276,12 @@ def render_html(
         when=_when,
         warnings=analysis.warnings,
         verdicts=_verdicts(analysis, comparisons),
+        gates=[
+            {"line": r.gate.headline(), "fails": r.gate.fails}
+            for r in comparisons
+            if r.gate is not None
+        ],
+        outcomes=_outcomes(analysis),
         figures=figures,
         comparison_headers=COMPARISON_HEADERS,
         comparisons=_comparison_rows(comparisons),
@@ -285,6 +291,15 @@ def render_html(
         units=[u for u in analysis.units if not u.aggregate],
         probes=probes,
     )
+
+
+def _outcomes(analysis: Analysis) -> dict[str, Any]:
+    """The failures-per-unit table (report/outcome_table.py)."""
+    from soakgate.report.outcome_table import OUTCOME_HEADERS, OUTCOME_NOTE, outcome_cells
+    from soakgate.report.outcomes import analysis_outcomes
+
+    rows = [outcome_cells(o) for o in analysis_outcomes(analysis)]
+    return {"headers": OUTCOME_HEADERS, "rows": rows, "note": OUTCOME_NOTE}
 
 
 def write_html(path: str | Path, html: str) -> None:

@@ -9,7 +9,7 @@ at the newest row id found at its start), so a database a soak is writing reads 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.records import Event, Generation, Run
+from soakgate.records import NOT_THE_SERVERS, Event, Generation, Run
 from soakgate.store.base import LedgerEntry, Store
 from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader
 
@@ -60,6 +60,20 @@ class SliceColumns:
     """Row ids of the collapsed rows, in order (to fetch exemplars)."""
     collapsed_runlike: BoolArray
     """Whether each was flagged by a run detector (`!!!!`: shown first)."""
+    server_error: BoolArray
+    """The request failed in a way that is the server's (records.NOT_THE_SERVERS are not)."""
+    judged: BoolArray
+    """The row says something about the server: every row but NOT_THE_SERVERS' errors."""
+    crash_lost: BoolArray
+    """An error served by a server incarnation that crashed, at or after its fault window
+    opened: the request was lost to the crash (and belongs to the configuration that crashed)."""
+    suspect: BoolArray
+    """Reference scoring flagged the row (False where it was not scored)."""
+    repeat: IntArray
+    """The reference's repeats of compared requests: first divergence from its own first answer
+    (-1: identical), in row order."""
+    characters: bool
+    """Divergence positions count characters (some compared row had no token ids)."""
 
     @property
     def requests(self) -> int:
@@ -98,35 +112,58 @@ class Columns:
         return [s for group in self.slices.values() for s in group if s.run_id == run_id]
 
 
+Windows = dict[str, list[tuple[int, float]]]
+"""Target -> (incarnation, start) of each fault window of one run: when that incarnation died."""
+
+
 class _Pieces:
     """Batches of one (label, target, run), joined at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, windows: Sequence[tuple[int, float]], suspect_ids: IntArray) -> None:
         self.columns: dict[str, list[npt.NDArray[np.generic]]] = {}
         self.errors: Counter[str] = Counter()
         self.rows = 0
         self.greedy = 0
+        self.characters = False
+        self.windows = windows
+        self.suspect_ids = suspect_ids
 
     def add(self, batch: ColumnBatch, mask: BoolArray) -> None:
         error_codes, error_values = batch.error
         codes = error_codes[mask]
         ok = codes == error_values.index("") if "" in error_values else np.zeros(len(codes), bool)
+        not_judged = [i for i, name in enumerate(error_values) if name in NOT_THE_SERVERS]
+        judged = ~np.isin(codes, not_judged)
         divergence = batch.divergence[mask]
         compared = np.flatnonzero(divergence != NO_DIVERGENCE)
         collapsed = batch.flagged[mask] & ok
+        repeat = batch.repeat[mask]
+        row_ids = batch.row_id[mask]
         parts = {
             "started": batch.started[mask], "ended": batch.ended[mask], "ok": ok,
             "collapsed": collapsed, "tokens": batch.tokens[mask],
             "compared": compared + self.rows, "divergence": divergence[compared],
-            "collapsed_ids": batch.row_id[mask][collapsed],
+            "collapsed_ids": row_ids[collapsed],
             "collapsed_runlike": batch.runlike[mask][collapsed],
+            "server_error": ~ok & judged, "judged": judged,
+            "crash_lost": ~ok & judged & self._lost(batch.incarnation[mask], batch.ended[mask]),
+            "suspect": np.isin(row_ids, self.suspect_ids),
+            "repeat": repeat[repeat != NO_DIVERGENCE],
         }  # fmt: skip
         for name, values in parts.items():
             self.columns.setdefault(name, []).append(values)
         for code, count in zip(*np.unique(codes[~ok], return_counts=True), strict=True):
             self.errors[error_values[int(code)]] += int(count)
         self.greedy += int(batch.greedy[mask].sum())
+        self.characters |= bool(batch.characters[mask][compared].any())
         self.rows += int(mask.sum())
+
+    def _lost(self, incarnation: IntArray, ended: FloatArray) -> BoolArray:
+        """Rows served by an incarnation at or after the start of its fault window."""
+        lost = np.zeros(len(incarnation), dtype=bool)
+        for dead, start in self.windows:
+            lost |= (incarnation == dead) & (ended >= start)
+        return lost
 
     def join(self, run_id: str, label: str, target: str) -> SliceColumns:
         joined = {name: np.concatenate(parts) for name, parts in self.columns.items()}
@@ -135,7 +172,8 @@ class _Pieces:
             run_id, label, target, joined["started"], joined["ended"], joined["ok"],
             joined["collapsed"], joined["tokens"], dict(self.errors), joined["compared"],
             joined["divergence"], self.greedy, joined["collapsed_ids"],
-            joined["collapsed_runlike"],
+            joined["collapsed_runlike"], joined["server_error"], joined["judged"],
+            joined["crash_lost"], joined["suspect"], joined["repeat"], self.characters,
         )  # fmt: skip
 
 
@@ -146,8 +184,9 @@ def _run_order(runs: list[Run], run_ids: list[str]) -> list[str]:
 
 
 def _scan_run(
-    reader: ColumnReader, run: Run | None, run_id: str, upto: int, greedy: bool
-) -> dict[tuple[str, str], _Pieces]:
+    reader: ColumnReader, run: Run | None, run_id: str, upto: int, greedy: bool,
+    make: Callable[[str], _Pieces],
+) -> dict[tuple[str, str], _Pieces]:  # fmt: skip
     """The run's rows split by (label, target); through the Arrow reader without strings when
     the run record says which targets and label to expect (read again with strings when a row
     holds another)."""
@@ -156,29 +195,52 @@ def _scan_run(
     if run is not None:
         pieces: dict[tuple[str, str], _Pieces] = {}
         try:
-            _split(reader.scan(run_id, upto, greedy, (run.targets, [run.label])), pieces)
+            _split(reader.scan(run_id, upto, greedy, (run.targets, [run.label])), pieces, make)
             return pieces
         except UnexpectedValues:
             pass  # e.g. a two-arm run, whose rows carry the arms' labels
     pieces = {}
-    _split(reader.scan(run_id, upto, greedy), pieces)
+    _split(reader.scan(run_id, upto, greedy), pieces, make)
     return pieces
 
 
-def _split(batches: Iterable[ColumnBatch], pieces: dict[tuple[str, str], _Pieces]) -> None:
+def _split(
+    batches: Iterable[ColumnBatch], pieces: dict[tuple[str, str], _Pieces],
+    make: Callable[[str], _Pieces],
+) -> None:  # fmt: skip
     for batch in batches:
         (target_codes, targets), (label_codes, labels) = batch.target, batch.label
         keys = label_codes.astype(np.int64) * len(targets) + target_codes
         for key in dict.fromkeys(keys[np.sort(np.unique(keys, return_index=True)[1])].tolist()):
             label, target = labels[key // len(targets)], targets[key % len(targets)]
-            pieces.setdefault((label, target), _Pieces()).add(batch, keys == key)
+            if (label, target) not in pieces:
+                pieces[(label, target)] = make(target)
+            pieces[(label, target)].add(batch, keys == key)
+
+
+def fault_windows(events: Iterable[Event]) -> dict[str, Windows]:
+    """Run id -> target -> (incarnation, start) of each server crash the guard recorded (its
+    `fault_window`, or the `engine_fault` alone when the run ended before the window closed)."""
+    found: dict[str, dict[str, set[tuple[int, float]]]] = {}
+    for event in events:
+        if event.target is None or event.kind not in ("fault_window", "engine_fault"):
+            continue
+        data = event.data
+        dead = data.get("incarnation_before", data.get("incarnation", 0))
+        start = data.get("start", data.get("window_start", event.at))
+        if isinstance(dead, int) and isinstance(start, int | float):
+            found.setdefault(event.run_id, {}).setdefault(event.target, set()).add(
+                (dead, float(start))
+            )
+    return {run: {t: sorted(w) for t, w in by.items()} for run, by in found.items()}
 
 
 def load_columns(
-    reader: ColumnReader, runs: list[Run], events: list[Event], ledger: list[LedgerEntry]
-) -> Columns:
+    reader: ColumnReader, runs: list[Run], events: list[Event], ledger: list[LedgerEntry],
+    suspect_ids: Iterable[int] = (),
+) -> Columns:  # fmt: skip
     """Read every run's rows (up to the newest row at the start) into slices, and the rows
-    shown as exemplars."""
+    shown as exemplars; `suspect_ids` are the rows reference scoring flagged."""
     from soakgate.probes.reproduce import PROBE_RUNS
 
     upto = reader.max_row_id()
@@ -186,10 +248,17 @@ def load_columns(
     probe_runs = {r.run_id for r in runs if r.load.get("probe") in PROBE_RUNS}  # replay's: no units
     slices: dict[tuple[str, str], list[SliceColumns]] = {}
     records = {run.run_id: run for run in runs}
+    windows = fault_windows(events)
+    suspects = np.fromiter(suspect_ids, np.int64)
     for run_id in _run_order(runs, reader.run_ids()):
         if run_id in probe_runs:
             continue
-        pieces = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs)
+        mine = windows.get(run_id, {})
+
+        def make(target: str, mine: Windows = mine) -> _Pieces:
+            return _Pieces(mine.get(target, []), suspects)
+
+        pieces = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs, make)
         for (label, target), piece in pieces.items():
             slices.setdefault((label, target), []).append(piece.join(run_id, label, target))
     columns = Columns(runs, events, ledger, slices)
@@ -213,16 +282,19 @@ def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[i
 def load_store(store: Store, contexts: bool = False) -> Columns:
     """Columns of an open store: on a SQLite store's own connection, else from its rows; with
     `contexts`, what surrounded each exemplar (a SQLite store only)."""
-    from soakgate.report.reference_load import load_reference
+    from soakgate.report.reference_load import load_reference, suspect_ids
     from soakgate.store.columns import reader_for
     from soakgate.store.sqlite import SqliteStore
 
+    runs = store.runs()
+    reference = load_reference(store, runs)
     reader = reader_for(store)
     try:
-        columns = load_columns(reader, store.runs(), store.events(), store.ledger())
+        columns = load_columns(reader, runs, store.events(), store.ledger(),
+                               suspect_ids(reference[0]))  # fmt: skip
     finally:
         reader.close()
-    columns.reference, columns.reference_rows = load_reference(store, columns.runs)
+    columns.reference, columns.reference_rows = reference
     if contexts and isinstance(store, SqliteStore):
         _add_contexts(store, columns)
     return columns
@@ -233,7 +305,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     Arrow reader once sqlite3 has closed the file (two SQLite libraries must not hold one file
     open in a process), or through sqlite3 where Arrow cannot be used; with `contexts`, what
     surrounded each exemplar (sqlite3 again, once Arrow has closed the file)."""
-    from soakgate.report.reference_load import load_reference
+    from soakgate.report.reference_load import load_reference, suspect_ids
     from soakgate.store.columns import ArrowReader, arrow_available
     from soakgate.store.sqlite import open_analysis, read_only_uri
 
@@ -241,8 +313,9 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     try:
         runs, events, ledger = store.runs(), store.events(), store.ledger()
         reference = load_reference(store, runs)
+        suspects = suspect_ids(reference[0])
         if not arrow_available() or store.shared_in_process:
-            columns = load_columns(store.column_reader(), runs, events, ledger)
+            columns = load_columns(store.column_reader(), runs, events, ledger, suspects)
             columns.reference, columns.reference_rows = reference
             if contexts:
                 _add_contexts(store, columns)
@@ -251,7 +324,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
         store.close()
     reader = ArrowReader(read_only_uri(Path(path)), str(path))
     try:
-        columns = load_columns(reader, runs, events, ledger)
+        columns = load_columns(reader, runs, events, ledger, suspects)
     finally:
         reader.close()
     columns.reference, columns.reference_rows = reference

@@ -23,6 +23,7 @@ from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.store.base import LedgerEntry
 
 if TYPE_CHECKING:
+    from soakgate.report.outcomes import UnitOutcomes
     from soakgate.report.probes import Probes
 
 BoolArray = npt.NDArray[np.bool_]
@@ -140,6 +141,8 @@ class Analysis:
     """Methodology warnings, one line each."""
     probes: Probes | None = None
     """Differential check, sweeps, speculative-decoding watch and sequential looks."""
+    outcomes_cache: list[UnitOutcomes] | None = None
+    """Every unit's failure outcomes, once computed (`report.outcomes.analysis_outcomes`)."""
 
     @property
     def runs(self) -> list[Run]:

@@ -24,9 +24,12 @@ from soakgate.records import Event
 from soakgate.report.formatting import percent
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, BoolArray, Unit
+from soakgate.report.outcomes import Divergence, divergence_of
 from soakgate.report.reference import ReferenceUnit, reference_units
 from soakgate.report.replays import ReplayVerdict, replay_verdicts
+from soakgate.stats.outcomes import divergence_direction, divergence_verdict, divergence_words
 from soakgate.stats.rates import RateSummary, summarize_rate
+from soakgate.stats.verdict import Verdict
 
 SATURATION_GAIN = 0.10  # the sweep command's default --min-gain; the threshold is not stored
 
@@ -55,7 +58,8 @@ class ReferenceBaseline:
 
 @dataclass(slots=True)
 class DifferentialUnit:
-    """Differential-check figures of one unit (or aggregate): greedy rows against the reference."""
+    """Differential-check figures of one unit (or aggregate): greedy rows against the reference,
+    judged against the reference's own nondeterminism."""
 
     name: str
     """`label@target`, or the label for an aggregate."""
@@ -73,25 +77,40 @@ class DifferentialUnit:
     """The reference baseline of the runs involved (None when none was recorded)."""
     sequence: BoolArray | None = field(default=None, repr=False)
     """Time-ordered divergence flags of the compared rows (for cluster-robust comparisons)."""
+    divergence: Divergence | None = field(default=None, repr=False)
+    """The compared rows' positions and the reference's own (report/outcomes.py)."""
 
     @property
     def informative(self) -> bool:
-        """Whether a divergence here may be read as a finding."""
-        return self.baseline is not None and self.baseline.informative
+        """Whether the reference's own nondeterminism was measured, so that the divergence can
+        be judged against it."""
+        return self.divergence is not None and len(self.divergence.own) > 0
+
+    @property
+    def judged(self) -> Verdict | None:
+        """The compared rows' first divergences against the reference's own (rank test)."""
+        if not self.informative or self.divergence is None:
+            return None
+        d = self.divergence
+        return divergence_verdict(d.own, d.positions, what=d.unit_word)
 
     @property
     def verdict(self) -> str:
         """One line: the finding, or why there is none."""
-        if self.compared == 0 or self.rate is None:
+        if self.compared == 0 or self.rate is None or self.divergence is None:
             return "no greedy rows compared"
-        if self.baseline is None:
-            return "uninformative: no reference baseline was recorded"
-        if not self.baseline.informative:
-            return f"uninformative: {self.baseline.describe()} (reference not deterministic)"
-        if self.divergent:
-            return f"DIVERGES from the reference in {self.divergent}/{self.compared} compared"
-        bound = percent(self.rate.upper_bound_one_sided)
-        return f"no divergence in {self.compared} compared (rate ≤ {bound} one-sided 95%)"
+        judged, d = self.judged, self.divergence
+        if judged is None:
+            return "uninformative: the reference's own nondeterminism was not measured"
+        own = f"the reference against itself ({divergence_words(d.own, d.unit_word)})"
+        mine = divergence_words(d.positions, d.unit_word)
+        test = f"Mann-Whitney p={judged.p_value:.3g}"
+        if judged.differ and divergence_direction(d.own, d.positions) > 0:
+            return f"DIVERGES from the reference: {mine}, more or earlier than {own}; {test}"
+        if not self.divergent:
+            bound = percent(self.rate.upper_bound_one_sided)
+            return f"no divergence in {self.compared} compared (rate ≤ {bound} one-sided 95%)"
+        return f"no more divergence than {own}: {mine}; {test}"
 
 
 @dataclass(slots=True)
@@ -213,8 +232,8 @@ def differential_unit(analysis: Analysis, unit: Unit) -> DifferentialUnit | None
     parts = [s for t in unit.targets for s in analysis.slices(unit.label, t)]
     if not any(len(s.compared) or s.greedy for s in parts):
         return None
-    started = np.concatenate([s.started[s.compared] for s in parts])
-    divergence = np.concatenate([s.divergence for s in parts])[np.argsort(started, kind="stable")]
+    found = divergence_of(analysis, parts)
+    divergence = found.positions if found is not None else np.zeros(0, np.int64)
     flags = divergence >= 0
     compared = len(divergence)
     runs = {s.run_id for s in parts if len(s.compared)} or {s.run_id for s in parts if s.greedy}
@@ -223,7 +242,7 @@ def differential_unit(analysis: Analysis, unit: Unit) -> DifferentialUnit | None
         divergent=int(flags.sum()),
         rate=summarize_rate(int(flags.sum()), compared) if compared else None,
         median_position=float(np.median(divergence[flags])) if flags.any() else None,
-        baseline=_baseline(analysis.events, runs), sequence=flags,
+        baseline=_baseline(analysis.events, runs), sequence=flags, divergence=found,
     )  # fmt: skip
 
 

@@ -106,3 +106,9 @@ def worst_ids(slices: Sequence[ReferenceSlice], count: int = WORST_PER_UNIT) -> 
     ids = np.concatenate([s.row_ids[s.suspect] for s in slices]) if slices else np.array([])
     order = np.argsort(-scores, kind="stable")[:count]
     return [int(ids[i]) for i in order]
+
+
+def suspect_ids(slices: ReferenceSlices) -> list[int]:
+    """Row ids of every row reference scoring flagged."""
+    return [int(i) for group in slices.values() for piece in group
+            for i in piece.row_ids[piece.suspect]]  # fmt: skip

@@ -13,12 +13,14 @@ from typing import Any
 from soakgate.report.comparisons import ComparisonReport, why_not_compared
 from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
+from soakgate.report.outcomes import UnitOutcomes
 
 COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
     "upper_95_if_zero", "errors", "errors_by_class", "tok_s", "clean_tok_s", "duration_s",
     "runs", "clustered", "design_effect", "effective_n", "clustering_reason",
 )  # fmt: skip
+"""A unit's own columns; the CSV adds OUTCOME_COLUMNS after them."""
 
 
 def unit_row(unit: Unit) -> dict[str, Any]:
@@ -40,9 +42,36 @@ def unit_row(unit: Unit) -> dict[str, Any]:
     }  # fmt: skip
 
 
+OUTCOME_COLUMNS = (
+    "judged_requests", "server_errors", "crashes", "crashes_per_hour", "requests_lost_to_crashes",
+    "suspect", "scored", "divergent", "compared", "any_failure",
+)  # fmt: skip
+
+
+def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
+    """The flat outcome figures a summary row carries (report/outcome_table.py has them all)."""
+    crash, d = outcomes.crash, outcomes.divergence
+    suspect = outcomes.suspect
+    per_hour = crash.per_hour if crash is not None and crash.hours > 0 else None
+    return {
+        "judged_requests": outcomes.judged, "server_errors": outcomes.error.events,
+        "crashes": crash.crashes if crash else None, "crashes_per_hour": per_hour,
+        "requests_lost_to_crashes": outcomes.crash_lost,
+        "suspect": suspect.events if suspect else None, "scored": suspect.n if suspect else None,
+        "divergent": int((d.positions >= 0).sum()) if d else None,
+        "compared": len(d.positions) if d else None,
+        "any_failure": outcomes.any_failure(suspect is not None).events,
+    }  # fmt: skip
+
+
 def summary_rows(analysis: Analysis) -> list[dict[str, Any]]:
-    """Rows in report order: each label's units, then its aggregate."""
-    return [unit_row(u) for u in analysis.units]
+    """Rows in report order: each label's units, then its aggregate; each with its outcomes."""
+    from soakgate.report.outcomes import analysis_outcomes
+
+    return [
+        {**unit_row(u), **_outcome_columns(o)}
+        for u, o in zip(analysis.units, analysis_outcomes(analysis), strict=True)
+    ]
 
 
 def rate_cell(row: dict[str, Any]) -> str:
@@ -107,15 +136,19 @@ def short_errors(row: dict[str, Any]) -> str:
 
 def verdict_block(analysis: Analysis, comparisons: Sequence[ComparisonReport]) -> list[str]:
     """What a report opens with: a heading, one line per comparison (or why there is none),
-    the note on the ratio intervals, and the methodology warnings beside them."""
+    the note on the ratio intervals, each gate's line, and the methodology warnings."""
     from soakgate.report.verdicts import RATIO_NOTE, verdict_lines
 
     lines = verdict_lines(list(comparisons), why_not_compared(analysis))
     if comparisons:
         base = comparisons[0].comparison.labels[0]
         family = ", Holm-adjusted" if len(comparisons) > 1 else ""
-        lines = [f"verdict (every label against {base}{family}):", *lines]
+        lines = [f"verdict on collapses (every label against {base}{family}):", *lines]
         lines.append(f"(ratio intervals: {RATIO_NOTE})")
+    gates = [r.gate.headline() for r in comparisons if r.gate is not None]
+    if gates:
+        lines += ["every outcome (crashes, errors, collapses, suspect, divergence, any failure; "
+                  "Holm across outcomes and labels):", *gates]  # fmt: skip
     count = len(analysis.warnings)
     if count:
         lines.append(f"{count} methodology warning(s):")
@@ -165,6 +198,7 @@ def render_table(
     console = TextConsole(file=io.StringIO(), width=width, record=True, color_system=None)
     for line in verdict_block(analysis, comparisons):
         console.print(line)
+    _print_outcomes(analysis, console)
     console.print(table)
     if narrow:
         console.print(
@@ -175,6 +209,22 @@ def render_table(
         _print_probes(analysis, console)
     _print_placement(analysis, console)
     return console.export_text()
+
+
+def _print_outcomes(analysis: Analysis, console: Any) -> None:
+    """Every failure outcome per unit: the first table of the report."""
+    from rich.table import Table
+
+    from soakgate.report.outcome_table import OUTCOME_HEADERS, OUTCOME_NOTE, outcome_cells
+    from soakgate.report.outcomes import analysis_outcomes
+
+    table = Table(title="failures per unit (every kind soakgate observes)")
+    for header in OUTCOME_HEADERS:
+        table.add_column(header, overflow="fold")
+    for outcomes in analysis_outcomes(analysis):
+        table.add_row(*outcome_cells(outcomes), style="dim" if outcomes.unit.aggregate else None)
+    console.print(table)
+    console.print(OUTCOME_NOTE)
 
 
 def _print_placement(analysis: Analysis, console: Any) -> None:
@@ -212,13 +262,17 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
 
 def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """Verdicts, rows, warnings, probe findings and events as one JSON document."""
+    from soakgate.report.outcome_table import gate_dict, outcome_dict
+    from soakgate.report.outcomes import analysis_outcomes
     from soakgate.report.placement import placements
     from soakgate.report.probe_tables import probes_json
     from soakgate.report.verdicts import verdict_dict
 
     document = {
         "comparisons": [verdict_dict(c) for c in comparisons],
+        "gates": [gate_dict(c.gate) for c in comparisons if c.gate is not None],
         "no_comparison": None if comparisons else why_not_compared(analysis),
+        "outcomes": [outcome_dict(o) for o in analysis_outcomes(analysis)],
         "units": summary_rows(analysis),
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
@@ -235,7 +289,7 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
 def render_csv(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """One CSV row per unit and aggregate; errors_by_class as JSON in its cell."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, (*COLUMNS, *OUTCOME_COLUMNS), lineterminator="\n")
     writer.writeheader()
     for row in summary_rows(analysis):
         writer.writerow({**row, "errors_by_class": json.dumps(row["errors_by_class"])})
@@ -267,7 +321,9 @@ def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] 
 
     lines = [f"**{markdown_text(v)}**" for v in verdict_lines(list(comparisons),
                                                        why_not_compared(analysis))]  # fmt: skip
+    lines += [f"**{markdown_text(r.gate.headline())}**" for r in comparisons if r.gate is not None]
     lines += [""] if lines else []
+    lines += _markdown_outcomes(analysis)
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += [
         "| " + " | ".join(markdown_text(c) for c in cells) + " |"
@@ -279,6 +335,19 @@ def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] 
     if analysis.probes is not None:
         lines += _markdown_probes(analysis)
     return "\n".join(lines) + "\n"
+
+
+def _markdown_outcomes(analysis: Analysis) -> list[str]:
+    from soakgate.report.outcome_table import OUTCOME_HEADERS, OUTCOME_NOTE, outcome_cells
+    from soakgate.report.outcomes import analysis_outcomes
+
+    lines = ["**Failures per unit**", "", "| " + " | ".join(OUTCOME_HEADERS) + " |"]
+    lines.append("|" + "---|" * len(OUTCOME_HEADERS))
+    lines += [
+        "| " + " | ".join(markdown_text(c) for c in outcome_cells(o)) + " |"
+        for o in analysis_outcomes(analysis)
+    ]
+    return [*lines, "", markdown_text(OUTCOME_NOTE), ""]
 
 
 def _markdown_probes(analysis: Analysis) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 from soakgate.report.compare_text import verdict_word
 from soakgate.report.comparisons import ComparisonReport
 from soakgate.report.formatting import percent
+from soakgate.stats.verdict import SCOPE_WORDS
 
 _WORDS = {"DIFFER": "differ", "INDETERMINATE": "indeterminate",
           "no significant difference": "no difference"}  # fmt: skip
@@ -25,7 +26,10 @@ def design_words(report: ComparisonReport) -> str:
     design = f"{v.design} ({v.blocks[0]} + {v.blocks[1]})" if v.blocks != (0, 0) else v.design
     p = report.adjusted_p if report.adjusted_p is not None else v.p_value
     which = "Holm p" if p != v.p_value else "p"
-    return f"{design}, {v.test} {which} = {p:.3g}, worth ~{v.effective_n:,.0f} requests per arm"
+    return (
+        f"{design}, {v.test} {which} = {p:.3g}, worth ~{v.effective_n:,.0f} requests per arm; "
+        f"about {SCOPE_WORDS[v.scope]}"
+    )
 
 
 def verdict_cells(report: ComparisonReport) -> dict[str, str]:
@@ -69,5 +73,5 @@ def verdict_dict(report: ComparisonReport) -> dict[str, Any]:
         "difference_ci": list(c.difference_ci), "design": v.design, "blocks": list(v.blocks),
         "test": v.test, "p_value": v.p_value, "adjusted_p": report.adjusted_p,
         "effective_n": v.effective_n, "reason": v.reason, "mismatch": report.mismatch,
-        "line": verdict_line(report),
+        "scope": v.scope, "line": verdict_line(report),
     }  # fmt: skip

@@ -36,12 +36,20 @@ _SELECT = (
     "SELECT id, COALESCE(target, ''), COALESCE(label, ''), CAST(started_at AS REAL), "
     "CAST(ended_at AS REAL), COALESCE(error_class, ''), "
     "CAST(COALESCE(completion_tokens, 0) AS INTEGER), COALESCE(flags, ''), "
-    f"CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER){{reference}} "
+    f"CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER), "
+    "CAST(COALESCE(incarnation, 0) AS INTEGER){reference} "
     "FROM generations WHERE run_id = ? AND id <= ? ORDER BY seq"
 )
 # Greedy rows are looked for only in runs with a reference baseline (a run with --reference
 # records one before its first request): searching the details JSON costs more than a column.
-_REFERENCE = ", instr(details, '\"differential\"') > 0"  # the driver marks greedy rows so
+# The driver marks greedy rows so; the reference's own repeat of a compared request (where the
+# reference diverged from itself) and whether positions count tokens are in the same object.
+_MARKS = "CASE WHEN json_valid(details) THEN json_extract(details, '$.differential.{}') END"
+_REFERENCE = (
+    ", instr(details, '\"differential\"') > 0, "
+    f"CAST(COALESCE({_MARKS.format('reference_repeat')}, {NO_DIVERGENCE}) AS INTEGER), "
+    f"COALESCE({_MARKS.format('unit')}, 'tokens') = 'characters'"
+)
 RUN_DETECTORS = ("char_run", "token_run")
 """Detectors of runs of one character or token (`!!!!`): their collapses are shown first."""
 _RUNLIKE = " OR ".join(
@@ -73,8 +81,8 @@ def numeric_select(targets: Sequence[str], labels: Sequence[str], reference: boo
         "CAST(started_at AS REAL), CAST(ended_at AS REAL), "
         f"{_case('error_class', ('', *ERROR_CLASSES))}, "
         "CAST(COALESCE(completion_tokens, 0) AS INTEGER), COALESCE(flags, '') != '', "
-        f"{_RUNLIKE}, CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER)"
-        f"{_REFERENCE if reference else ''} "
+        f"{_RUNLIKE}, CAST(COALESCE(reference_divergence, {NO_DIVERGENCE}) AS INTEGER), "
+        f"CAST(COALESCE(incarnation, 0) AS INTEGER){_REFERENCE if reference else ''} "
         "FROM generations WHERE run_id = ? AND id <= ? ORDER BY seq"
     )
 
@@ -124,6 +132,13 @@ class ColumnBatch:
     """Sent greedy for the differential check (only looked for in the runs asked)."""
     runlike: BoolArray
     """Flagged by a run detector (RUN_DETECTORS)."""
+    incarnation: IntArray
+    """Which incarnation of the target's server served the row."""
+    repeat: IntArray
+    """First divergence of the reference's repeat of a compared request from its first answer
+    (NO_DIVERGENCE: not repeated; only looked for in the runs asked, like `greedy`)."""
+    characters: BoolArray
+    """The row's divergence positions count characters (no token ids on both sides)."""
 
     def __len__(self) -> int:
         return len(self.row_id)
@@ -163,25 +178,34 @@ def _codes(values: Sequence[str]) -> tuple[CodeArray, list[str]]:
 def _batch(run_id: str, ids: IntArray, target: tuple[CodeArray, list[str]],
            label: tuple[CodeArray, list[str]], started: FloatArray, ended: FloatArray,
            error: tuple[CodeArray, list[str]], tokens: IntArray,
-           flags: tuple[CodeArray, list[str]], divergence: IntArray,
-           greedy: BoolArray | None) -> ColumnBatch:  # fmt: skip
+           flags: tuple[CodeArray, list[str]], divergence: IntArray, incarnation: IntArray,
+           differential: tuple[BoolArray, IntArray, BoolArray] | None) -> ColumnBatch:  # fmt: skip
     codes, values = flags
     flagged = np.array([v != "" for v in values], bool)[codes]
     runlike = np.array([any(d in v.split(",") for d in RUN_DETECTORS) for v in values], bool)
-    if greedy is None:
-        greedy = np.zeros(len(ids), bool)
+    greedy, repeat, characters = differential or _no_differential(len(ids))
     return ColumnBatch(run_id, ids, target, label, started, ended, error, flagged, tokens,
-                       divergence, greedy, runlike[codes] if len(values) else flagged)  # fmt: skip
+                       divergence, greedy, runlike[codes] if len(values) else flagged,
+                       incarnation, repeat, characters)  # fmt: skip
+
+
+def _no_differential(rows: int) -> tuple[BoolArray, IntArray, BoolArray]:
+    """The greedy columns of a run not scanned for them: no greedy row, nothing repeated."""
+    return np.zeros(rows, bool), np.full(rows, NO_DIVERGENCE, np.int64), np.zeros(rows, bool)
 
 
 def _batch_from_tuples(run_id: str, rows: Sequence[tuple[Any, ...]]) -> ColumnBatch:
     """A batch from rows in _SELECT's column order (the sqlite3 and row readers)."""
     columns = list(zip(*rows, strict=True))
+    differential = None
+    if len(columns) > 10:
+        differential = (np.array(columns[10], bool), np.array(columns[11], np.int64),
+                        np.array(columns[12], bool))  # fmt: skip
     return _batch(
         run_id, np.array(columns[0], np.int64), _codes(columns[1]), _codes(columns[2]),
         np.array(columns[3], np.float64), np.array(columns[4], np.float64), _codes(columns[5]),
         np.array(columns[6], np.int64), _codes(columns[7]), np.array(columns[8], np.int64),
-        np.array(columns[9], bool) if len(columns) > 9 else None,
+        np.array(columns[9], np.int64), differential,
     )  # fmt: skip
 
 
@@ -352,11 +376,15 @@ def _batch_from_arrow(run_id: str, batch: Any) -> ColumnBatch:
     def numbers(index: int, kind: type) -> Any:
         return columns[index].to_numpy(zero_copy_only=False).astype(kind, copy=False)
 
+    differential = None
+    if len(columns) > 10:
+        differential = (numbers(10, np.int64).astype(bool), numbers(11, np.int64),
+                        numbers(12, np.int64).astype(bool))  # fmt: skip
     return _batch(
         run_id, numbers(0, np.int64), _dictionary(columns[1]), _dictionary(columns[2]),
         numbers(3, np.float64), numbers(4, np.float64), _dictionary(columns[5]),
         numbers(6, np.int64), _dictionary(columns[7]), numbers(8, np.int64),
-        numbers(9, np.int64).astype(bool) if len(columns) > 9 else None,
+        numbers(9, np.int64), differential,
     )  # fmt: skip
 
 
@@ -367,13 +395,16 @@ def _numeric_batch(run_id: str, batch: Any, targets: list[str], labels: list[str
     def numbers(index: int, kind: type) -> Any:
         return columns[index].to_numpy(zero_copy_only=False).astype(kind, copy=False)
 
+    greedy, repeat, characters = _no_differential(len(batch))
+    if len(columns) > 11:
+        greedy, repeat = numbers(11, np.int64).astype(bool), numbers(12, np.int64)
+        characters = numbers(13, np.int64).astype(bool)
     return ColumnBatch(
         run_id, numbers(0, np.int64), (numbers(1, np.int32), targets),
         (numbers(2, np.int32), labels), numbers(3, np.float64), numbers(4, np.float64),
         (numbers(5, np.int32), errors), numbers(7, np.int64).astype(bool), numbers(6, np.int64),
-        numbers(9, np.int64),
-        numbers(10, np.int64).astype(bool) if len(columns) > 10 else np.zeros(len(batch), bool),
-        numbers(8, np.int64).astype(bool),
+        numbers(9, np.int64), greedy, numbers(8, np.int64).astype(bool), numbers(10, np.int64),
+        repeat, characters,
     )  # fmt: skip
 
 
@@ -414,8 +445,14 @@ class RowReader:
 def _as_tuple(row_id: int, g: Generation, reference: bool) -> tuple[Any, ...]:
     divergence = NO_DIVERGENCE if g.reference_divergence is None else g.reference_divergence
     row = (row_id, g.target, g.label, g.started_at, g.ended_at, g.error_class or "",
-           g.completion_tokens or 0, ",".join(g.flags), divergence)  # fmt: skip
-    return (*row, "differential" in g.details) if reference else row
+           g.completion_tokens or 0, ",".join(g.flags), divergence, g.incarnation)  # fmt: skip
+    if not reference:
+        return row
+    marks = g.details.get("differential")
+    marks = marks if isinstance(marks, dict) else {}
+    repeat = marks.get("reference_repeat")
+    repeat = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else NO_DIVERGENCE
+    return (*row, "differential" in g.details, repeat, marks.get("unit") == "characters")
 
 
 def arrow_available() -> bool:

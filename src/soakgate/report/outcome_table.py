@@ -1,0 +1,112 @@
+"""Every failure outcome per unit, and the gates, as plain cells and JSON-ready values: what each
+report format shows first (terminal, JSON, CSV, Markdown, HTML)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from soakgate.report.formatting import percent
+from soakgate.report.gate import Gate, outcome_words
+from soakgate.report.outcomes import PerRequest, UnitOutcomes
+from soakgate.stats.outcomes import divergence_words
+
+OUTCOME_HEADERS = (
+    "unit", "requests", "server errors", "crashes", "collapses", "suspect", "divergence",
+    "any failure",
+)  # fmt: skip
+OUTCOME_NOTE = (
+    "requests: those that say something about the server (not cancelled, not soakgate's own "
+    "errors, not refused as invalid); server errors among them; crashes the guard recorded, per "
+    "hour up under load, with the requests lost to them; collapses among clean generations; "
+    "suspect among reference-scored ones; divergence: compared greedy answers that diverged "
+    "from the reference, beside the reference against itself; any failure: a server error, "
+    "collapse or suspect generation"
+)
+
+
+def _share(outcome: PerRequest | None) -> str:
+    if outcome is None or not outcome.n:
+        return "-"
+    return f"{outcome.events:,}/{outcome.n:,} ({percent(outcome.events / outcome.n, 1)})"
+
+
+def _crashes(o: UnitOutcomes) -> str:
+    crash = o.crash
+    if crash is None:
+        return "not watched"
+    per_hour = "" if math.isnan(crash.per_hour) else f" ({crash.per_hour:.3g}/h)"
+    return f"{crash.crashes}{per_hour}, {o.crash_lost} lost" if crash.crashes else "0"
+
+
+def _divergence(o: UnitOutcomes) -> str:
+    d = o.divergence
+    if d is None:
+        return "-"
+    mine = divergence_words(d.positions, d.unit_word)
+    own = f"; reference itself {int((d.own >= 0).sum())}/{len(d.own)}" if len(d.own) else ""
+    return mine + own
+
+
+def outcome_cells(o: UnitOutcomes) -> list[str]:
+    """One display row, in OUTCOME_HEADERS order."""
+    name = f"{o.name} (aggregate)" if o.unit.aggregate else o.name
+    return [
+        name, f"{o.judged:,}", _share(o.error), _crashes(o), _share(o.collapse),
+        _share(o.suspect), _divergence(o), _share(o.any_failure(o.suspect is not None)),
+    ]  # fmt: skip
+
+
+def _counts(outcome: PerRequest | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    rate = outcome.rate
+    return {
+        "events": outcome.events, "n": outcome.n, "rate": rate.rate if rate else None,
+        "ci_low": rate.ci_low if rate else None, "ci_high": rate.ci_high if rate else None,
+    }  # fmt: skip
+
+
+def outcome_dict(o: UnitOutcomes) -> dict[str, Any]:
+    """Every outcome of a unit as JSON-ready values."""
+    crash = o.crash
+    d = o.divergence
+    return {
+        "unit": o.name, "aggregate": o.unit.aggregate, "requests": o.judged,
+        "server_errors": _counts(o.error), "collapses": _counts(o.collapse),
+        "suspect": _counts(o.suspect),
+        "any_failure": _counts(o.any_failure(o.suspect is not None)),
+        "crashes": None if crash is None else {
+            "crashes": crash.crashes, "hours_up": crash.hours, "per_hour": _finite(crash.per_hour),
+            "per_hour_ci": [_finite(x) for x in crash.per_hour_ci],
+            "per_request": crash.per_request.rate if crash.per_request else None,
+            "per_request_ci": [crash.per_request.ci_low, crash.per_request.ci_high]
+            if crash.per_request else None,
+            "requests_lost": o.crash_lost, "causes": o.crash_causes,
+        },
+        "divergence": None if d is None else {
+            "compared": len(d.positions), "divergent": int((d.positions >= 0).sum()),
+            "reference_own": len(d.own), "reference_own_divergent": int((d.own >= 0).sum()),
+            "reference_own_source": d.own_source, "positions_count": d.unit_word,
+        },
+    }  # fmt: skip
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) or math.isinf(value) else value
+
+
+def gate_dict(gate: Gate) -> dict[str, Any]:
+    """A gate as JSON-ready values: the decision, its line, and every outcome judged."""
+    return {
+        "baseline": gate.baseline.name, "candidate": gate.candidate.name, "fails": gate.fails,
+        "line": gate.headline(), "crashed_alone": gate.crashed_alone,
+        "outcomes": [
+            {"outcome": o.outcome, "events": list(o.events), "exposure": list(o.exposure),
+             "verdict": o.word.lower(), "worse": o.worse, "direction": o.direction,
+             "p_value": o.verdict.p_value, "adjusted_p": o.adjusted_p, "in_family": o.in_family,
+             "test": o.verdict.test, "design": o.verdict.design, "scope": o.verdict.scope,
+             "reason": o.verdict.reason, "words": outcome_words(o, gate)}
+            for o in gate.outcomes
+        ],
+    }  # fmt: skip

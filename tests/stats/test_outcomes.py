@@ -1,0 +1,137 @@
+"""Every failure outcome judged (issue 25): crash counts over uptime, divergence against the
+reference's own, episodes where failures cluster, and one family-wise error across outcomes."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from soakgate.stats import compare_outcomes
+from soakgate.stats.outcomes import (
+    OutcomeComparison,
+    adjust_family,
+    crash_rate,
+    crash_verdict,
+    divergence_direction,
+    divergence_verdict,
+)
+from soakgate.stats.verdict import episode_starts
+
+
+def test_crash_rate_has_the_exact_poisson_interval_per_hour_and_per_request() -> None:
+    none = crash_rate(0, 7200.0, 500)
+    assert none.per_hour == 0.0 and none.per_hour_ci[0] == 0.0
+    assert none.per_hour_ci[1] == pytest.approx(chi2.ppf(0.975, 2) / 2 / 2.0)  # 1.84 per hour
+    seven = crash_rate(7, 1800.0, 238)
+    assert seven.per_hour == pytest.approx(14.0)
+    low, high = (chi2.ppf(0.025, 14) / 2, chi2.ppf(0.975, 16) / 2)
+    assert seven.per_hour_ci == pytest.approx((low * 2, high * 2))
+    assert seven.per_request is not None and seven.per_request.events == 7
+
+
+def test_seven_crashes_against_none_over_equal_uptime_differ_by_the_exact_test() -> None:
+    a, b = crash_rate(0, 420.0, 268), crash_rate(7, 420.0, 238)
+    verdict = crash_verdict(a, b)
+    assert verdict.p_value == pytest.approx(2 * 0.5**7)  # binomial(7, 1/2), both tails
+    assert verdict.differ and verdict.scope == "instances"
+    assert crash_verdict(a, crash_rate(0, 420.0, 238)).p_value == 1.0
+    # B up twice as long: its share of the crashes is expected to be 2/3, so 7 of 7 is weaker
+    assert crash_verdict(a, crash_rate(7, 840.0, 238)).p_value > verdict.p_value
+
+
+def test_divergence_early_and_frequent_differs_even_when_the_reference_diverged_a_little() -> None:
+    rng = np.random.default_rng(25)
+    own = np.where(rng.random(86) < 5 / 86, rng.integers(100, 160, 86), -1)  # late, 5 of 86
+    candidate = np.where(rng.random(180) < 0.844, 0, -1)  # 84% at token 0
+    verdict = divergence_verdict(own, candidate)
+    assert verdict.differ and verdict.p_value < 1e-10
+    assert divergence_direction(own, candidate) == 1
+    assert "median first at token 0" in verdict.result.note
+
+
+def test_late_divergence_at_the_references_own_rate_is_no_difference_beyond_alpha() -> None:
+    """A reference against a second instance of itself: both diverge late, at one rate."""
+    rng = np.random.default_rng(2026)
+    differ = 0
+    trials = 400
+    for _ in range(trials):
+        own = np.where(rng.random(86) < 0.06, rng.integers(64, 160, 86), -1)
+        other = np.where(rng.random(86) < 0.06, rng.integers(64, 160, 86), -1)
+        differ += divergence_verdict(own, other).differ
+    assert differ / trials <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / trials)
+
+
+def test_no_divergence_anywhere_is_no_difference() -> None:
+    verdict = divergence_verdict(np.full(20, -1), np.full(30, -1))
+    assert verdict.p_value == 1.0 and not verdict.differ
+
+
+def test_episodes_count_a_burst_once() -> None:
+    sequence = np.zeros(40, bool)
+    sequence[[3, 4, 5, 9, 30, 31]] = True
+    starts = episode_starts(sequence, gap=4)
+    assert np.flatnonzero(starts).tolist() == [3, 30]  # 9 is within 4 of 5: the same episode
+    assert np.flatnonzero(episode_starts(sequence, gap=3)).tolist() == [3, 9, 30]
+
+
+def _crash_windows(rng: np.random.Generator, n: int, episodes: int) -> np.ndarray:
+    errors = np.zeros(n, bool)
+    for start in rng.choice(n - 10, episodes, replace=False):
+        errors[start : start + 8] = True
+    return errors
+
+
+def test_overwhelming_clustered_evidence_is_decided_on_its_episodes() -> None:
+    """Seven crashes' worth of lost requests against none: where the correlation check
+    withholds the verdict on the requests, the episodes decide it (before, 29 of these 40 were
+    INDETERMINATE; now 8 are)."""
+    verdicts: Counter[tuple[str, str]] = Counter()
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        verdict = compare_outcomes(np.zeros(268, bool), _crash_windows(rng, 238, 7), seed=seed)
+        verdicts[(verdict.verdict, verdict.test)] += 1
+        if verdict.test == "episodes":
+            assert verdict.differ and "each burst is counted once: 0 vs " in verdict.reason
+    assert verdicts[("differ", "episodes")] >= 15
+    assert verdicts[("indeterminate", "batch_means")] <= 10
+
+
+def test_equal_arms_whose_failures_come_in_episodes_are_no_difference_beyond_alpha() -> None:
+    rng = np.random.default_rng(11)
+    differ = 0
+    trials = 300
+    for seed in range(trials):
+        a = _crash_windows(rng, 600, int(rng.poisson(4)) or 1)
+        b = _crash_windows(rng, 600, int(rng.poisson(4)) or 1)
+        differ += compare_outcomes(a, b, seed=seed).differ
+    assert differ / trials <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / trials)
+
+
+def _item(outcome: str, p_value: float, events: tuple[int, int], word: str = "differ") -> object:
+    from soakgate.stats.robust import TestResult
+    from soakgate.stats.verdict import Verdict
+
+    result = TestResult("t", 0.0, p_value)
+    verdict = Verdict(word, p_value, "t", "one run per arm", 1.0, 0.05, "", result)
+    return OutcomeComparison(outcome, events, (100.0, 100.0), verdict, 1, sum(events) > 0)
+
+
+def test_the_family_is_holm_over_the_outcomes_that_could_fail() -> None:
+    items = [
+        _item("crash", 1.0, (0, 0), "no difference"),  # no crash anywhere: out of the family
+        _item("error", 0.02, (0, 9)),
+        _item("collapse", 0.03, (2, 8)),
+        _item("divergence", 0.001, (3, 40)),
+        _item("any_failure", 0.004, (2, 17), "indeterminate"),
+    ]
+    adjust_family(items, 0.05)  # type: ignore[arg-type]
+    by = {i.outcome: i for i in items}  # type: ignore[attr-defined]
+    assert not by["crash"].in_family and by["crash"].adjusted_p == 1.0
+    assert by["divergence"].adjusted_p == pytest.approx(0.004)  # 4 in the family
+    assert by["any_failure"].adjusted_p == pytest.approx(0.012) and not by["any_failure"].differ
+    assert by["error"].adjusted_p == pytest.approx(0.04) and by["error"].differ
+    assert by["collapse"].adjusted_p == pytest.approx(0.04) and by["collapse"].differ
