@@ -24,15 +24,20 @@ LOAD_DEPENDENT = (
 )  # fmt: skip
 
 
-def _soak(mock: MockProcess, tmp_path: Path) -> Path:
+def soaked(url: str, tmp_path: Path, requests: int = 40, concurrency: int = 8) -> Path:
+    """A soak of `url` as gpu0, label compiled, through the CLI: the database to replay."""
     db = tmp_path / "runs.sqlite"
     done = soakgate(
-        "run", "--target", f"gpu0={mock.url}", "--label", "compiled", "--requests", "40",
-        "--concurrency", "8", "--max-tokens", "48", "--db", str(db), "--quiet",
+        "run", "--target", f"gpu0={url}", "--label", "compiled", "--requests", str(requests),
+        "--concurrency", str(concurrency), "--max-tokens", "48", "--db", str(db), "--quiet",
         "--no-watch-metrics", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return db
+
+
+def _soak(mock: MockProcess, tmp_path: Path) -> Path:
+    return soaked(mock.url, tmp_path)
 
 
 def _replay(

@@ -12,19 +12,13 @@ from pathlib import Path
 import pytest
 from tests.cli.helpers import soakgate
 from tests.hostile import HostileProcess
+from tests.probes.test_replay import soaked
 
 from soakgate.mockserver.process import MockProcess
 
 
 def _soak(server_url: str, tmp_path: Path) -> Path:
-    db = tmp_path / "runs.sqlite"
-    done = soakgate(
-        "run", "--target", f"gpu0={server_url}", "--label", "compiled", "--requests", "12",
-        "--concurrency", "2", "--max-tokens", "16", "--db", str(db), "--quiet",
-        "--no-watch-metrics", cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return db
+    return soaked(server_url, tmp_path, requests=12, concurrency=2)
 
 
 def _stored(db: Path) -> tuple[list[tuple[str, str]], list[str | None], list[dict]]:
