@@ -371,12 +371,73 @@ async def echo_key(server: Hostile, request: Request, writer: Writer) -> bool:
     return True
 
 
+MARKUP = (
+    "[bold]b31[graph][/bold] cfg[/tmp] </td><script>alert(1)</script> <b>bold</b> *em* _u_ "
+    "`code` [link](http://x.invalid) | cell | \x1b[31mred\x1b[0m :thumbs_up: $x^2$ "
+    '=HYPERLINK("http://x.invalid") \\ {{ raw }} %s &amp;'
+)
+"""Text that is markup in every format soakgate renders to: rich, HTML, Markdown, a
+spreadsheet's formula, an ANSI escape, a rich emoji code, matplotlib's mathtext, jinja."""
+
+
+async def markup(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Every answer is MARKUP; every other one then collapses (a run of `!`)."""
+    text = MARKUP + (COLLAPSE if server.count % 2 == 0 else " and a clean end.")
+    server.saw(request, text)
+    writer.write(answer(request, text))
+    return True
+
+
+def _prompt(request: Request) -> str:
+    if request.chat:
+        return " ".join(str(m.get("content", "")) for m in request.body.get("messages", []))
+    return str(request.body.get("prompt", ""))
+
+
+async def trigger(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Collapses exactly the prompts that contain TRIGGER, whatever else happens."""
+    text = COLLAPSE if "TRIGGER" in _prompt(request) else "A clean answer, in plain words."
+    server.saw(request, text)
+    writer.write(answer(request, text))
+    return True
+
+
+async def hang(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Reads the request and never answers (the connection stays open)."""
+    server.saw(request, None)
+    await asyncio.sleep(3600)
+    return False
+
+
+async def reset(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Reads the request and resets the connection."""
+    server.saw(request, None)
+    transport = writer.transport
+    sock = transport.get_extra_info("socket")
+    if sock is not None:  # SO_LINGER 0: close with a RST, not a FIN
+        import socket
+        import struct
+
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    return False
+
+
+async def garbage(server: Hostile, request: Request, writer: Writer) -> bool:
+    """A 200 whose body is not JSON (nor server-sent events)."""
+    server.saw(request, None)
+    body = b"<html>\x00\xff garbage \xfe</html>"
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    return True
+
+
 BEHAVIOURS: dict[str, Handler] = {
     "ok": ok, "drop-after-work": drop_after_work, "bom": bom, "lone-cr": lone_cr,
     "two-choices": two_choices, "error-event": error_event, "gzip": _encoded("gzip"),
     "deflate": _encoded("deflate"), "br": _encoded("br"), "stray": stray, "huge": huge,
     "endless-header": endless_header, "rate-limit": rate_limit, "overloaded": overloaded,
     **{kind: _unstorable(kind) for kind in UNSTORABLE}, "echo-key": echo_key,
+    "markup": markup, "trigger": trigger, "hang": hang, "reset": reset, "garbage": garbage,
 }  # fmt: skip
 
 

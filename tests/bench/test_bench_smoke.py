@@ -176,3 +176,16 @@ def test_bench_reference_sharpness_reenacts_the_fluent_control_and_scores_it() -
     assert 0 < corrupted < 30, out  # the control's rule hits some generations, not all
     rows = [line for line in out.splitlines() if line.startswith("| 0.05 |")]
     assert len(rows) == 2 and all(f"/{corrupted} = " in r and "/10 = " in r for r in rows), out
+
+
+def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> None:
+    out = run_bench("bench_replay.py", "--sessions", "5")
+    assert out.count("sessions with a wrong cause: new") == 6
+    for name in ("independent 2%", "input: 1 prompt", "load: 30%", "state: requests 6"):
+        assert name in out
+
+
+def test_bench_import_prints_the_peak_memory_of_an_import() -> None:
+    out = run_bench("bench_import.py", "--rows", "300")
+    assert "sidecar: 300 generations" in out
+    assert "import (this checkout): peak RSS" in out and "exit 0, 300 rows stored" in out

@@ -60,7 +60,7 @@ def test_bisect_names_the_module_the_stage_and_the_dropped_op(
         (request_id,) = check.execute("SELECT request_id FROM generations WHERE seq=2").fetchone()
     done = soakgate("bisect", str(_model()), "--import", str(REPO / CONTROL), "--layers", "2",
                     "--from-db", str(db), "--request", request_id, cwd=tmp_path, timeout=600)  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr  # no trigger: every prompt collapses
     assert done.stdout.strip() == (
         "first divergent module: model.norm; first failing stage: aot_eager (AOTAutograd: "
         "functionalization); missing op: soakgate_ctl::copy_into (schema declares no write and "
@@ -72,7 +72,7 @@ def test_bisect_names_the_module_the_stage_and_the_dropped_op(
 @needs_torch
 def test_bisect_blames_inductors_post_grad_passes_for_a_wrong_custom_pass(tmp_path: Path) -> None:
     done = soakgate("bisect", str(REPO / WRONG_PASS), "--verbose", cwd=tmp_path, timeout=600)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr  # no trigger: every prompt collapses
     for backend in ("eager", "aot_eager", "aot_eager_decomp_partition"):  # each checked, each clean
         assert f"bisect: {backend} : matches eager" in done.stderr, done.stderr
     # PyTorch's own bisector says it: the custom pass is an application of post_grad_passes
@@ -156,10 +156,9 @@ def compiled_server() -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a CPU model answering one request at a time: minutes under load
 @needs_transformers
-def test_the_dropped_op_collapses_replay_as_input_triggered(
-    compiled_server: str, tmp_path: Path
-) -> None:
+def test_the_dropped_op_collapses_replay_as_any_input(compiled_server: str, tmp_path: Path) -> None:
     db = tmp_path / "control.sqlite"  # the soak as docs/trace.md shows it (/metrics watched)
     soaked = soakgate(
         "run", "--target", f"cpu0={compiled_server}", "--label", "compiled", "--requests", "6",
@@ -168,12 +167,13 @@ def test_the_dropped_op_collapses_replay_as_input_triggered(
     )  # fmt: skip
     assert soaked.returncode == 0, soaked.stderr
     done = soakgate("replay", str(db), "--collapsed", "--target", f"cpu0={compiled_server}",
-                    "--repeats", "2", "--max-rows", "2", cwd=tmp_path, timeout=300)  # fmt: skip
-    assert done.returncode == 1, done.stdout + done.stderr
+                    "--repeats", "2", "--max-rows", "2", cwd=tmp_path, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr  # no trigger: every prompt collapses
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
         verdicts = [json.loads(d) for (d,) in check.execute(
             "SELECT data FROM events WHERE kind='replay_verdict'")]  # fmt: skip
         texts = {t for (t,) in check.execute("SELECT text FROM generations")}
-    assert [v["verdict"] for v in verdicts] == ["input-triggered"] * 2
+    assert [v["verdict"] for v in verdicts] == ["any input"] * 2
     assert all(v["alone_greedy"] == [2, 2, 0] and v["alone_sampled"] == [2, 2, 0] for v in verdicts)
+    assert all(v["control_alone"] == [4, 4, 0] for v in verdicts)  # the control prompt as well
     assert texts == {"!" * 16}  # token id 0, every answer, alone and under load

@@ -18,10 +18,11 @@ def soakgate(
     *args: str,
     cwd: Path,
     env: dict[str, str] | None = None,
-    timeout: float = 120,
+    timeout: float = 600,
     entry_point: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m soakgate ARGS` (or the console script) in `cwd`; output captured as text."""
+    """`python -m soakgate ARGS` (or the console script) in `cwd`; output captured as text. The
+    timeout is generous (a loaded machine stretches a command many times over)."""
     command = [str(ENTRY_POINT)] if entry_point else [sys.executable, "-m", "soakgate"]
     merged = {**os.environ, **(env or {})}
     if entry_point:  # what a user's shell runs: no PYTHONPATH

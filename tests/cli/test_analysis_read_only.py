@@ -122,6 +122,24 @@ def test_what_is_not_a_soakgate_database_is_refused_and_untouched(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sqlite"]
 
 
+def test_text_that_is_not_utf8_is_named_malformed_without_the_garbage(
+    finished_db: Path, tmp_path: Path
+) -> None:
+    """A damaged page can hand sqlite bytes that are not UTF-8 where text is stored: that is
+    the database being malformed, in one line, not the garbage the column held."""
+    db = tmp_path / "damaged.sqlite"
+    shutil.copy(finished_db, db)
+    with sqlite3.connect(db) as damage:
+        damage.execute("UPDATE generations SET label = CAST(x'62a5a5ff' AS TEXT) "
+                       "WHERE id = (SELECT MIN(id) FROM generations)")  # fmt: skip
+    damage.close()
+    for command in ANALYSES:
+        result = _run(command, db, tmp_path)
+        assert result.returncode == 2, (command, result.stdout[-500:], result.stderr)
+        line = one_error_line(result)
+        assert "malformed" in line and "\ufffd" not in line, line
+
+
 def test_a_database_damaged_mid_file_is_one_line_and_exit_2(
     finished_db: Path, tmp_path: Path
 ) -> None:

@@ -175,3 +175,12 @@ def test_export_into_a_closed_pipe_ends_quietly(finished_db: Path, tmp_path: Pat
     assert done.returncode == 0
     assert (tmp_path / "first.txt").read_text().startswith('{"run_id"')
     assert (tmp_path / "err.txt").read_text() == ""
+
+
+def test_a_negative_duration_is_named_not_expected_one_argument(tmp_path: Path) -> None:
+    done = soakgate("run", "--target", "http://127.0.0.1:9", "--requests", "1",
+                    "--metrics-port", "0", "--metrics-linger", "-5s", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2
+    line = one_error_line(done)
+    assert "--metrics-linger: '-5s' is not a duration" in line and "must be positive" in line
+    assert "expected one argument" not in line

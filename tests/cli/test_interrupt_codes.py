@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -13,14 +14,26 @@ from soakgate.mockserver.process import MockProcess
 from soakgate.store import open_analysis
 
 
-def _interrupt_after(
-    argv: list[str], seconds: float, cwd: Path
+def _rows(db: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as check:
+            return int(check.execute("SELECT COUNT(*) FROM generations").fetchone()[0])
+    except sqlite3.Error:  # not created, or its schema not committed yet
+        return 0
+
+
+def _interrupt_once_stored(
+    argv: list[str], db: Path, cwd: Path
 ) -> subprocess.CompletedProcess[str]:
+    """Start a command and Ctrl-C it once it has stored rows (not after a fixed wait: a loaded
+    machine can take longer than the wait just to start it)."""
     process = subprocess.Popen([sys.executable, "-m", "soakgate", *argv], cwd=cwd, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    time.sleep(seconds)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and _rows(db) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=90)
+    out, err = process.communicate(timeout=300)
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
@@ -29,9 +42,9 @@ def test_an_interrupted_sweep_is_130_and_runs_no_further_level(
 ) -> None:
     mock = start_mock("--tokens-per-s", "300")
     db = tmp_path / "sweep.sqlite"
-    done = _interrupt_after(
+    done = _interrupt_once_stored(
         ["sweep", "--target", mock.url, "--concurrency", "2,4,8", "--requests-per-level", "400",
-         "--max-tokens", "64", "--db", str(db), "--quiet", "--no-watch-metrics"], 8, tmp_path,
+         "--max-tokens", "64", "--db", str(db), "--quiet", "--no-watch-metrics"], db, tmp_path,
     )  # fmt: skip
     assert done.returncode == 130, done.stdout + done.stderr
     assert "interrupted at concurrency 2" in " ".join(done.stdout.split())
@@ -42,7 +55,7 @@ def test_an_interrupted_sweep_is_130_and_runs_no_further_level(
 
 
 def test_an_interrupted_demo_is_130(tmp_path: Path) -> None:
-    done = _interrupt_after(
-        ["demo", "--duration", "60s", "--db", str(tmp_path / "demo.sqlite"), "--quiet"], 8, tmp_path
-    )
+    db = tmp_path / "demo.sqlite"
+    done = _interrupt_once_stored(["demo", "--duration", "60s", "--db", str(db), "--quiet"], db,
+                                  tmp_path)  # fmt: skip
     assert done.returncode == 130, done.stdout + done.stderr

@@ -84,9 +84,7 @@ REPLAY_PROMPTS = (
     "tests/probes/test_replay.py::"
     "test_a_database_from_before_stored_prompts_replays_with_its_prompts_file"
 )
-DROPPED_REPLAY = (
-    "tests/bisect/test_controls.py::test_the_dropped_op_collapses_replay_as_input_triggered"
-)
+DROPPED_REPLAY = "tests/bisect/test_controls.py::test_the_dropped_op_collapses_replay_as_any_input"
 DROPPED_BISECT = (
     "tests/bisect/test_controls.py::test_bisect_names_the_module_the_stage_and_the_dropped_op"
 )
@@ -169,6 +167,11 @@ COMMANDS: dict[str, Entry] = {
     "soakgate replay DB --collapsed --target URL": Covered(REPLAY_LOAD),
     "soakgate replay DB --collapsed [--run R] --target [NAME=]URL [--repeats N] [--max-rows M] "
     "[--prompts FILE] [--model NAME]": Covered(REPLAY_PROMPTS),
+    "soakgate replay DB --collapsed --target URL [--max-failures K] [--max-time DURATION] "
+    "[--timeout DURATION]": Covered(
+        "tests/probes/test_replay_bounds.py::"
+        "test_a_target_that_keeps_failing_stops_the_replay_with_exit_2"
+    ),
     "soakgate bisect MODEL [--prompt TEXT | --from-db DB --request ID] [--import MODULE] "
     "[--layers N] [--rtol R] [--atol A] [--verbose]": Covered(DROPPED_BISECT, "torch"),
     "soakgate mock-server --port 8000 --seed 7 --tokens-per-s 800 --burst-enter 0.3 "
@@ -177,7 +180,7 @@ COMMANDS: dict[str, Entry] = {
     ),
     "soakgate run --target gpu0=http://127.0.0.1:8000 --label compiled --duration 30s "
     "--concurrency 8 --max-tokens 48 --db runs.sqlite": Run((("--duration 30s", "--duration 3s"),)),
-    "soakgate report runs.sqlite --collapse 1ad8dbb20aea-1064": Covered(COLLAPSE),
+    "soakgate report runs.sqlite --collapse ef3a442dd944-1066": Covered(COLLAPSE),
     "soakgate replay runs.sqlite --collapsed --target gpu0=http://127.0.0.1:8000": Run(
         (("--collapsed", "--collapsed --repeats 1 --max-rows 2"),)  # the clean mock: never
     ),
@@ -192,7 +195,7 @@ COMMANDS: dict[str, Entry] = {
     "--max-rows 2": Covered(DROPPED_REPLAY, "torch"),
     "soakgate bisect ../shared/models/tiny-llama-8k --import "
     "examples/bisect/dropped_op_transformers.py --layers 2 --from-db control.sqlite --request "
-    "0de01712ce6f-0": Covered(DROPPED_BISECT, "torch"),
+    "d3b827b7fb23-0": Covered(DROPPED_BISECT, "torch"),
     "soakgate bisect examples/bisect/wrong_post_grad_pass.py:model --verbose": Covered(
         WRONG_PASS, "torch"
     ),

@@ -10,9 +10,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from tests.cli.helpers import one_error_line, soakgate
 
 from soakgate.errors import StoreError
+from soakgate.load.resume import soaked_seconds
 from soakgate.mockserver.process import MockProcess
 from soakgate.store import open_analysis
 
@@ -111,11 +113,13 @@ def test_resume_of_a_run_soaked_from_a_prompts_file_needs_that_file(
     db = tmp_path / "runs.sqlite"
     soaker = subprocess.Popen(
         [sys.executable, "-m", "soakgate", "run", "--target", f"gpu0={mock.url}", "--label", "s",
-         "--requests", "300", "--concurrency", "4", "--max-tokens", "64", "--prompts",
+         "--requests", "3000", "--concurrency", "4", "--max-tokens", "64", "--prompts",
          str(prompts), "--db", str(db), "--quiet", "--no-watch-metrics"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    time.sleep(3)
+    deadline = time.monotonic() + 300  # rows stored: the soak runs (not a wait of fixed length)
+    while time.monotonic() < deadline and (not db.exists() or _rows(db) < 20):
+        time.sleep(0.2)
     soaker.send_signal(signal.SIGINT)
     assert soaker.wait(timeout=60) == 130
     store = open_analysis(db)
@@ -137,26 +141,26 @@ def test_resume_of_a_duration_run_soaks_only_what_is_left_of_it(
     db = tmp_path / "runs.sqlite"
     soaker = subprocess.Popen(
         [sys.executable, "-m", "soakgate", "run", "--target", f"gpu0={mock.url}", "--label", "d",
-         "--duration", "8s", "--concurrency", "4", "--max-tokens", "32", "--db", str(db),
+         "--duration", "12s", "--concurrency", "4", "--max-tokens", "32", "--db", str(db),
          "--quiet", "--no-watch-metrics"],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (not db.exists() or _rows(db) < 20):
         time.sleep(0.2)
-    time.sleep(3)
     soaker.send_signal(signal.SIGINT)
     assert soaker.wait(timeout=60) == 130
     store = open_analysis(db)
     (run,) = store.runs()
-    first = max(g.ended_at for g in store.generations()) - run.started_at
+    first = soaked_seconds(run, store.events(run.run_id), (g.ended_at for g in store.generations()))
     store.close()
     resumed = soakgate("run", "--resume", run.run_id, "--target", f"gpu0={mock.url}", "--label",
                        "d", "--db", str(db), "--quiet", cwd=tmp_path)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     store = open_analysis(db)
-    events = {e.kind: e.at for e in store.events(run.run_id)}  # the last of each kind
+    (resumed_event,) = [e for e in store.events(run.run_id) if e.kind == "resumed"]
+    (finished,) = store.runs()
     store.close()
-    second = events["ended"] - events["resumed"]
-    assert 2.0 < first < 7.5
-    assert second < 8.0 - first + 3.0, (first, second)  # what was left (plus start-up), not 8 s
+    assert 0 < first < 12.0 and finished.status == "completed"
+    # it soaks what was left of the 12 s, not 12 s again
+    assert resumed_event.data["duration_left_s"] == pytest.approx(12.0 - first, abs=1e-6)

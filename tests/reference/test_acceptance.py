@@ -35,6 +35,7 @@ def _rows(db: Path) -> dict[str, tuple[int, int | None, dict[str, object], str |
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # four scored soaks with their calibrations: minutes on a loaded machine
 def test_fluent_corruption_is_flagged_and_clean_rows_are_not(
     start_mock: Callable[..., MockProcess], tmp_path: Path
 ) -> None:
@@ -48,7 +49,7 @@ def test_fluent_corruption_is_flagged_and_clean_rows_are_not(
                 "run", "--target", f"c={candidate.url}", "--score-reference", reference.url,
                 "--requests", str(REQUESTS), "--concurrency", "16", "--max-tokens", "64",
                 "--endpoint", endpoint, *stream, "--db", str(db), "--quiet",
-                "--no-watch-metrics", cwd=tmp_path, timeout=300,
+                "--no-watch-metrics", cwd=tmp_path, timeout=900,
             )  # fmt: skip
             assert result.returncode == 0, result.stderr
             rows = _rows(db)

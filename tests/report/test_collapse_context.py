@@ -101,3 +101,69 @@ def test_an_unknown_request_id_is_one_line_and_exit_2(
     done = soakgate("report", str(db), "--collapse", "nope-1", cwd=tmp_path)
     assert done.returncode == 2
     assert "no generation with request id 'nope-1'" in one_error_line(done)
+
+
+def test_the_context_derives_the_targets_state_before_a_collapse(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    """A server whose requests 6 of every 18 collapse, soaked one request at a time (so the send
+    order is the server's): request 21 is the 3rd of 6 collapses in a row, sent with the target
+    idle just before it; at concurrency 4 the target's last idle moment is where the stored rows
+    put it (the latest start, in send order, that no earlier request was still running at)."""
+    mock = start_mock("--state-collapse", "6:18", "--seed", "5")
+    db = tmp_path / "runs.sqlite"
+    for concurrency, label in (("1", "serial"), ("4", "busy")):
+        done = soakgate(
+            "run", "--target", f"gpu0={mock.url}", "--label", label, "--requests", "40",
+            "--concurrency", concurrency, "--max-tokens", "32", "--db", str(db), "--quiet",
+            "--no-watch-metrics", cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        serial = {seq: (rid, c) for seq, rid, c in check.execute(
+            "SELECT seq, request_id, collapsed FROM generations WHERE label='serial'")}  # fmt: skip
+        rows = check.execute(
+            "SELECT request_id, seq, started_at, ended_at FROM generations WHERE label='busy' "
+            "ORDER BY seq"
+        ).fetchall()
+    running_until, idle_at = 0.0, 0.0
+    for _, _seq, started, ended in rows[:31]:
+        if started > running_until:
+            idle_at = started
+        running_until = max(running_until, ended)
+    busy = (rows[30][0], rows[30][1], rows[30][2] - idle_at)
+    assert [serial[s][1] for s in range(40)] == [int(s % 18 < 6) for s in range(40)]
+    line = _state_line(db, serial[20][0], tmp_path)
+    assert "request 21 this run sent to gpu0 since incarnation 0 began" in line
+    assert "gpu0 idle just before it" in line and "collapse 3 of 6 in a row" in line
+    assert "a lone collapse" not in _state_line(db, serial[0][0], tmp_path)
+    assert "not a collapse (6 collapsed just before it)" in _state_line(db, serial[6][0], tmp_path)
+    line = _state_line(db, busy[0], tmp_path)
+    assert f"request {busy[1] + 1} this run sent" in line
+    idle = "idle just before it" if busy[2] <= 0 else f"busy without a break for {busy[2]:.1f} s"
+    assert f"gpu0 {idle};" in line
+
+
+def _state_line(db: Path, request_id: str, tmp_path: Path) -> str:
+    done = soakgate("report", str(db), "--collapse", request_id, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("  state: ")]
+    return line
+
+
+def test_the_context_as_json_and_what_collapse_refuses(
+    soaked: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, request_id = soaked
+    done = soakgate("report", str(db), "--collapse", request_id, "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    context = json.loads(done.stdout)
+    assert context["request_id"] == request_id and context["collapsed"] is True
+    assert {n["request_id"] for n in context["in_flight_at_start"]} == _in_flight(
+        db, request_id, "started_at"
+    )
+    assert context["state"]["requests_before"] >= 8
+    for flags in (("--html", "page.html"), ("--format", "markdown"), ("--format", "csv")):
+        done = soakgate("report", str(db), "--collapse", request_id, *flags, cwd=tmp_path)
+        assert done.returncode == 2 and "--collapse prints one generation" in one_error_line(done)
+    assert not (tmp_path / "page.html").exists()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -36,13 +37,15 @@ def test_run_refreshes_the_html_report_while_it_soaks_and_at_the_end(
 ) -> None:
     mock = start_mock(*FAST)
     db, page = tmp_path / "live.sqlite", tmp_path / "live.html"
-    soak = _run(db, mock.url, "--duration", "8s", "--report-every", "1s", "--html", str(page))
+    # 60 s: the first refresh (a child `soakgate report`, seconds to start on a loaded machine)
+    # lands well within the soak; an interrupted soak gets no final refresh, so it must end
+    soak = _run(db, mock.url, "--duration", "60s", "--report-every", "1s", "--html", str(page))
     seen_during = None
     while soak.poll() is None:
         if seen_during is None and page.exists():
             seen_during = page.read_text()
         time.sleep(0.2)
-    _, err = soak.communicate()
+    _, err = soak.communicate(timeout=900)
     assert soak.returncode == 0, err
     assert seen_during is not None, "no report was written while the soak ran"
     assert "soakgate report: live.sqlite" in seen_during and 'id="verdict"' in seen_during
@@ -70,10 +73,15 @@ def test_report_reads_a_large_database_a_soak_is_writing(
     db = tmp_path / "big.sqlite"
     build_database(db, 200_000)  # four units, as a days-long soak would have left
     mock = start_mock(*FAST)
-    soak = _run(db, mock.url, "--duration", "10s")
-    counts = []
-    try:
-        while soak.poll() is None and len(counts) < 4:
+    soak = _run(db, mock.url, "--duration", "10m")
+    counts: list[int] = []
+    deadline = time.monotonic() + 600  # reads of 200,000 rows take seconds each, more loaded
+    try:  # read until two reads saw the live run's rows, then end the soak
+        while (
+            soak.poll() is None
+            and time.monotonic() < deadline
+            and (len(counts) < 2 or counts[-1] == 0)
+        ):
             units = _units(db, tmp_path)  # while rows are being written
             for name, unit in units.items():
                 errors = sum(unit["errors_by_class"].values())  # type: ignore[union-attr]
@@ -81,8 +89,9 @@ def test_report_reads_a_large_database_a_soak_is_writing(
             assert units["eager@gpu0"]["requests"] == 50_000  # the finished data, whole
             counts.append(units.get("live@gpu0", {"requests": 0})["requests"])
     finally:
-        _, err = soak.communicate(timeout=60)
-    assert soak.returncode == 0, err  # the writer was never blocked by the readers
+        soak.send_signal(signal.SIGINT)
+        _, err = soak.communicate(timeout=300)
+    assert soak.returncode == 130, err  # stopped by the test; the writer was never blocked
     assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] > 0
     final = _units(db, tmp_path)["live@gpu0"]["requests"]
     assert final >= counts[-1]

@@ -269,3 +269,54 @@ def test_reference_scoring_series_equal_the_database_at_the_end(
     assert suspect >= 20 and suspect + plausible == 200
     assert of(final, "soakgate_suspect_rate") == {unit: suspect / 200}
     assert of(final, "soakgate_suspect_rate_upper_bound")[unit] > suspect / 200
+
+
+def test_scrapes_beyond_the_bound_wait_for_a_free_worker_and_the_soak_loses_nothing(
+    tmp_path: Path, soaks: list[Soak]
+) -> None:
+    """Four scrapers that trickle a request one byte at a time hold every worker: a fifth
+    scrape is not answered while they hold them (prometheus-client's own server took every
+    connection in a thread of its own and answered at once); once they let go it is, and the
+    soak stored every row. (The wait before checking only shortens on a quiet machine: load
+    can make the fifth scrape later, never earlier.)"""
+    import contextlib
+    import socket
+
+    with MockProcess(["--seed", "6", "--latency-ms", "20"]) as mock:
+        soak = Soak(["run", "--target", f"gpu0={mock.url}", "--requests", "400",
+                     "--concurrency", "4", "--max-tokens", "8", "--db", "b.sqlite", "--quiet",
+                     "--no-watch-metrics", "--metrics-port", "0", "--metrics-linger", "60"],
+                    tmp_path)  # fmt: skip
+        soaks.append(soak)
+        port = int(soak.url.rsplit(":", 1)[1].split("/")[0])
+        holding = threading.Event()
+        holders = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+
+        def trickle() -> None:
+            request = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 10_000
+            for byte in request:
+                if not holding.is_set():
+                    return
+                for holder in holders:
+                    with contextlib.suppress(OSError):
+                        holder.sendall(bytes([byte]))
+                time.sleep(0.2)
+
+        holding.set()
+        threading.Thread(target=trickle, daemon=True).start()
+        answered: list[Samples] = []
+        fifth = threading.Thread(target=lambda: answered.append(scrape(soak.url)), daemon=True)
+        time.sleep(1.0)  # the holders connect first
+        fifth.start()
+        fifth.join(timeout=3.0)
+        waited = not answered  # not answered while every worker was held
+        holding.clear()
+        for holder in holders:
+            holder.close()
+        fifth.join(timeout=120)
+        assert waited and answered, (waited, answered)
+        soak.wait_for("soak ended")
+        final = scrape(soak.url)
+    assert soak.end() == 0
+    counts = stored(tmp_path / "b.sqlite")
+    assert counted(final) == counts and sum(counts.values()) == 400

@@ -53,7 +53,7 @@ def test_exit_during_start_is_a_server_error_and_the_log_keeps_the_reason(tmp_pa
 
 
 def test_startup_timeout_is_bounded(tmp_path: Path) -> None:
-    instance = ServerInstance(_spec(tmp_path, ["sleep", "30"], free_port(), grace=1))
+    instance = ServerInstance(_spec(tmp_path, ["sleep", "3600"], free_port(), grace=1))
 
     async def scenario() -> None:
         instance.launch()
@@ -65,7 +65,7 @@ def test_startup_timeout_is_bounded(tmp_path: Path) -> None:
     began = time.monotonic()
     with pytest.raises(ServerError, match=r"not healthy after 0\.5 s"):
         asyncio.run(scenario())
-    assert time.monotonic() - began < 10
+    assert time.monotonic() - began < 600  # bounded by the 0.5 s, not by the server's hour
 
 
 def test_stop_escalates_to_sigkill_and_takes_the_whole_group(tmp_path: Path) -> None:

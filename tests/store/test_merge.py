@@ -303,3 +303,52 @@ def _run_ids(path: Path) -> list[str]:
         return [run_id for (run_id,) in db.execute("SELECT run_id FROM runs")]
     finally:
         db.close()
+
+
+@pytest.mark.parametrize("table", ["generations", "events"])
+def test_rows_of_a_run_the_shard_does_not_name_are_refused(shards: list[Path], table: str) -> None:
+    """A shard edited by hand: rows whose run is in no runs table would merge into nothing."""
+    folder = shards[0].parent
+    db = sqlite3.connect(shards[1])
+    db.execute(f"UPDATE {table} SET run_id='elsewhere' WHERE id=(SELECT MIN(id) FROM {table})")
+    db.commit()
+    db.close()
+    done = soakgate("merge", shards[0].name, shards[1].name, "--into", "all.sqlite", cwd=folder)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert f"{table} of run elsewhere" in done.stderr and shards[1].name in done.stderr
+    assert not (folder / "all.sqlite").exists() and not list(folder.glob(".all.sqlite*"))
+
+
+def test_a_ledger_cut_at_its_tail_is_noticed_by_merge_and_the_report(shards: list[Path]) -> None:
+    """The first shard's run registered a plan; its runs table anchors that entry's hash. With
+    the entry deleted the chain that is left still verifies, so only the anchor can tell."""
+    folder = shards[0].parent
+    anchored = sqlite3.connect(f"file:{shards[0]}?mode=ro", uri=True)
+    ((anchor, digest),) = anchored.execute(
+        "SELECT json_extract(load, '$.ledger_anchor'), plan_sha256 FROM runs"
+    ).fetchall()
+    (head,) = anchored.execute("SELECT entry_hash FROM ledger ORDER BY idx DESC LIMIT 1").fetchone()
+    anchored.close()
+    assert anchor == head and digest
+    db = sqlite3.connect(shards[0])
+    db.execute("DELETE FROM ledger WHERE idx=(SELECT MAX(idx) FROM ledger)")
+    db.commit()
+    db.close()
+    assert verify_chain(open_analysis(shards[0]).ledger()) is None  # what is left chains
+    done = soakgate("merge", shards[0].name, shards[1].name, "--into", "all.sqlite", cwd=folder)
+    assert done.returncode == 2, done.stderr
+    assert "tail was cut" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (folder / "all.sqlite").exists()
+    report = _report(folder, shards[0].name)
+    assert any("tail was cut" in w for w in report["warnings"])
+
+
+def test_anchors_hold_through_a_merge_of_merged_databases(shards: list[Path]) -> None:
+    folder = shards[0].parent
+    for argv, into in (((shards[0].name, shards[1].name), "ab.sqlite"),
+                       (("ab.sqlite", shards[2].name), "abc.sqlite")):  # fmt: skip
+        done = soakgate("merge", *argv, "--into", into, cwd=folder)
+        assert done.returncode == 0, done.stderr
+    report = _report(folder, "abc.sqlite")
+    assert not any("tail was cut" in w for w in report["warnings"])

@@ -14,7 +14,8 @@ def duration(text: str) -> float:
     """Seconds from `90`, `30s`, `5m`, `2h`, `1.5h`, `1d`."""
     match = _DURATION.match(text)
     if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m or 2h")
+        positive = " (it must be positive)" if text.lstrip().startswith("-") else ""
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m or 2h{positive}")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 

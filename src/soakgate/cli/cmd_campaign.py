@@ -44,7 +44,7 @@ def main(args: argparse.Namespace) -> int:
     from soakgate.campaign.soakcfg import detector_config
     from soakgate.cli import exits
     from soakgate.cli.cmd_run import warn_detector_budget
-    from soakgate.load.progress import wide_console
+    from soakgate.terminal import wide_console
 
     console = wide_console()
 
@@ -84,8 +84,7 @@ def main(args: argparse.Namespace) -> int:
         )  # fmt: skip
     console.print(table)
     for block_id, reason in result.failures.items():
-        console.print(f"block {block_id} failed: {reason}", markup=False, highlight=False,
-                      soft_wrap=True)  # fmt: skip
+        console.print(f"block {block_id} failed: {reason}", soft_wrap=True)
     console.print(
         f"stored in {args.db}"
         + ("; interrupted: rerun with --resume" if result.interrupted else "")
@@ -106,12 +105,11 @@ def _verdicts(args: argparse.Namespace, campaign: str, console: Any) -> bool:
     try:
         found = campaign_verdicts(args.db, campaign, args.baseline, gate=gate_options(args))
     except UsageError as exc:  # e.g. nothing stored: no verdict to give
-        console.print(f"no verdict: {exc}", markup=False, highlight=False)
+        console.print(f"no verdict: {exc}")
         return False
     for line in found.lines:
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(line, soft_wrap=True)
     crashed = bool(found.crashed) and not args.allow_crashes
     if crashed:
-        console.print("a configuration's servers crashed: exit 1 (--allow-crashes to pass)",
-                      markup=False, highlight=False)  # fmt: skip
+        console.print("a configuration's servers crashed: exit 1 (--allow-crashes to pass)")
     return crashed or (args.fail_on_differ and found.gate_fails)

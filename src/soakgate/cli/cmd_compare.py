@@ -42,6 +42,7 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print the gate and the comparison(s); with --fail-on-differ, exit 1 when the gate fails."""
     from soakgate.report.api import compare
+    from soakgate.terminal import echo
 
     text, differ = compare(
         args.db,
@@ -55,5 +56,5 @@ def main(args: argparse.Namespace) -> int:
         outcome=args.outcome,
         gate=gate_options(args),
     )
-    print(text)
+    echo(text)
     return 1 if differ and args.fail_on_differ else 0

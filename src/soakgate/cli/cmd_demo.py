@@ -26,9 +26,10 @@ def main(args: argparse.Namespace) -> int:
 
     from soakgate.load import LoadSpec
     from soakgate.load.demo import run_demo
-    from soakgate.load.progress import LiveProgress, summary_table, wide_console
+    from soakgate.load.progress import LiveProgress, summary_table
     from soakgate.load.runner import SoakConfig
     from soakgate.targets import RequestSpec, TargetSpec
+    from soakgate.terminal import wide_console
 
     config = SoakConfig(
         targets=[TargetSpec("http://127.0.0.1:1", "mock-gpu0")], label="demo-bursty",

@@ -66,10 +66,10 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from soakgate.errors import UsageError
-    from soakgate.load.progress import wide_console
     from soakgate.probes.determinism import CAVEAT, probe
     from soakgate.prompts import builtin_prompts
     from soakgate.targets import RequestSpec, TargetSpec
+    from soakgate.terminal import wide_console
 
     if not args.target:
         raise UsageError("give at least one --target")

@@ -18,18 +18,21 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Import; rows the database already holds are skipped, so a second import adds nothing."""
+    """Import; rows the database already holds are skipped, so a second import adds nothing.
+    Every file is checked whole before the database is opened: a bad file creates no database
+    and stores nothing."""
     from soakgate.store import open_store
-    from soakgate.store.unstored import import_unstored
+    from soakgate.store.unstored import import_unstored, scan_unstored
 
+    runs = [scan_unstored(path) for path in args.files]
     store = open_store(args.db)
     try:
-        result = import_unstored(store, args.files)
+        result = import_unstored(store, args.files, runs)
     finally:
         store.close()
-    runs = ", ".join(dict.fromkeys(result.runs))
+    names = ", ".join(dict.fromkeys(result.runs))
     print(
         f"imported {result.generations} generations ({result.already_present} already present) "
-        f"and {result.events} events of run {runs} into {args.db}"
+        f"and {result.events} events of run {names} into {args.db}"
     )
     return 0

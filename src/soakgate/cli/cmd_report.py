@@ -63,15 +63,24 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print the report (or one generation's context); write the HTML file when asked."""
     from soakgate.report.api import report
+    from soakgate.terminal import echo
 
     if args.collapse is not None:
+        from soakgate.errors import UsageError
         from soakgate.report.api import collapse_report
 
-        print(collapse_report(args.db, args.collapse))
+        if args.html or args.format not in ("table", "json"):
+            flag = "--html" if args.html else f"--format {args.format}"
+            raise UsageError(
+                f"--collapse prints one generation's context as text or --format json; {flag} "
+                "is for the whole report (give it without --collapse)"
+            )
+        context = collapse_report(args.db, args.collapse, args.format)
+        (echo if args.format == "table" else print)(context)
         return 0
 
     text = report(args.db, args.format, args.html, clustering_options(args), not args.no_clustering)
-    print(text.rstrip("\n"))
+    (echo if args.format == "table" else print)(text.rstrip("\n"))
     if args.html:
         import sys
 

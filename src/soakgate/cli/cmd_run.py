@@ -176,8 +176,9 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
 
 def execute(config: Any, quiet: bool, observers: Sequence[Any] = ()) -> Any:
     """Run the soak with live progress, print the summary table; return the SoakResult."""
-    from soakgate.load.progress import LiveProgress, summary_table, wide_console
+    from soakgate.load.progress import LiveProgress, summary_table
     from soakgate.load.runner import run_soak
+    from soakgate.terminal import wide_console
 
     warn_detector_budget(config.detectors, config.request.max_tokens)
     if quiet:
@@ -191,7 +192,7 @@ def execute(config: Any, quiet: bool, observers: Sequence[Any] = ()) -> Any:
         print(f"soakgate: warning: {warning}", file=sys.stderr, flush=True)
     console.print(f"run {result.run.run_id} ({result.stopped_by}) stored in {config.db}")
     if config.until_verdict:
-        console.print(_verdict_line(config.db, result.run.run_id, result.stopped_by), markup=False)
+        console.print(_verdict_line(config.db, result.run.run_id, result.stopped_by))
     return result
 
 

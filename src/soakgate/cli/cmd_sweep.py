@@ -27,7 +27,6 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the sweep and print one row per level plus the saturation point."""
     from soakgate.cli import exits
-    from soakgate.load.progress import wide_console
     from soakgate.probes.sweep import (
         acceptance_collapses,
         parse_levels,
@@ -35,6 +34,7 @@ def main(args: argparse.Namespace) -> int:
         saturation_point,
         sweep_table,
     )
+    from soakgate.terminal import wide_console
 
     levels = parse_levels(args.concurrency)
     for level in levels:

@@ -68,11 +68,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _negative_values_attached(argv: Sequence[str]) -> list[str]:
+    """`--option -5s` as `--option=-5s`: argparse reads a value that starts with a dash and is
+    not a plain number as another option, and says only "expected one argument"; attached, the
+    option's own check says what is wrong with the value."""
+    attached: list[str] = []
+    for token in argv:
+        previous = attached[-1] if attached else ""
+        if token[:2].startswith("-") and token[1:2].isdigit() and previous.startswith("--") \
+                and "=" not in previous:  # fmt: skip
+            attached[-1] = f"{previous}={token}"
+        else:
+            attached.append(token)
+    return attached
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code: 0 done, 1 a finding, 2 could not do its job,
     130 interrupted (`soakgate.cli.exits`)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     if getattr(args, "func", None) is None:
         parser.print_help()
         return exits.FAILED
@@ -80,7 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.func(args)
         sys.stdout.flush()
     except SoakgateError as exc:
-        print(f"soakgate: error: {secrets.redact(str(exc))}", file=sys.stderr)
+        from soakgate.terminal import echo
+
+        echo(f"soakgate: error: {secrets.redact(str(exc))}", sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
         print("soakgate: interrupted", file=sys.stderr)
@@ -91,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = exits.OK
     except sqlite3.DatabaseError as exc:  # a safety net: stores translate their own errors
-        print(f"soakgate: error: database error: {secrets.redact(str(exc))}", file=sys.stderr)
+        from soakgate.terminal import echo
+
+        echo(f"soakgate: error: database error: {secrets.redact(str(exc))}", sys.stderr)
         code = exits.FAILED
     except Exception:  # a bug: keep the traceback for the report, but never exit 1 (a finding)
         traceback.print_exc()

@@ -19,6 +19,7 @@ from soakgate.stats.compare import Comparison
 from soakgate.stats.plan import Decision, Plan, plan_sha256, plan_to_dict, read_plan
 from soakgate.stats.sequential import SequentialRule
 from soakgate.store import LedgerEntry, Store
+from soakgate.store.base import LEDGER_ANCHOR
 
 
 def register_plan(
@@ -33,6 +34,7 @@ def register_plan(
     payload = {"sha256": digest, "run_id": run.run_id, "labels": labels, "plan": plan_to_dict(plan)}
     entry = store.append_ledger("plan", payload, at=time.time())
     run.plan_sha256 = digest
+    run.load[LEDGER_ANCHOR] = entry.entry_hash  # the runs table remembers the ledger's head
     return plan, entry
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from soakgate.load.spec import TargetTally
+from soakgate.terminal import TextConsole
 
 
 def _rate(collapses: int, requests: int) -> str:
@@ -56,19 +56,15 @@ def summary_table(label: str, tallies: Mapping[str, TargetTally], elapsed_s: flo
     return table
 
 
-def wide_console() -> Console:
-    """A console for tables: 120 columns when output is not a terminal, so nothing is cut."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
-
-
 class LiveProgress:
     """A rich Live display refreshed from the driver's tick callback."""
 
-    def __init__(self, label: str, total_s: float | None, console: Console | None = None) -> None:
+    def __init__(
+        self, label: str, total_s: float | None, console: TextConsole | None = None
+    ) -> None:
         self.label = label
         self.total_s = total_s
-        self.console = console or Console(stderr=True)
+        self.console = console or TextConsole(stderr=True)
         self._live = Live(console=self.console, refresh_per_second=4, transient=True)
 
     def __enter__(self) -> LiveProgress:

@@ -24,7 +24,8 @@ from soakgate.load import resume
 from soakgate.load.driver import note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
-from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
+from soakgate.load.scoring import SoakScorer, prepare_scoring, until_signal
+from soakgate.load.spec import Differential, LoadSpec, SoakResult, TargetTally
 from soakgate.probes.differential import Baseline, measure_baseline
 from soakgate.probes.serverload import ServerLoadWatch
 from soakgate.probes.specwatch import watch
@@ -38,15 +39,6 @@ from soakgate.targets import RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
 
 T = TypeVar("T")
-
-
-class SoakScorer(GenerationScorer, Protocol):
-    """A GenerationScorer that is calibrated before the soak and released after it."""
-
-    async def prepare(
-        self, spec: RequestSpec, picker: PromptPicker, concurrency: int
-    ) -> dict[str, Any]: ...
-    async def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -76,8 +68,9 @@ class SoakConfig:
     references: list[TargetSpec] = field(default_factory=list)
     reference_fraction: float = 0.03
     baseline_prompts: int = 8
-    allow_foreign_tables: bool = False
-    """Write into an SQLite file that holds other programs' tables (refused by default)."""
+    allow_foreign_tables: bool | None = None
+    """Write into an SQLite file that holds other programs' tables (refused by default; None:
+    the command has no option to allow it, so the refusal names none)."""
     explicit: frozenset[str] = frozenset()
     """Settings given on the command line (argparse dests): `resume` refuses one that differs
     from the stored run, and takes the stored value of every other."""
@@ -235,7 +228,7 @@ def _drive_run(
     """Soak and record how the run ended; a bug keeps the rows and marks the run `failed`."""
     try:
         if config.resume:
-            writer.add_event(note(run, "resumed"))
+            writer.add_event(note(run, "resumed", duration_left_s=config.load.duration_s))
         warning = budget_warning(config.detectors, config.request.max_tokens)
         if warning:  # stored with the run, so a report of it says why short collapses went unseen
             writer.add_event(note(run, "detector_budget", message=warning))
@@ -304,8 +297,13 @@ async def _soak_with_signals(
         writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
                               informative=baseline.informative,
                               compared_with=config.references[0].name))  # fmt: skip
-    if config.scorer is not None:
-        await _calibrate(config.scorer, config, run, writer, picker)
+    if config.scorer is not None and not await until_signal(
+        stop, prepare_scoring(config.scorer, config, run, writer, picker)
+    ):  # a signal during the calibration: nothing was sent to the targets, nothing is lost
+        await config.scorer.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        return SoakResult(run, {t.name: TargetTally(t.name) for t in config.targets}, 0.0, "stop")
     watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
     warnings: list[str] = []
     on_tick = _watch_streams(on_tick, writer, run, warnings)
@@ -349,24 +347,6 @@ def _watch_streams(
                 writer.add_event(event)
 
     return tick
-
-
-async def _calibrate(
-    scorer: SoakScorer, config: SoakConfig, run: Run, writer: BatchWriter, picker: PromptPicker
-) -> None:
-    """Calibrate reference scoring on the reference's own samples; store it with the run (an
-    event and `run.detectors["reference"]`) and say so when it is too small to trust well."""
-    try:
-        calibration = await scorer.prepare(config.request, picker, config.load.concurrency)
-    except BaseException:
-        await scorer.close()
-        raise
-    run.detectors["reference"] = calibration
-    writer.add_event(note(run, "reference_calibration", **calibration))
-    if calibration.get("warning"):
-        print(f"soakgate: warning: {calibration['warning']}", file=sys.stderr, flush=True)
-    if calibration.get("sampling_note"):
-        print(f"soakgate: note: {calibration['sampling_note']}", file=sys.stderr, flush=True)
 
 
 def _on_signal(stop: asyncio.Event, abort: asyncio.Event, grace_s: float) -> None:

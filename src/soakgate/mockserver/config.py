@@ -52,6 +52,9 @@ class MockConfig:
     burst_min_in_flight: int = 0
     """Bursts need load: with fewer requests in flight (this one included) the model is kept
     in the clean state, so collapses depend on the load, not on the prompt (0: off)."""
+    state_collapse: tuple[int, int] | None = None
+    """(W, P): the W requests of every P the server receives collapse, counted from its start
+    (a collapse that follows the server's request count: neither the input nor the load)."""
     collapse_kinds: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(COLLAPSE_KINDS, 1.0)
     )
@@ -223,6 +226,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="bursts only with at least this many requests in flight (0: any load)",
     )
     add(
+        "--state-collapse", metavar="W:P", default=None,
+        help="the W requests of every P the server receives collapse, counted from its start",
+    )  # fmt: skip
+    add(
         "--collapse-kinds", default=",".join(COLLAPSE_KINDS), help="kinds[=weight], comma separated"
     )
     add("--fault-rate", default="", help="NAME=RATE[,NAME=RATE...] over " + ",".join(FAULT_KINDS))
@@ -293,6 +300,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         burst_exit=args.burst_exit,
         burst_collapse_rate=args.burst_collapse_rate,
         burst_min_in_flight=args.burst_min_in_flight,
+        state_collapse=_window(args.state_collapse),
         collapse_kinds=kinds,
         fault_rates=parse_weights(args.fault_rate, FAULT_KINDS, "--fault-rate", 0.0),
         stall_s=args.stall_s,
@@ -313,3 +321,16 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         spec_accept_saturated=args.spec_accept_saturated,
         spec_collapse_at=args.spec_collapse_at,
     )
+
+
+def _window(text: str | None) -> tuple[int, int] | None:
+    """`W:P` as (W, P) with 0 < W <= P; UsageError otherwise."""
+    if text is None:
+        return None
+    try:
+        width, period = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise UsageError(f"--state-collapse {text!r}: expected W:P, e.g. 6:18") from None
+    if not 0 < width <= period:
+        raise UsageError(f"--state-collapse {text!r}: need 0 < W <= P")
+    return width, period

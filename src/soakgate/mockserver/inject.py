@@ -56,8 +56,10 @@ class Injector:
             or config.burst_enter
             or config.perturb_rate
             or config.fluent_rate
+            or config.state_collapse
             or config.corrupt_at_in_flight
         )
+        self._received = 0
         self.corrupt = False
         """The state is corrupt (until the process dies: a restart starts clean)."""
 
@@ -68,6 +70,12 @@ class Injector:
         if self._idle:
             return CLEAN
         config, rng = self._config, self.rng
+        self._received += 1
+        if config.state_collapse is not None:  # the server's own count decides, nothing else
+            width, period = config.state_collapse
+            if (self._received - 1) % period < width:
+                return Decision(self._pick_kind(), None, False, False)
+            return CLEAN
         if config.corrupt_at_in_flight and (self.corrupt or self._corrupts(in_flight)):
             return self._corrupted()
         if self._burst:

@@ -10,7 +10,7 @@ stored digest: the built-in set, or a `--prompts FILE` given again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,3 +115,25 @@ def known_prompts(
             "from the one stored with the run)"
         )
     return {}
+
+
+def control_request(
+    run: Run, rows: Iterable[Generation], prompts: Mapping[str, Prompt], avoid: set[str]
+) -> StoredRequest:
+    """The control prompt of a run's replays: the request of its first clean row whose prompt is
+    none of the replayed rows' (`avoid`), else a prompt of the run it did not replay, else one
+    of the built-in prompts, sent with the run's settings."""
+    for row in rows:
+        clean = not row.collapsed and row.error_class is None
+        if clean and row.prompt_id not in avoid and row.prompt_id in prompts:
+            return stored_request(run, row, prompts)
+    replayed = {prompts[i].text for i in avoid if i in prompts}
+    candidates = [*prompts.values(), *builtin_prompts()]
+    spare = next(p for p in candidates if p.prompt_id not in avoid and p.text not in replayed)
+    models = run.software.get("models")
+    model = next(iter(models.values()), None) if isinstance(models, dict) and models else None
+    return StoredRequest(
+        f"control:{spare.prompt_id}", run.run_id, run.targets[0], run.label, spare,
+        request_spec(run.load), str(model) if model else None,
+        int(run.load.get("concurrency", 1)),
+    )  # fmt: skip

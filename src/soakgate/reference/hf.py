@@ -11,6 +11,7 @@ and the generated tokens are those after the prompt's (`alignment: text`).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ class HFReference:
         self._tokenizer: Any = None
         self._pending: list[tuple[list[int], int, asyncio.Future[list[TokenScore]]]] = []
         self._runner: asyncio.Task[None] | None = None
+        self._halt = threading.Event()
+        """Set by close(): a sampling thread stops after its batch (a signal during the
+        calibration does not wait for thousands of samples)."""
 
     def describe(self) -> dict[str, Any]:
         """What is stored with the run about this reference."""
@@ -76,7 +80,8 @@ class HFReference:
             raise UsageError(f"--reference-model {self.path}: cannot load it ({exc})") from None
 
     async def close(self) -> None:
-        """Nothing to release (the model goes with the process)."""
+        """Stop any sampling after its batch (the model goes with the process)."""
+        self._halt.set()
 
     async def score(self, request: ScoreRequest) -> tuple[list[TokenScore], str]:
         """The generated tokens as this model scores them, and the alignment used."""
@@ -166,6 +171,8 @@ class HFReference:
         torch.manual_seed(spec.seed or 0)
         answers = []
         for start in range(0, len(prompts), self.batch_size):
+            if self._halt.is_set():
+                break
             chunk = prompts[start : start + self.batch_size]
             answers += list(zip(chunk, self._sample(chunk, spec), strict=True))
         return answers

@@ -121,12 +121,12 @@ class HttpReference:
                 async with self._session.get(f"{self.url}/v1/models") as response:
                     body = await response.json(content_type=None)
                 self.model = str(body["data"][0]["id"])
-            except (aiohttp.ClientError, TimeoutError, KeyError, IndexError, TypeError,
-                    ValueError) as exc:  # fmt: skip
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 await self.close()
-                raise TargetError(
-                    f"reference {self.url}: cannot read its model from /v1/models ({exc!r})"
-                ) from None
+                raise TargetError(f"cannot reach reference {self.url}: {_short(exc)}") from None
+            except (KeyError, IndexError, TypeError, ValueError):
+                await self.close()
+                raise TargetError(f"reference {self.url}: /v1/models lists no model") from None
 
     async def close(self) -> None:
         """Close the session."""
@@ -178,3 +178,13 @@ def _text_tokens(body: Any) -> list[TokenScore]:
         for i, entry in enumerate(entries)
         if i > 0
     ]
+
+
+def _short(exc: BaseException) -> str:
+    """A failure to reach the reference in a few words (aiohttp's reprs run to 300 characters)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"connection failed ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:120] if text else type(exc).__name__

@@ -94,6 +94,7 @@ class ReferenceScorer:
         self.scored = 0
         self.seconds = 0.0
         """Wall time spent waiting on the reference for soak rows (for the bench)."""
+        self._checked = False
 
     def selects(self, target: str, seq: int) -> bool:
         """Whether row `seq` of `target` is scored (reproducible from seq)."""
@@ -131,7 +132,7 @@ class ReferenceScorer:
     ) -> dict[str, Any]:
         """Start the reference and calibrate on its own samples at the soak's settings; the
         calibration as stored with the run. UsageError when too few samples scored."""
-        await self.reference.start()
+        await self.check()
         settings = self.settings
         sampled_spec = dataclasses.replace(spec, return_token_ids=True)
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
@@ -151,6 +152,26 @@ class ReferenceScorer:
             "sampling": sampled_spec.to_dict(), "seconds": round(time.perf_counter() - began, 3),
             "sampling_note": sampling_note(spec),
         }  # fmt: skip
+
+    async def check(self) -> None:
+        """Start the reference and score one short text, before thousands of samples are drawn:
+        a reference that cannot be reached or answers without prompt log-probabilities is a
+        TargetError now, not after the calibration."""
+        if self._checked:
+            return
+        await self.reference.start()
+        probe = ScoreRequest(
+            prompt_ids=None, token_ids=None, prompt_text="The capital of France is",
+            text=" Paris.", messages=[{"role": "user", "content": "Name a capital."}],
+        )  # fmt: skip
+        try:
+            await self.reference.score(probe)
+        except ReferenceFailed as exc:
+            await self.reference.close()
+            described = self.reference.describe()
+            where = described.get("url") or described.get("path") or "the reference"
+            raise TargetError(f"reference {where} does not score generations: {exc}") from None
+        self._checked = True
 
     async def _calibration_scores(
         self, answers: list[tuple[Prompt, Outcome]], endpoint: str, concurrency: int

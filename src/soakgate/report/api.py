@@ -6,6 +6,7 @@ render (`tables`, `compare_text`, `html`: text and pages).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from soakgate.report.gate import GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions
 from soakgate.stats.outcomes import COLLAPSE, OUTCOMES, SUSPECT
 from soakgate.store import SqliteStore
+from soakgate.store.sqlite import read_failure
 
 if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport
@@ -39,7 +41,7 @@ def existing_store(db: str | Path) -> Iterator[SqliteStore]:
     try:
         yield store
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read database {db}: {exc}") from None
+        raise StoreError(f"cannot read database {db}: {read_failure(exc)}") from None
     finally:
         store.close()
 
@@ -58,7 +60,7 @@ def load_analysis(
     try:
         columns = load_path(db, contexts)
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read database {db}: {exc}") from None
+        raise StoreError(f"cannot read database {db}: {read_failure(exc)}") from None
     analysis = analyze_columns(columns, options, clustering)
     if not analysis.units:
         raise UsageError(f"{db} holds no generations")
@@ -90,13 +92,15 @@ def report(
     return RENDERERS[fmt](analysis, comparisons)
 
 
-def collapse_report(db: str | Path, request_id: str) -> str:
-    """`soakgate report DB --collapse ID`: what surrounded one stored generation, as text
-    (report/collapse.py)."""
+def collapse_report(db: str | Path, request_id: str, fmt: str = "table") -> str:
+    """`soakgate report DB --collapse ID`: what surrounded one stored generation, as text, or
+    as one JSON document with `fmt` json (report/collapse.py)."""
     from soakgate.report.collapse import collapse_context
 
     with existing_store(db) as store:
         context = collapse_context(store, request_id)
+    if fmt == "json":
+        return json.dumps(context.as_dict(), indent=2, default=str)
     lines = context.lines()
     lines.append(
         f"  replay it: soakgate replay {db} --collapsed --run {context.row.run_id} --target URL"

@@ -6,6 +6,7 @@ on; a plan registered after the data it judges is no pre-registration at all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from soakgate.errors import PlanError
 from soakgate.records import Run
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis
-from soakgate.store.base import LedgerEntry, verify_chain
+from soakgate.store.base import LedgerEntry, missing_anchor, verify_chain
 
 BURST_SCOPED = "burst-scoped runs can miss state-dependent failures"
 IDLE_GAP_MIN_S = 10.0  # a pause shorter than this is ordinary scheduling jitter
@@ -114,6 +115,9 @@ def methodology_warnings(analysis: Analysis) -> list[str]:
         found.extend(_run_warnings(run, rows_by_target, plans.get(run.run_id)))
     if verify_chain(analysis.ledger) is not None:
         found.append(f"the plan ledger is broken at entry {verify_chain(analysis.ledger)}")
+    cut = missing_anchor(analysis.runs, analysis.ledger)
+    if cut is not None:
+        found.append(cut)
     found.extend(_gateway_warnings(analysis))
     return found
 
@@ -130,8 +134,9 @@ def _gateway_warnings(analysis: Analysis) -> list[str]:
 
 
 def check_registration(
-    digest: str, ledger: list[LedgerEntry], first_generation: dict[str, float]
-) -> list[LedgerEntry]:
+    digest: str, ledger: list[LedgerEntry], first_generation: dict[str, float],
+    runs: Sequence[Run] = (),
+) -> list[LedgerEntry]:  # fmt: skip
     """The ledger entries registering plan `digest` for each run, each before that run's data.
 
     `first_generation` maps every run the comparison covers to its first request's start.
@@ -140,6 +145,9 @@ def check_registration(
     broken = verify_chain(ledger)
     if broken is not None:
         raise PlanError(f"the plan ledger is broken at entry {broken}: it was rewritten")
+    cut = missing_anchor(runs, ledger)
+    if cut is not None:
+        raise PlanError(cut)
     entries = [e for e in ledger if e.kind == "plan" and e.payload.get("sha256") == digest]
     if not entries:
         raise PlanError(f"plan sha256 {digest[:12]}... was never registered in this database")

@@ -10,6 +10,7 @@ requests, KV-cache usage), and the guard's events nearby. Pure functions over ro
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from soakgate.records import Event, Generation, Run
 
 if TYPE_CHECKING:
     from soakgate.store import SqliteStore
+    from soakgate.store.history import TargetHistory
 
 NEARBY_S = 60.0
 """Guard events this many seconds either side of a request are shown with it."""
@@ -78,6 +80,9 @@ class CollapseContext:
     """The `server_load` scrape nearest to the request's end."""
     nearby: list[Event] = field(default_factory=list)
     """Guard and campaign events within NEARBY_S of the request."""
+    history: TargetHistory | None = None
+    """What came before it on its target (`report --collapse` only: it costs a pass over the
+    run's rows)."""
 
     def lines(self) -> list[str]:
         """The context as text, one fact per line."""
@@ -93,6 +98,7 @@ class CollapseContext:
             f"{row.completion_tokens if row.completion_tokens is not None else '?'} completion "
             f"tokens, finish {row.finish_reason or '-'}",
             f"  server: {self._uptime()}",
+            *self._state(),
             f"  server load at its start: {_load(self.load_at_start, row.started_at)}",
             f"  server load at its end: {_load(self.load_at_end, row.ended_at)}",
             f"  in flight on {row.target} at its start: {_neighbours(self.at_start)}",
@@ -106,6 +112,50 @@ class CollapseContext:
         else:
             lines.append(f"  events within {NEARBY_S:g} s: none")
         return lines
+
+    def as_dict(self) -> dict[str, object]:
+        """The context as JSON-ready values (`report --collapse ID --format json`)."""
+        row = self.row
+        return {
+            "request_id": row.request_id, "run_id": row.run_id, "label": row.label,
+            "target": row.target, "seq": row.seq, "collapsed": row.collapsed,
+            "flags": row.flags, "error_class": row.error_class, "started_at": row.started_at,
+            "ended_at": row.ended_at, "prompt_tokens": row.prompt_tokens,
+            "completion_tokens": row.completion_tokens, "finish_reason": row.finish_reason,
+            "incarnation": row.incarnation, "up_since": self.up_since,
+            "up_source": self.up_source or None,
+            "state": dataclasses.asdict(self.history) if self.history else None,
+            "load_at_start": self.load_at_start.data if self.load_at_start else None,
+            "load_at_end": self.load_at_end.data if self.load_at_end else None,
+            "in_flight_at_start": [dataclasses.asdict(n) for n in self.at_start],
+            "in_flight_at_end": [dataclasses.asdict(n) for n in self.at_end],
+            "events_nearby": [
+                {"at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
+                for e in self.nearby
+            ],
+        }  # fmt: skip
+
+    def _state(self) -> list[str]:
+        """The derived state: requests since the incarnation began, time since the target was
+        last idle, the run of consecutive collapses it is in."""
+        if self.history is None:
+            return []
+        h, row = self.history, self.row
+        busy = row.started_at - h.busy_since
+        idle = "idle just before it" if busy <= 0 else f"busy without a break for {busy:.1f} s"
+        streak = h.collapses_before + h.collapses_after + 1
+        if not row.collapsed:
+            place = f"not a collapse ({h.collapses_before} collapsed just before it)"
+        elif streak == 1:
+            place = "a lone collapse (the answers just before and after it were clean)"
+        else:
+            place = (f"collapse {h.collapses_before + 1} of {streak} in a row (answered requests "
+                     "in send order)")  # fmt: skip
+        return [
+            f"  state: request {h.requests_before + 1} this run sent to {row.target} since "
+            f"incarnation {row.incarnation} began (the server may have served others); "
+            f"{row.target} {idle}; {place}",
+        ]
 
     def _uptime(self) -> str:
         incarnation = f"incarnation {self.row.incarnation}"
@@ -154,7 +204,9 @@ def collapse_context(store: SqliteStore, request_id: str) -> CollapseContext:
         raise UsageError(f"no generation with request id {request_id!r} in {store.path}")
     run = next(r for r in store.runs() if r.run_id == row.run_id)
     same_target = store.generations_overlapping(row.target, [(row.started_at, row.ended_at)])
-    return context_of(row, run, same_target, store.events(row.run_id), store.prompts(row.run_id))
+    context = context_of(row, run, same_target, store.events(row.run_id), store.prompts(row.run_id))
+    context.history = store.target_history(row)
+    return context
 
 
 def _neighbour(other: Generation, prompts: Mapping[str, Prompt]) -> Neighbour:

@@ -253,7 +253,9 @@ def compare_with_plan(
         )
     digest = plan_sha256(plan)
     a, b = resolve(analysis, plan.arms[0]), resolve(analysis, plan.arms[1])
-    used = check_registration(digest, analysis.ledger, _first_generations(analysis, (a, b)))
+    used = check_registration(
+        digest, analysis.ledger, _first_generations(analysis, (a, b)), analysis.runs
+    )
     why = _checked(a, b, allow_unit_mismatch, plan.matched_targets)
     comparison = compare_arms(
         to_arm(a), to_arm(b), plan.alpha, window=options.window,

@@ -248,8 +248,11 @@ def _worst(rows: list[Generation]) -> list[dict[str, Any]]:
 def render_html(
     analysis: Analysis, comparisons: list[ComparisonReport] | None = None, title: str = ""
 ) -> str:
-    """The whole report as one HTML string, opening with the verdicts."""
+    """The whole report as one HTML string, opening with the verdicts. Text reaches the page
+    only through jinja2's autoescape, and the figures' text only as text: matplotlib reads no
+    `$...$` in a label or a target's name as mathtext (`text.parse_math` off)."""
     import jinja2
+    import matplotlib
 
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("soakgate.report", "templates"),
@@ -260,6 +263,9 @@ def render_html(
     rows = display_rows(analysis)
     events, events_note = _event_rows(analysis)
     comparisons = comparisons or []
+    with matplotlib.rc_context({"text.parse_math": False}):
+        figures = _figures(analysis)
+        probes = _probe_context(analysis)
     return template.render(
         title=title or "soakgate report",
         version=__version__,
@@ -276,14 +282,14 @@ def render_html(
             if r.gate is not None
         ],
         outcomes=_outcomes(analysis),
-        figures=_figures(analysis),
+        figures=figures,
         comparison_headers=COMPARISON_HEADERS,
         comparisons=_comparison_rows(comparisons),
         events=events,
         events_note=events_note,
         exemplars=exemplars(analysis),
         units=[u for u in analysis.units if not u.aggregate],
-        probes=_probe_context(analysis),
+        probes=probes,
     )
 
 

@@ -3,11 +3,14 @@
 runs.
 
 The observer does no work per generation: the driver's own per-target tallies (counted as rows
-are stored) are read when Prometheus scrapes, from prometheus-client's server thread. It holds a
+are stored) are read when Prometheus scrapes, off the soak's event loop, in the server's threads
+(`report.metrics_server`: the page rendered at most once a second, at most 4 scrapes served at
+once, more answered 503), so scrapers cannot slow the soak. It holds a
 reference to each soak's tallies from the soak's first tick (before any row is counted); a new
 tallies object (the next campaign block or segment) folds the finished one into the totals. So
 at any scrape, and exactly once the soak has stored its last row, the counters equal the rows
-this process stored. A private CollectorRegistry: nothing enters prometheus-client's global one.
+this process stored (the page is rendered afresh once the soak has ended). A private
+CollectorRegistry: nothing enters prometheus-client's global one.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import generate_latest
 
 from soakgate.errors import UsageError
 from soakgate.records import Event
+from soakgate.report.metrics_server import BoundedServer, CachedPage
 from soakgate.stats.rates import clopper_pearson
 
 CONFIDENCE = 0.95
@@ -91,16 +95,18 @@ class LiveMetrics:
         self._faults: dict[tuple[str, str], int] = {}
         self._active = False
         self._bounds: dict[tuple[int, int], float] = {}
-        self._server: Any = None
+        self.page = CachedPage(lambda: generate_latest(self.registry))
+        self._server: BoundedServer | None = None
 
     def start(self) -> str:
         """Bind and serve (a port in use is a UsageError: exit 2 before any load); the URL."""
         try:
-            server, _thread = start_http_server(self.port, self.host, registry=self.registry)
+            server = BoundedServer((self.host, self.port), self.page)
         except OSError as exc:
             raise UsageError(
                 f"--metrics-port {self.port}: cannot listen on {self.host}: {exc.strerror or exc}"
             ) from None
+        server.start()
         self._server = server
         self.port = int(server.server_address[1])
         return f"http://{self.host}:{self.port}/metrics"
@@ -108,8 +114,7 @@ class LiveMetrics:
     def stop(self) -> None:
         """Stop serving."""
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
     def on_tick(self, tallies: dict[str, Any], elapsed_s: float) -> None:
@@ -119,11 +124,13 @@ class LiveMetrics:
         with self._lock:
             self._fold()
             self._current, self._active = tallies, True
+        self.page.stale()
 
     def close(self, stopped_by: str | None) -> None:
         """The soak (a run, or a whole campaign) ended: its tallies are final; they go on being
         served until `stop()`."""
         self._active = False
+        self.page.stale()
 
     def on_event(self, label: str, event: Event) -> None:
         """An event of a campaign block: count the guard's engine faults."""

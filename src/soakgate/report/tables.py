@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -181,8 +182,9 @@ def render_table(
     import shutil
 
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from soakgate.terminal import TextConsole
 
     width = width or shutil.get_terminal_size((200, 24)).columns
     narrow, very = width < NARROW, width < VERY_NARROW
@@ -208,15 +210,15 @@ def render_table(
                 ) + (")" if ", n_eff" in row["clustering"] else "")
         style = "dim" if cells[1].startswith("ALL") else None
         table.add_row(*(row[h] for h in headers), style=style)
-    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    console = TextConsole(file=io.StringIO(), width=width, record=True, color_system=None)
     for line in verdict_block(analysis, comparisons):
-        console.print(line, markup=False, highlight=False)
+        console.print(line)
     _print_outcomes(analysis, console)
     console.print(table)
     if narrow:
         console.print(
             f"({', '.join(dropped)} and errors by class: --format json or csv, or a "
-            f"terminal of {NARROW}+ columns)", markup=False, highlight=False,
+            f"terminal of {NARROW}+ columns)",
         )  # fmt: skip
     if analysis.probes is not None:
         _print_probes(analysis, console)
@@ -239,7 +241,7 @@ def _print_outcomes(analysis: Analysis, console: Any) -> None:
     for outcomes in analysis_outcomes(analysis):
         table.add_row(*outcome_cells(outcomes), style="dim" if outcomes.unit.aggregate else None)
     console.print(table)
-    console.print(OUTCOME_NOTE, markup=False, highlight=False)
+    console.print(OUTCOME_NOTE)
 
 
 def _print_placement(analysis: Analysis, console: Any) -> None:
@@ -248,9 +250,9 @@ def _print_placement(analysis: Analysis, console: Any) -> None:
 
     lines = placement_lines(analysis)
     if lines:
-        console.print("placement (Ray node and GPU of each unit):", markup=False, highlight=False)
+        console.print("placement (Ray node and GPU of each unit):")
     for line in lines:
-        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"  {line}", soft_wrap=True)
 
 
 def _print_probes(analysis: Analysis, console: Any) -> None:
@@ -268,11 +270,11 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
             table.add_row(*cells)
         console.print(table)
         if note:
-            console.print(note, markup=False, highlight=False)
+            console.print(note)
     for line in spec_lines(analysis.probes):
-        console.print(f"spec-decode: {line}", markup=False, highlight=False)
+        console.print(f"spec-decode: {line}")
     for collapse in analysis.probes.spec_collapses:
-        console.print(f"ALERT: {collapse.line()}", markup=False, highlight=False)
+        console.print(f"ALERT: {collapse.line()}")
 
 
 def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
@@ -312,31 +314,49 @@ def render_csv(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ())
     return buffer.getvalue()
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>&|~#!{}$])")
+"""What can open an inline construct, a raw HTML tag or an entity anywhere in a line, and the
+table's cell separator, and GitHub's math delimiter (CommonMark: any ASCII punctuation may be
+backslash-escaped)."""
+_MARKDOWN_BLOCK_START = re.compile(r"^(\d{0,9})((?<=\d)[.)](?=\s|$)|(?<!\d)[-+=])")
+"""What opens a block at the start of a line (a list item, an ordered one, a heading's
+underline): a list item's text starts its line."""
+
+
+def markdown_text(text: str) -> str:
+    """The one place text enters a Markdown document: any string (a label, a target, a model,
+    a server's words) shows as itself in a cell, a list item or bold, never as Markdown or
+    HTML. Newlines become spaces, control characters escapes (`soakgate.terminal`)."""
+    from soakgate.terminal import printable
+
+    flat = printable(text).replace("\n", " ").replace("\t", " ").lstrip()
+    return _MARKDOWN_BLOCK_START.sub(r"\1\\\2", _MARKDOWN_SPECIAL.sub(r"\\\1", flat))
 
 
 def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """The verdicts, then a GitHub-flavoured Markdown table, warnings as a list."""
     from soakgate.report.verdicts import verdict_lines
 
-    lines = [f"**{_md_cell(v)}**" for v in verdict_lines(list(comparisons),
+    lines = [f"**{markdown_text(v)}**" for v in verdict_lines(list(comparisons),
                                                        why_not_compared(analysis))]  # fmt: skip
-    lines += [f"**{_md_cell(r.gate.headline())}**" for r in comparisons if r.gate is not None]
+    lines += [f"**{markdown_text(r.gate.headline())}**" for r in comparisons if r.gate is not None]
     lines += [""] if lines else []
     lines += _markdown_outcomes(analysis)
     lines += ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += [
-        "| " + " | ".join(_md_cell(c) for c in cells) + " |" for cells in display_rows(analysis)
+        "| " + " | ".join(markdown_text(c) for c in cells) + " |"
+        for cells in display_rows(analysis)
     ]
     if analysis.warnings:
         lines += ["", "**Methodology warnings**", ""]
-        lines += [f"- {_md_cell(w)}" for w in analysis.warnings]
+        lines += [f"- {markdown_text(w)}" for w in analysis.warnings]
     if analysis.probes is not None:
         lines += _markdown_probes(analysis)
     uptime = uptime_lines(analysis)
     if uptime:
-        lines += ["", f"**{uptime[0]}**", ""] + [f"- {_md_cell(u.strip())}" for u in uptime[1:]]
+        lines += ["", f"**{markdown_text(uptime[0])}**", ""] + [
+            f"- {markdown_text(u.strip())}" for u in uptime[1:]
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -347,10 +367,10 @@ def _markdown_outcomes(analysis: Analysis) -> list[str]:
     lines = ["**Failures per unit**", "", "| " + " | ".join(OUTCOME_HEADERS) + " |"]
     lines.append("|" + "---|" * len(OUTCOME_HEADERS))
     lines += [
-        "| " + " | ".join(_md_cell(c) for c in outcome_cells(o)) + " |"
+        "| " + " | ".join(markdown_text(c) for c in outcome_cells(o)) + " |"
         for o in analysis_outcomes(analysis)
     ]
-    return [*lines, "", _md_cell(OUTCOME_NOTE), ""]
+    return [*lines, "", markdown_text(OUTCOME_NOTE), ""]
 
 
 def _markdown_probes(analysis: Analysis) -> list[str]:
@@ -361,15 +381,17 @@ def _markdown_probes(analysis: Analysis) -> list[str]:
     collapses = analysis.probes.spec_collapses
     if collapses:
         lines += ["", "**Speculative-decoding collapses**", ""]
-        lines += [f"- {_md_cell(c.line())}" for c in collapses]
+        lines += [f"- {markdown_text(c.line())}" for c in collapses]
     for title, headers, rows, note in probe_sections(analysis.probes):
-        lines += ["", f"**{_md_cell(title)}**", "", "| " + " | ".join(headers) + " |"]
+        lines += ["", f"**{markdown_text(title)}**", "", "| " + " | ".join(headers) + " |"]
         lines.append("|" + "---|" * len(headers))
-        lines += ["| " + " | ".join(_md_cell(c) for c in cells) + " |" for cells in rows]
-        lines += ["", _md_cell(note)] if note else []
+        lines += ["| " + " | ".join(markdown_text(c) for c in cells) + " |" for cells in rows]
+        lines += ["", markdown_text(note)] if note else []
     spec = spec_lines(analysis.probes)
     if spec:
-        lines += ["", "**Speculative-decoding watch**", ""] + [f"- {_md_cell(x)}" for x in spec]
+        lines += ["", "**Speculative-decoding watch**", ""] + [
+            f"- {markdown_text(x)}" for x in spec
+        ]
     return lines
 
 

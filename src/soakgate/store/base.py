@@ -63,6 +63,40 @@ def verify_chain(entries: Sequence[LedgerEntry]) -> int | None:
     return None
 
 
+LEDGER_ANCHOR = "ledger_anchor"
+"""Key of `run.load` holding the hash of the ledger entry that registered the run's plan: the
+runs table remembers the ledger's head, so a ledger cut at its tail is noticed
+(`missing_anchor`); a hash chain alone cannot see entries removed from its end."""
+
+
+def chain_hashes(entries: Sequence[LedgerEntry]) -> set[str]:
+    """Every entry hash a ledger vouches for: its own, and, in a merged ledger, those each shard
+    had in its own chain (the entries after a `shard` entry, re-chained from '')."""
+    found = {e.entry_hash for e in entries}
+    for index, entry in enumerate(entries):
+        if entry.kind != "shard":
+            continue
+        prev = ""
+        for kept in entries[index + 1 : index + 1 + int(entry.payload.get("entries", 0))]:
+            prev = chain_hash(prev, kept.at, kept.kind, kept.payload)
+            found.add(prev)
+    return found
+
+
+def missing_anchor(runs: Sequence[Run], entries: Sequence[LedgerEntry]) -> str | None:
+    """Why the ledger lacks an entry a run anchored (its tail cut, or the entry removed), or
+    None when every anchored entry is there."""
+    known = chain_hashes(entries)
+    for run in runs:
+        anchor = run.load.get(LEDGER_ANCHOR)
+        if isinstance(anchor, str) and anchor not in known:
+            return (
+                f"the plan ledger lacks the entry run {run.run_id} registered its plan in "
+                f"({anchor[:12]}...): its tail was cut or the entry removed"
+            )
+    return None
+
+
 class Store(Protocol):
     """What the soak engine, the guard and the analysis need from a store."""
 
@@ -84,8 +118,9 @@ class Store(Protocol):
     def prompts(self, run_id: str) -> dict[str, Prompt]:
         """Prompt id -> the prompt a run sent."""
 
-    def request_ids(self, run_id: str) -> set[str]:
-        """Request ids of the generations stored for one run."""
+    def request_ids(self, run_id: str, among: Sequence[str] | None = None) -> set[str]:
+        """Request ids of the generations stored for one run (only those `among`, when given:
+        what an import checks a batch against without reading every id of the run)."""
 
     def events(self, run_id: str | None = None) -> list[Event]:
         """Events in time order, optionally of one run."""

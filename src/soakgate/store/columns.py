@@ -14,7 +14,7 @@ Arrow reader is used only on a file no connection of this process holds open.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -273,7 +273,9 @@ class ArrowReader:
 
     def _failed(self, exc: Exception) -> StoreError:
         """The driver's error as one line (`[SQLite] database disk image is malformed`)."""
-        return StoreError(f"cannot read database {self._name}: {exc}")
+        from soakgate.store.sqlite import read_failure
+
+        return StoreError(f"cannot read database {self._name}: {read_failure(exc)}")
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
@@ -301,18 +303,26 @@ class ArrowReader:
         if expect is None:
             sql = _SELECT.format(reference=_REFERENCE if greedy else "")
             for batch in self.raw_batches(sql, (run_id, upto)):
-                yield _batch_from_arrow(run_id, batch)
+                yield self._decoded(_batch_from_arrow, run_id, batch)
             return
         from soakgate.records import ERROR_CLASSES
 
         targets, labels = list(expect[0]), list(expect[1])
         errors = ["", *ERROR_CLASSES]
         for raw in self.raw_batches(numeric_select(targets, labels, greedy), (run_id, upto)):
-            batch = _numeric_batch(run_id, raw, targets, labels, errors)
+            batch = self._decoded(_numeric_batch, run_id, raw, targets, labels, errors)
             if min(batch.target[0].min(initial=0), batch.label[0].min(initial=0),
                    batch.error[0].min(initial=0)) < 0:  # fmt: skip
                 raise UnexpectedValues(run_id)
             yield batch
+
+    def _decoded(self, convert: Callable[..., ColumnBatch], *args: Any) -> ColumnBatch:
+        """A batch converted to numpy; text that is not UTF-8 (a damaged page) as one
+        StoreError line."""
+        try:
+            return convert(*args)
+        except UnicodeDecodeError as exc:
+            raise self._failed(exc) from None
 
     def raw_batches(self, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
         """Arrow record batches of any query, BATCH_ROWS rows each; driver errors as one

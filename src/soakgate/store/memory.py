@@ -49,9 +49,10 @@ class MemoryStore:
         """Prompt id -> the prompt a run sent."""
         return dict(self._prompts.get(run_id, {}))
 
-    def request_ids(self, run_id: str) -> set[str]:
-        """Request ids of the generations stored for one run."""
-        return {g.request_id for g in self._generations if g.run_id == run_id}
+    def request_ids(self, run_id: str, among: Sequence[str] | None = None) -> set[str]:
+        """Request ids of the generations stored for one run (only those `among`, when given)."""
+        found = {g.request_id for g in self._generations if g.run_id == run_id}
+        return found if among is None else found & set(among)
 
     def runs(self) -> list[Run]:
         """Every run, oldest first."""

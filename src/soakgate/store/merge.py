@@ -2,7 +2,9 @@
 Indexed Job, a Slurm array), so that it reports exactly as the sum of its shards.
 
 Every shard is opened read-only and never changed. Runs keep their ids and every row; a run id
-or a request id found in two shards is refused, as is a shard whose ledger chain is broken. The
+or a request id found in two shards is refused, as is a shard whose ledger chain is broken or
+lacks the entry one of its runs anchored (a cut tail), or that holds rows of a run it does not
+name. The
 merged ledger is one new chain: for each shard (in the order given) a `shard` entry naming the
 file, its schema, its runs and the head hash of its own chain, then the shard's entries with
 their time, kind and payload unchanged. Re-chaining them from '' yields that head again
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from soakgate.errors import StoreError, UsageError
 from soakgate.store import codec
-from soakgate.store.base import LedgerEntry, chain_hash, verify_chain
+from soakgate.store.base import LedgerEntry, chain_hash, missing_anchor, verify_chain
 from soakgate.store.sqlite import SqliteStore, open_analysis, read_only_uri
 
 SHARD_ENTRY = "shard"
@@ -59,16 +61,20 @@ def _read_shard(path: Path) -> _Shard:
     store: SqliteStore = open_analysis(path)
     try:
         version = store.schema_version()
-        run_ids = [run.run_id for run in store.runs()]
+        runs = store.runs()
         ledger = store.ledger()
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot read database {path}: {exc}") from None
     finally:
         store.close()
+    run_ids = [run.run_id for run in runs]
     _check_not_being_written(path, run_ids)
     broken = verify_chain(ledger)
     if broken is not None:
         raise StoreError(f"{path}: its ledger is broken at entry {broken} (it was rewritten)")
+    cut = missing_anchor(runs, ledger)
+    if cut is not None:
+        raise StoreError(f"{path}: {cut}; refusing to merge (nothing written)")
     return _Shard(path, version, run_ids, ledger)
 
 
@@ -177,6 +183,16 @@ def _copy_rows(db: sqlite3.Connection, schema: str, shard: _Shard) -> None:
     """Copy one attached shard's runs, generations (oldest row first), events and stored
     prompts. A column an older shard lacks takes its default, as a migration would give it."""
     present = {row[1] for row in db.execute(f"PRAGMA {schema}.table_info(generations)")}
+    for table in ("generations", "events"):
+        orphan = db.execute(
+            f"SELECT run_id FROM {schema}.{table} WHERE run_id NOT IN "
+            f"(SELECT run_id FROM {schema}.runs) LIMIT 1"
+        ).fetchone()
+        if orphan is not None:
+            raise UsageError(
+                f"{shard.path} holds {table} of run {orphan[0]}, which none of its runs is: "
+                "refusing to merge rows of an unknown run (nothing written)"
+            )
     clash = db.execute(
         f"SELECT request_id FROM {schema}.generations WHERE request_id IN "
         "(SELECT request_id FROM main.generations) LIMIT 1"

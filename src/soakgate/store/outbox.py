@@ -101,7 +101,7 @@ class OutboxStore:
     def prompts(self, run_id: str) -> dict[str, Prompt]:
         return {}
 
-    def request_ids(self, run_id: str) -> set[str]:
+    def request_ids(self, run_id: str, among: Sequence[str] | None = None) -> set[str]:
         raise StoreError("a Ray unit's outbox keeps no rows; read the driver's database")
 
     def append_ledger(self, kind: str, payload: dict[str, Any], at: float) -> LedgerEntry:

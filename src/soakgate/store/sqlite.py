@@ -20,6 +20,7 @@ from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
 from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
 from soakgate.store.columns import Sqlite3Reader
+from soakgate.store.history import TargetHistory, target_history
 from soakgate.store.repair import storable, storable_event
 
 # What binding a value SQLite cannot hold raises: a lone surrogate in a text, an integer past
@@ -241,10 +242,26 @@ class SqliteStore:
         params = [target, *(bound for start, end in windows for bound in (end, start))]
         return [codec.generation_from_row(r) for r in self._db.execute(sql, params)]
 
-    def request_ids(self, run_id: str) -> set[str]:
-        """Request ids of the generations stored for one run."""
-        rows = self._db.execute("SELECT request_id FROM generations WHERE run_id=?", (run_id,))
-        return {request_id for (request_id,) in rows}
+    def target_history(self, row: Generation) -> TargetHistory:
+        """What came before `row` on its target (`store.history`)."""
+        return target_history(self._db, row.run_id, row.target, row.seq, row.incarnation)
+
+    def request_ids(self, run_id: str, among: Sequence[str] | None = None) -> set[str]:
+        """Request ids of the generations stored for one run (only those `among`, when given:
+        looked up by the unique index, 500 at a time)."""
+        if among is None:
+            rows = self._db.execute("SELECT request_id FROM generations WHERE run_id=?", (run_id,))
+            return {request_id for (request_id,) in rows}
+        found: set[str] = set()
+        ids = list(among)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(r for (r,) in self._db.execute(
+                f"SELECT request_id FROM generations WHERE run_id=? AND request_id IN ({marks})",
+                (run_id, *chunk),
+            ))  # fmt: skip
+        return found
 
     def events(self, run_id: str | None = None) -> list[Event]:
         """Events in time order, optionally of one run."""
@@ -380,10 +397,12 @@ def _locked_by_chattr(path: str) -> bool:
     return bool(attributes & (_STATX_ATTR_IMMUTABLE | _STATX_ATTR_APPEND))
 
 
-def open_store(path: str | Path, allow_foreign_tables: bool = False) -> SqliteStore:
+def open_store(path: str | Path, allow_foreign_tables: bool | None = None) -> SqliteStore:
     """Open (creating if needed) a soakgate database to write into; a missing parent folder, a
     folder, a file that is not SQLite, or (unless `allow_foreign_tables`) another program's
-    database is a StoreError, and such a file is left untouched."""
+    database is a StoreError, and such a file is left untouched. The refusal names
+    `--allow-foreign-tables` only when the command has it (`allow_foreign_tables` is a bool,
+    not None)."""
     target = Path(path)
     if not target.parent.exists():
         raise StoreError(f"cannot create database {target}: folder {target.parent} does not exist")
@@ -392,10 +411,14 @@ def open_store(path: str | Path, allow_foreign_tables: bool = False) -> SqliteSt
     if target.is_file() and target.stat().st_size > 0:
         foreign = _foreign_tables(target)
         if foreign and not allow_foreign_tables:
+            hint = (
+                " (choose another --db, or give --allow-foreign-tables to write into it anyway)"
+                if allow_foreign_tables is False
+                else ""
+            )
             raise StoreError(
                 f"{target} is not a soakgate database (it holds {', '.join(foreign[:5])}); "
-                "refusing to add soakgate's tables to it (choose another --db, or give "
-                "--allow-foreign-tables to write into it anyway)"
+                f"refusing to add soakgate's tables to it{hint}"
             )
     return SqliteStore(target)
 
@@ -412,6 +435,19 @@ def open_analysis(path: str | Path) -> SqliteStore:
     return SqliteStore(target, read_only=True)
 
 
+def read_failure(exc: BaseException) -> str:
+    """What a read of a damaged database failed on, in one line: SQLite's words, or, for text
+    that is not UTF-8 (a damaged page read as a string), that it is malformed, without the
+    garbage itself."""
+    text = str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return "database disk image is malformed (a text column holds bytes that are not UTF-8)"
+    if "Could not decode to UTF-8" in text:
+        column = text.split("column ", 1)[-1].split(" with text", 1)[0]
+        return f"database disk image is malformed (column {column} holds bytes that are not text)"
+    return text
+
+
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to a soakgate database (`read_only_uri`), checked by its
     metadata. Nothing here writes the file."""
@@ -423,7 +459,7 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
         db.execute("PRAGMA busy_timeout=10000")
         _check_soakgate(db, path)
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot read database {path}: {exc}") from None
+        raise StoreError(f"cannot read database {path}: {read_failure(exc)}") from None
     return db
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -23,6 +23,7 @@ from typing import IO, Any
 from soakgate.errors import StoreError, UsageError
 from soakgate.records import Event, Generation, Run
 from soakgate.store.base import Store
+from soakgate.store.sidecar_schema import checked
 
 FORMAT = 1
 """Version of the sidecar format, in each file's first line."""
@@ -122,42 +123,76 @@ class Sidecar:
             self._file = None
 
 
-@dataclass(slots=True)
-class Unstored:
-    """What one sidecar file holds."""
-
-    run: Run
-    generations: list[Generation] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BATCH = 1000
+"""Rows imported per transaction: what memory holds at a time, whatever the file's size."""
 
 
-def read_unstored(path: Path) -> Unstored:
-    """Parse a sidecar file (UsageError naming the line when it is not one)."""
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a sidecar after its header, read as a stream; UsageError when the
+    file cannot be read or is not a sidecar (a database given in its place is named as such)."""
     try:
-        lines = path.read_text(encoding="ascii").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
-    if not lines or '"soakgate_unstored"' not in lines[0]:
-        raise UsageError(f"{path} is not a soakgate file of unstored rows")
-    run: Run | None = None
-    generations: list[Generation] = []
-    events: list[Event] = []
-    for number, line in enumerate(lines[1:], start=2):
+        with path.open("rb") as raw:
+            if raw.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+                raise UsageError(
+                    f"{path} is an SQLite database, not a file of unstored rows (the database "
+                    "comes first: soakgate import DB FILE)"
+                )
+            raw.seek(0)
+            for number, data in enumerate(raw, start=1):
+                try:
+                    line = data.decode("ascii")
+                except UnicodeDecodeError:
+                    raise UsageError(
+                        f"{path}:{number}: not a line of unstored rows (sidecars are ASCII JSON)"
+                    ) from None
+                if number == 1:
+                    if '"soakgate_unstored"' not in line:
+                        raise UsageError(f"{path} is not a soakgate file of unstored rows")
+                    continue
+                if line.strip():
+                    yield number, line
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _records(path: Path) -> Iterator[tuple[int, Run | Generation | Event]]:
+    """Every record of a sidecar, each checked against the schema (`sidecar_schema`), streamed;
+    UsageError naming the first bad line."""
+    for number, line in _lines(path):
         try:
-            (kind, data), = json.loads(line).items()  # fmt: skip
-            if kind == "run":
-                run = Run(**data)
-            elif kind == "generation":
-                generations.append(Generation(**data))
-            elif kind == "event":
-                events.append(Event(**data))
-            else:
-                raise ValueError(f"unknown record {kind!r}")
-        except (ValueError, TypeError, AttributeError) as exc:
+            parsed = json.loads(line)
+            if not isinstance(parsed, dict) or len(parsed) != 1:
+                raise ValueError("a line holds one object with one key: run, generation or event")
+            ((kind, data),) = parsed.items()
+            record = checked(kind, data)
+        except (ValueError, TypeError, RecursionError) as exc:
             raise UsageError(f"{path}:{number}: not an unstored row ({exc})") from None
+        yield number, record
+
+
+def scan_unstored(path: Path) -> Run:
+    """Check a whole sidecar without storing anything; its run record (the last one), or
+    UsageError naming the first bad line: a record out of the schema, a second run, or a row
+    of a run the file does not name."""
+    run: Run | None = None
+    for number, record in _records(path):
+        if isinstance(record, Run):
+            if run is not None and record.run_id != run.run_id:
+                raise UsageError(
+                    f"{path}:{number}: a second run {record.run_id!r} (the file is run "
+                    f"{run.run_id}'s)"
+                )
+            run = record
+        elif run is None or record.run_id != run.run_id:
+            named = f"the file names run {run.run_id}" if run else "no run record precedes it"
+            raise UsageError(
+                f"{path}:{number}: a row of run {record.run_id!r}, which {named} "
+                "(rows of unknown runs are refused)"
+            )
     if run is None:
         raise UsageError(f"{path} holds no run record")
-    return Unstored(run, generations, events)
+    return run
 
 
 @dataclass(slots=True)
@@ -174,25 +209,46 @@ class ImportResult:
     """Runs touched."""
 
 
-def import_unstored(store: Store, paths: Sequence[Path]) -> ImportResult:
-    """Load sidecar files into a store; rows and events it already holds are skipped."""
+def import_unstored(
+    store: Store, paths: Sequence[Path], runs: Sequence[Run] | None = None, batch: int = BATCH
+) -> ImportResult:
+    """Load sidecar files into a store, `batch` rows at a time; rows and events it already
+    holds are skipped. Every file is checked whole first (`scan_unstored`, unless the caller
+    did and gives its `runs`): a bad line stores nothing of any file."""
     result = ImportResult()
-    for path in paths:
-        unstored = read_unstored(path)
-        run = unstored.run
+    runs = runs if runs is not None else [scan_unstored(path) for path in paths]
+    for path, run in zip(paths, runs, strict=True):
         known = {r.run_id: r for r in store.runs()}
         if run.run_id not in known or known[run.run_id].status == "running":
             store.save_run(run)
-        present = store.request_ids(run.run_id)
-        fresh = [g for g in unstored.generations if g.request_id not in present]
         seen = {_event_key(e) for e in store.events(run.run_id)}
-        new_events = [e for e in unstored.events if _event_key(e) not in seen]
-        store.add(fresh, new_events)
-        result.generations += len(fresh)
-        result.already_present += len(unstored.generations) - len(fresh)
-        result.events += len(new_events)
+        generations: list[Generation] = []
+        events: list[Event] = []
+        for _, record in _records(path):
+            if isinstance(record, Generation):
+                generations.append(record)
+            elif isinstance(record, Event) and _event_key(record) not in seen:
+                seen.add(_event_key(record))
+                events.append(record)
+            if len(generations) + len(events) >= batch:
+                _add(store, run.run_id, generations, events, result)
+                generations, events = [], []
+        _add(store, run.run_id, generations, events, result)
         result.runs.append(run.run_id)
     return result
+
+
+def _add(
+    store: Store, run_id: str, generations: list[Generation], events: list[Event],
+    result: ImportResult,
+) -> None:  # fmt: skip
+    present = store.request_ids(run_id, [g.request_id for g in generations])
+    fresh = list({g.request_id: g for g in generations if g.request_id not in present}.values())
+    if fresh or events:
+        store.add(fresh, events)
+    result.generations += len(fresh)
+    result.already_present += len(generations) - len(fresh)
+    result.events += len(events)
 
 
 def _event_key(event: Event) -> tuple[str, float, str, str | None, str]:
