@@ -73,9 +73,26 @@ def test_no_divergence_anywhere_is_no_difference() -> None:
 def test_episodes_count_a_burst_once() -> None:
     sequence = np.zeros(40, bool)
     sequence[[3, 4, 5, 9, 30, 31]] = True
-    starts = episode_starts(sequence, gap=4)
-    assert np.flatnonzero(starts).tolist() == [3, 30]  # 9 is within 4 of 5: the same episode
-    assert np.flatnonzero(episode_starts(sequence, gap=3)).tolist() == [3, 9, 30]
+    starts = episode_starts(sequence, segments=10)  # segments of 4 requests
+    assert np.flatnonzero(starts).tolist() == [3, 30]  # 9 is in the segment after 5's: the same
+    assert np.flatnonzero(episode_starts(sequence, segments=20)).tolist() == [3, 9, 30]
+    assert np.flatnonzero(episode_starts(sequence)).tolist() == [3, 9, 30]  # per request
+
+
+def test_episodes_are_read_per_segment_so_a_plans_compact_runs_see_the_same() -> None:
+    rng = np.random.default_rng(5)
+    full = rng.random(12_000) < 0.002
+    full[3_000:3_400] = rng.random(400) < 0.3  # a burst over several segments
+    counts = np.add.reduceat(full.astype(np.int64), np.arange(0, 12_000, 100))
+    width = int(counts.max())  # as stats.segments.compact_sequence lays them out
+    compact = np.zeros(120 * width, bool)
+    for i, k in enumerate(counts):
+        compact[i * width : i * width + k] = True
+    per_segment = [
+        np.add.reduceat(episode_starts(s).astype(np.int64), np.arange(0, len(s), len(s) // 120))
+        for s in (full, compact)
+    ]
+    assert per_segment[0].tolist() == per_segment[1].tolist()
 
 
 def _crash_windows(rng: np.random.Generator, n: int, episodes: int) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 The one-run verdict (`verdict.decide`) sees a run only through failure counts in equal
 stretches of it: 12 batches for its t and 40 stretches for its correlation check. Cut the run
-into 120 equal segments (120 is a multiple of both) and those counts are sums of segment
-counts, so any sequence with the same segment counts gets the same verdict. A plan's Monte
+into 120 equal segments (120 is a multiple of both; the episodes that decide where the check
+withholds are read per segment too) and those counts are sums of segment counts, so any
+sequence with the same segment counts gets the same verdict. A plan's Monte
 Carlo therefore simulates segment counts from a failure model and hands `decide` a short
 sequence holding them (`compact_sequence`): the verdict applied is the real one, at a
 fraction of the cost of a run of a million requests. (The one place the length enters is a
@@ -19,12 +20,12 @@ import numpy.typing as npt
 
 from soakgate.stats.dependence import CHECK_BINS
 from soakgate.stats.robust import BATCHES
-from soakgate.stats.verdict import Outcomes, Verdict, decide
+from soakgate.stats.verdict import EPISODE_SEGMENTS, Outcomes, Verdict, decide
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 SEGMENTS = 120  # per run (or per look of a sequential run): a multiple of BATCHES and CHECK_BINS
-assert SEGMENTS % BATCHES == 0 and SEGMENTS % CHECK_BINS == 0
+assert SEGMENTS % BATCHES == 0 and SEGMENTS % CHECK_BINS == 0 and SEGMENTS == EPISODE_SEGMENTS
 
 
 def compact_sequence(counts: IntArray, width: int) -> BoolArray:

@@ -28,6 +28,7 @@ from soakgate.errors import UsageError
 from soakgate.stats.dependence import (
     LongRangeCheck,
     LongRangeEstimate,
+    bin_edges,
     long_range_check,
     long_range_design_effect,
 )
@@ -169,13 +170,25 @@ def _one_run_verdict(
     )  # fmt: skip
 
 
-def episode_starts(sequence: BoolArray, gap: int) -> BoolArray:
-    """The failures that start an episode: those with no failure among the `gap` requests
-    before them (a burst of failures, e.g. the requests lost to one server crash, is one)."""
-    failures = np.flatnonzero(sequence)
+EPISODE_SEGMENTS = 120
+"""Episodes are read at this resolution (stats.segments.SEGMENTS: a multiple of the 12 batches
+and the 40 stretches), so they, like the rest of the one-run verdict, are a function of the
+run's counts per 1/120th: a plan's simulation of segment counts gets the verdict applied."""
+
+
+def episode_starts(sequence: BoolArray, segments: int = EPISODE_SEGMENTS) -> BoolArray:
+    """The failures that start an episode: the first failure of each of the run's `segments`
+    near-equal stretches (each request, for a shorter run) that holds failures when the stretch
+    before it holds none. A burst of failures (the requests lost to one server crash) is one
+    episode however many stretches it spans."""
+    edges = bin_edges(len(sequence), segments)
+    counts = np.add.reduceat(sequence.astype(np.int64), edges[:-1]) if len(sequence) else edges[:0]
+    busy = counts > 0
+    opens = np.flatnonzero(busy & ~np.concatenate(([False], busy[:-1])))
     starts = np.zeros(len(sequence), dtype=bool)
-    if len(failures):
-        starts[failures[np.concatenate(([True], np.diff(failures) > gap))]] = True
+    for segment in opens:  # the first failure inside each segment that opens an episode
+        lo, hi = int(edges[segment]), int(edges[segment + 1])
+        starts[lo + int(np.argmax(sequence[lo:hi]))] = True
     return starts
 
 
@@ -183,22 +196,22 @@ def _episode_verdict(
     a: Outcomes, b: Outcomes, alpha: float, seed: int, check: LongRangeCheck
 ) -> Verdict | None:
     """DIFFER on episodes, when the failures are correlated between stretches but the episodes
-    they form are not: each burst counted once (a failure with none in the stretch of requests
-    before it), and both the batch-means t on the episodes' starts and the exact conditional
-    test of the two episode counts below alpha, with the correlation check on the episodes
-    finding nothing. None when that does not decide DIFFER (the verdict stays INDETERMINATE).
+    they form are not: each burst counted once (`episode_starts`), and both the batch-means t
+    on the episodes' starts and the exact conditional test of the two episode counts below
+    alpha, with the correlation check on the episodes finding nothing. None when that does not
+    decide DIFFER (the verdict stays INDETERMINATE).
 
     Overwhelming evidence (seven crashes' worth of lost requests against none) is then a verdict,
     while dependence that reaches across episodes (regimes, drifts, slow resets) still withholds
-    one. Chosen by simulation (issue 25): with the batch-means t alone, equal arms under resets
-    every ~5,000 requests at 13,000 per arm ended DIFFER 9.3% of the time (300 pairs); with both
-    tests 5.3% (4.3% before the rule), and the crash-window pairs were decided in 83 of 100.
-    bench/bench_calibration.py measures it on the whole battery."""
+    one. Chosen by simulation (issue 25: the batch-means t on episodes alone let equal arms under
+    slow resets DIFFER about twice as often as alpha); `bench/bench_calibration.py` measures the
+    rule against the check alone (`--without-episodes`) on the whole battery, BENCHMARKS.md
+    section 7."""
     from scipy.stats import binomtest
 
     assert a.sequence is not None and b.sequence is not None
-    gap = max(1, min(a.n, b.n) // check.bins)
-    starts = [episode_starts(s, gap) for s in (a.sequence, b.sequence)]
+    starts = [episode_starts(s) for s in (a.sequence, b.sequence)]
+    width = max(1, min(a.n, b.n) // EPISODE_SEGMENTS)
     counts = [int(s.sum()) for s in starts]
     result = batch_means_test(starts[0], starts[1])
     if result is None or not result.p_value < alpha or not sum(counts):
@@ -209,10 +222,10 @@ def _episode_verdict(
         return None
     p_value = max(result.p_value, exact)
     reason = (
-        f"failures are correlated between stretches of ~{gap:,} requests (permutation "
-        f"p={check.p_value:.3g} <= {check.level:.2g}), so each burst is counted once: "
-        f"{counts[0]:,} vs {counts[1]:,} episodes (a failure with none in the {gap:,} requests "
-        f"before it); batch-means t({result.df:.1f}) on the episodes p={result.p_value:.4g} and "
+        f"failures are correlated between stretches (permutation p={check.p_value:.3g} <= "
+        f"{check.level:.2g}), so each burst is counted once: {counts[0]:,} vs {counts[1]:,} "
+        f"episodes (failures in a 1/{EPISODE_SEGMENTS} of the run, ~{width:,} requests, after one "
+        f"without); batch-means t({result.df:.1f}) on the episodes p={result.p_value:.4g} and "
         f"exact conditional test of the episode counts p={exact:.4g}, both below alpha "
         f"{alpha:g}; episodes not correlated between stretches (permutation "
         f"p={again.p_value:.3g} > {again.level:.2g})"
