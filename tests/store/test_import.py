@@ -168,3 +168,17 @@ def test_import_and_replay_refuse_a_foreign_database_without_naming_options_they
                    cwd=tmp_path)  # fmt: skip
     assert run.returncode == 2 and "--allow-foreign-tables" in one_error_line(run)
     assert sha256(db) == before
+
+
+@pytest.mark.parametrize("kind", ["generation", "run", "event"])
+def test_the_sidecar_schema_checks_every_field_a_record_has(kind: str) -> None:
+    # A field added to a record (gateway_retries was) must be added to the import's checks,
+    # or every sidecar a soak writes from then on is refused on import.
+    import dataclasses
+
+    from soakgate.records import Event, Generation, Run
+    from soakgate.store.sidecar_schema import EVENT, GENERATION, RUN
+
+    record, schema = {"generation": (Generation, GENERATION), "run": (Run, RUN),
+                      "event": (Event, EVENT)}[kind]  # fmt: skip
+    assert {f.name for f in dataclasses.fields(record)} == set(schema)

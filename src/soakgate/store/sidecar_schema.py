@@ -96,6 +96,7 @@ GENERATION: dict[str, tuple[Check, str]] = {
     "attempts": (lambda v: _counter(v) and v >= 1, "an integer 1 .. 2^63-1"),
     "reference_score": (_optional(_number), "a number or null"),
     "suspect": (_optional(_flag), "true, false or null"),
+    "gateway_retries": (_optional(_counter), "an integer 0 .. 2^63-1 or null"),
 }  # fmt: skip
 RUN: dict[str, tuple[Check, str]] = {
     "run_id": (_name, "a non-empty string"), "label": (_text, "a string"),
