@@ -37,9 +37,9 @@ def test_run_refreshes_the_html_report_while_it_soaks_and_at_the_end(
 ) -> None:
     mock = start_mock(*FAST)
     db, page = tmp_path / "live.sqlite", tmp_path / "live.html"
-    # 60 s: the first refresh (a child `soakgate report`, seconds to start on a loaded machine)
+    # 30 s: the first refresh (a child `soakgate report`, seconds to start on a loaded machine)
     # lands well within the soak; an interrupted soak gets no final refresh, so it must end
-    soak = _run(db, mock.url, "--duration", "60s", "--report-every", "1s", "--html", str(page))
+    soak = _run(db, mock.url, "--duration", "30s", "--report-every", "1s", "--html", str(page))
     seen_during = None
     while soak.poll() is None:
         if seen_during is None and page.exists():

@@ -312,7 +312,11 @@ def campaign_verdicts(
     fails = False
     labels = list(dict.fromkeys(r.label for r in mine))
     if base is not None and len(labels) > 1 and base in labels:
-        reports = compare_baseline(analysis, base, None, allow_unit_mismatch=False, alpha=alpha)
+        try:
+            reports = compare_baseline(analysis, base, None, allow_unit_mismatch=False,
+                                       alpha=alpha)  # fmt: skip
+        except UsageError as exc:  # e.g. a block that stored nothing: its crashes still count
+            return CampaignVerdicts([*lines, f"no gate: {exc}"], crashed, False)
         attach_gates(analysis, reports, alpha, None, gate)
         lines.append(f"gate: every configuration against {base} (Holm across outcomes and "
                      "configurations):")  # fmt: skip

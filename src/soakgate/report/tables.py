@@ -224,7 +224,7 @@ def render_table(
         _print_probes(analysis, console)
     _print_placement(analysis, console)
     for line in uptime_lines(analysis):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(line, markup=False, highlight=False)  # wrapped to the width
     return console.export_text()
 
 
