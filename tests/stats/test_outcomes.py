@@ -73,10 +73,13 @@ def test_no_divergence_anywhere_is_no_difference() -> None:
 def test_episodes_count_a_burst_once() -> None:
     sequence = np.zeros(40, bool)
     sequence[[3, 4, 5, 9, 30, 31]] = True
-    starts = episode_starts(sequence, segments=10)  # segments of 4 requests
-    assert np.flatnonzero(starts).tolist() == [3, 30]  # 9 is in the segment after 5's: the same
-    assert np.flatnonzero(episode_starts(sequence, segments=20)).tolist() == [3, 9, 30]
-    assert np.flatnonzero(episode_starts(sequence)).tolist() == [3, 9, 30]  # per request
+    # segments of 4 requests, an episode ends after 1 empty segment: 9 follows 5's segment
+    assert np.flatnonzero(episode_starts(sequence, segments=10, quiet=1)).tolist() == [3, 30]
+    # segments of 2: 9's segment follows an empty one
+    assert np.flatnonzero(episode_starts(sequence, segments=20, quiet=1)).tolist() == [3, 9, 30]
+    # ... unless 2 empty segments are needed to end an episode
+    assert np.flatnonzero(episode_starts(sequence, segments=20, quiet=2)).tolist() == [3, 30]
+    assert np.flatnonzero(episode_starts(sequence, quiet=1)).tolist() == [3, 9, 30]  # per request
 
 
 def test_episodes_are_read_per_segment_so_a_plans_compact_runs_see_the_same() -> None:

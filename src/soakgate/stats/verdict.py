@@ -174,17 +174,24 @@ EPISODE_SEGMENTS = 120
 """Episodes are read at this resolution (stats.segments.SEGMENTS: a multiple of the 12 batches
 and the 40 stretches), so they, like the rest of the one-run verdict, are a function of the
 run's counts per 1/120th: a plan's simulation of segment counts gets the verdict applied."""
+EPISODE_QUIET = 3
+"""Segments without failures that end an episode: 3 of 120, one of the check's 40 stretches."""
 
 
-def episode_starts(sequence: BoolArray, segments: int = EPISODE_SEGMENTS) -> BoolArray:
+def episode_starts(
+    sequence: BoolArray, segments: int = EPISODE_SEGMENTS, quiet: int = EPISODE_QUIET
+) -> BoolArray:
     """The failures that start an episode: the first failure of each of the run's `segments`
-    near-equal stretches (each request, for a shorter run) that holds failures when the stretch
-    before it holds none. A burst of failures (the requests lost to one server crash) is one
-    episode however many stretches it spans."""
+    near-equal stretches (each request, for a shorter run) that holds failures when the `quiet`
+    stretches before it hold none. A burst of failures (the requests lost to one server crash)
+    is one episode however many stretches it spans."""
     edges = bin_edges(len(sequence), segments)
     counts = np.add.reduceat(sequence.astype(np.int64), edges[:-1]) if len(sequence) else edges[:0]
     busy = counts > 0
-    opens = np.flatnonzero(busy & ~np.concatenate(([False], busy[:-1])))
+    recent = np.zeros(len(busy), dtype=bool)  # a failure in one of the `quiet` segments before
+    for lag in range(1, quiet + 1):
+        recent[lag:] |= busy[:-lag]
+    opens = np.flatnonzero(busy & ~recent)
     starts = np.zeros(len(sequence), dtype=bool)
     for segment in opens:  # the first failure inside each segment that opens an episode
         lo, hi = int(edges[segment]), int(edges[segment + 1])
@@ -224,11 +231,11 @@ def _episode_verdict(
     reason = (
         f"failures are correlated between stretches (permutation p={check.p_value:.3g} <= "
         f"{check.level:.2g}), so each burst is counted once: {counts[0]:,} vs {counts[1]:,} "
-        f"episodes (failures in a 1/{EPISODE_SEGMENTS} of the run, ~{width:,} requests, after one "
-        f"without); batch-means t({result.df:.1f}) on the episodes p={result.p_value:.4g} and "
-        f"exact conditional test of the episode counts p={exact:.4g}, both below alpha "
-        f"{alpha:g}; episodes not correlated between stretches (permutation "
-        f"p={again.p_value:.3g} > {again.level:.2g})"
+        f"episodes (failures in a 1/{EPISODE_SEGMENTS} of the run, ~{width:,} requests, after "
+        f"{EPISODE_QUIET} without); batch-means t({result.df:.1f}) on the episodes "
+        f"p={result.p_value:.4g} and exact conditional test of the episode counts "
+        f"p={exact:.4g}, both below alpha {alpha:g}; episodes not correlated between "
+        f"stretches (permutation p={again.p_value:.3g} > {again.level:.2g})"
     )
     episodes = Outcomes(counts[0], a.n, starts[0]), Outcomes(counts[1], b.n, starts[1])
     note = f"{counts[0]} vs {counts[1]} episodes"
