@@ -264,7 +264,9 @@ def test_resume_after_a_killed_driver_stops_its_local_cluster_and_counts_from_th
         )
     ]
     assert len(stopped) == 1 and stopped[0]["cluster"] == first
-    assert set(stopped[0]["pids"]) == left
+    # what resume stopped was the old cluster's; on a loaded machine some of what was left may
+    # have finished exiting by itself first (the actors' servers die with the driver)
+    assert stopped[0]["pids"] and set(stopped[0]["pids"]) <= left
     clusters = [json.loads(d)["local_cluster"]
                 for (d,) in query(db, "SELECT data FROM events WHERE kind = 'cluster'")]  # fmt: skip
     assert len(clusters) == 2 and clusters[0]["id"] == first  # one new one, after the old went
