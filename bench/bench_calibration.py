@@ -14,6 +14,11 @@ arms and judges each pair exactly as `soakgate compare` does with its defaults
 - `run --plan --until-verdict` with the README's plan (0.2% vs 0.3%, 5 looks): false alarms
   and power of the sequential looks (the monitor's own look code), with the mean n used.
 
+`--dense` (issue 25) judges the same processes where failures are dense: one run per arm of 2,000
+and 5,000 requests at 2%, and of 2,000 at 10%, at equal rates, 1.5x and 5x; each DIFFER is
+counted by the test that decided it, so the share decided by the overwhelming-evidence rule
+(`verdict._overwhelming_verdict`) is shown apart: without it those pairs are INDETERMINATE.
+
 Run: `nice -n 10 python bench/bench_calibration.py [--reps 1000] [--jobs N]`; `--quick` is a
 smoke-size run. Work is split into chunks over `--jobs` processes; progress goes to stderr.
 """
@@ -56,6 +61,7 @@ class Work:
     reps: int
     seed: int
     without_episodes: bool = False  # the verdict as before issue 25 (no decision on episodes)
+    rate: float = RATE  # arm A's long-run failure rate
 
 
 @dataclass(slots=True)
@@ -65,6 +71,7 @@ class Tally:
     reps: int = 0
     verdicts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     rates: list[tuple[float, float]] = field(default_factory=list)
+    tests: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # DIFFERs by test
     used: float = 0.0  # sequential: generations per arm at the verdict, summed
 
     def share(self, verdict: str) -> tuple[float, float]:
@@ -87,12 +94,15 @@ def _run_chunk(work: Work) -> tuple[Work, Tally]:
         return work, _sequential_chunk(work, rng)
     for i in range(work.reps):
         if work.design == "run":
-            (a,), (b,) = simulate_pair(process, rng, 1, work.size, RATE, RATE * work.ratio)
+            rate = work.rate
+            (a,), (b,) = simulate_pair(process, rng, 1, work.size, rate, rate * work.ratio)
         else:
             a, b = simulate_pair(process, rng, BLOCKS, work.size, RATE, RATE * work.ratio, True)
             tally.rates.append(tuple(float(np.mean(x)) for x in (a, b)))  # type: ignore[arg-type]
         verdict = compare_outcomes(a, b, alpha=ALPHA, seed=work.seed * 1000 + i)
         tally.verdicts[verdict.verdict] += 1
+        if verdict.differ:
+            tally.tests[verdict.test] += 1
         tally.reps += 1
     return work, tally
 
@@ -131,10 +141,27 @@ def _work(reps: int, seq_reps: int, processes: list[str]) -> Iterator[Work]:
                 yield Work("sequential", process, 0, ratio, min(CHUNK // 4, seq_reps - start), seed)
 
 
+DENSE_CELLS = ((0.02, 2_000), (0.02, 5_000), (0.10, 2_000))  # (rate of arm A, requests per arm)
+DENSE_RATIOS = (1.0, RATIO, 5.0)
+
+
+def _dense_work(reps: int, processes: list[str]) -> Iterator[Work]:
+    seed = 25_000
+    for rate, size in DENSE_CELLS:
+        for process in processes:
+            for ratio in DENSE_RATIOS:
+                for start in range(0, reps, CHUNK):
+                    seed += 1
+                    yield Work("run", process, size, ratio, min(CHUNK, reps - start), seed,
+                               rate=rate)  # fmt: skip
+
+
 def _merge(into: Tally, part: Tally) -> None:
     into.reps += part.reps
     for verdict, count in part.verdicts.items():
         into.verdicts[verdict] += count
+    for test, count in part.tests.items():
+        into.tests[test] += count
     into.rates.extend(part.rates)
     into.used += part.used
 
@@ -204,6 +231,29 @@ def _print_tables(tallies: dict[tuple[str, str, int, float], Tally], processes: 
                   f"{_pct(t.share('indeterminate')):>15}   {t.used / t.reps:>10,.0f}")  # fmt: skip
 
 
+def _print_dense(tallies: dict[tuple[str, str, int, float, float], Tally],
+                 processes: list[str]) -> None:  # fmt: skip
+    """Per cell: false alarms, INDETERMINATE and power at 1.5x and 5x; in brackets the share
+    of DIFFERs the overwhelming-evidence rule decided (INDETERMINATE without it)."""
+    rule = "overwhelming"
+    for rate, size in DENSE_CELLS:
+        print(f"\none run per arm, {size:,} requests per arm, rate {100 * rate:g}% (alpha 0.05);"
+              " [by the overwhelming rule]")  # fmt: skip
+        print(f"  {'process':<14} {'false alarms %':>22}   {'indet. (H0)':>12}   "
+              f"{'power 1.5x %':>22}   {'power 5x %':>22}   {'indet. 5x':>12}")  # fmt: skip
+        for p in _ordered(processes):
+            if p == _first_apart(processes):
+                print(f"  {APART_HEADING}")
+            row = []
+            for ratio in DENSE_RATIOS:
+                t = tallies[("run", p, size, ratio, rate)]
+                by_rule = t.tests.get(rule, 0) / t.reps
+                row.append(f"{_pct(t.share('differ')):>13} [{100 * by_rule:4.1f}]")
+                if ratio != RATIO:
+                    row.append(f"{_pct(t.share('indeterminate')):>12}")
+            print(f"  {p:<14} " + "   ".join(row))
+
+
 def main() -> None:
     """Simulate every cell in parallel chunks and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -218,6 +268,11 @@ def main() -> None:
         help="comma-separated subset of run, blocks, sequential (same seeds)",
     )
     parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="dense failures instead: one run per arm at 2%% and 10%% (2,000 and 5,000 per arm)",
+    )
+    parser.add_argument(
         "--without-episodes",
         action="store_true",
         help="judge as before issue 25: the correlation check's INDETERMINATE "
@@ -230,26 +285,30 @@ def main() -> None:
         names = names if args.processes else ["independent", "reset-2000", "self-exciting"]
     seq_reps = args.seq_reps if args.seq_reps is not None else args.reps
     designs = {d.strip() for d in args.designs.split(",")}
+    cells = _dense_work(args.reps, names) if args.dense else _work(args.reps, seq_reps, names)
     work = [dataclasses.replace(w, without_episodes=args.without_episodes)
-            for w in _work(args.reps, seq_reps, names) if w.design in designs]  # fmt: skip
+            for w in cells if w.design in designs]  # fmt: skip
     print(f"bench_calibration: {len(work)} chunks, {args.reps} pairs per cell, {seq_reps} per "
           f"sequential cell, {args.jobs} processes")  # fmt: skip
     for process in BATTERY:
         if process.name in names:
             print(f"  {process.name:<14} {process.description}")
-    tallies: dict[tuple[str, str, int, float], Tally] = defaultdict(Tally)
+    tallies: dict[tuple[str, str, int, float, float], Tally] = defaultdict(Tally)
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(_run_chunk, w) for w in work]
         for done, future in enumerate(as_completed(futures), start=1):
             w, tally = future.result()
-            _merge(tallies[(w.design, w.process, w.size, w.ratio)], tally)
+            _merge(tallies[(w.design, w.process, w.size, w.ratio, w.rate)], tally)
             elapsed = time.perf_counter() - start
             where = f"{w.design} {w.process} {w.size or 'n max'} ratio {w.ratio:g}"
             print(
                 f"[{done}/{len(work)} chunks, {elapsed:.0f} s] {where}", file=sys.stderr, flush=True
             )
-    _print_tables(tallies, names)
+    if args.dense:
+        _print_dense(tallies, names)
+    else:
+        _print_tables({key[:4]: t for key, t in tallies.items()}, names)
     print(f"\n{time.perf_counter() - start:.0f} s")
 
 
