@@ -53,3 +53,17 @@ def test_blocks_verdict_is_compare_outcomes_on_blocks() -> None:
         assert (compact.verdict, compact.p_value, compact.design) == (
             full.verdict, full.p_value, full.design,
         )  # fmt: skip
+
+
+def test_compact_runs_get_the_full_runs_verdict_on_overwhelming_dense_evidence() -> None:
+    """The overwhelming-evidence rule (quarters of the run) reads segment counts too."""
+    tests = set()
+    for i in range(60):
+        a = np.random.default_rng(i).random(1_200) < 0.005
+        b = np.random.default_rng(500 + i).random(1_200) < 0.5
+        full = compare_outcomes(a, b, seed=i)
+        compact = one_run_verdict(_segment_counts(a), _segment_counts(b), seed=i)
+        assert (compact.verdict, compact.test) == (full.verdict, full.test)
+        assert compact.p_value == pytest.approx(full.p_value, rel=1e-9)
+        tests.add(full.test)
+    assert "overwhelming" in tests
