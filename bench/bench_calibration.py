@@ -16,8 +16,8 @@ arms and judges each pair exactly as `soakgate compare` does with its defaults
 
 `--dense` (issue 25) judges the same processes where failures are dense: one run per arm of 2,000
 and 5,000 requests at 2%, and of 2,000 at 10%, at equal rates, 1.5x and 5x; each DIFFER is
-counted by the test that decided it, so the share decided by the overwhelming-evidence rule
-(`verdict._overwhelming_verdict`) is shown apart: without it those pairs are INDETERMINATE.
+counted by the test that decided it, and the share decided on episodes is shown apart (issue
+25 measured a rule for "overwhelming" dense evidence with this table and rejected it).
 
 Run: `nice -n 10 python bench/bench_calibration.py [--reps 1000] [--jobs N]`; `--quick` is a
 smoke-size run. Work is split into chunks over `--jobs` processes; progress goes to stderr.
@@ -234,11 +234,11 @@ def _print_tables(tallies: dict[tuple[str, str, int, float], Tally], processes: 
 def _print_dense(tallies: dict[tuple[str, str, int, float, float], Tally],
                  processes: list[str]) -> None:  # fmt: skip
     """Per cell: false alarms, INDETERMINATE and power at 1.5x and 5x; in brackets the share
-    of DIFFERs the overwhelming-evidence rule decided (INDETERMINATE without it)."""
-    rule = "overwhelming"
+    of pairs decided DIFFER on episodes (INDETERMINATE without the episode rule)."""
+    rule = "episodes"
     for rate, size in DENSE_CELLS:
         print(f"\none run per arm, {size:,} requests per arm, rate {100 * rate:g}% (alpha 0.05);"
-              " [by the overwhelming rule]")  # fmt: skip
+              " [decided on episodes]")  # fmt: skip
         print(f"  {'process':<14} {'false alarms %':>22}   {'indet. (H0)':>12}   "
               f"{'power 1.5x %':>22}   {'power 5x %':>22}   {'indet. 5x':>12}")  # fmt: skip
         for p in _ordered(processes):

@@ -175,38 +175,16 @@ def test_holm_is_statsmodels_holm() -> None:
             assert np.allclose([q for q, _ in ours], adjusted)
 
 
-def test_dense_overwhelming_evidence_is_never_withheld() -> None:
-    """0.5% against 80% of 430 requests per arm (~2 vs ~344 failures), independent: the
-    correlation check, at its plain level with so many failures, flags such pairs at that level
-    (14 of 300 were INDETERMINATE before the overwhelming-evidence rule); now none is."""
-    verdicts: Counter[tuple[str, str]] = Counter()
-    for seed in range(150):
-        a = np.random.default_rng(seed).random(430) < 0.005
-        b = np.random.default_rng(500 + seed).random(430) < 0.8
-        verdict = compare_outcomes(a, b, seed=seed)
-        verdicts[(verdict.verdict, verdict.test)] += 1
-        if verdict.test == "overwhelming":
-            assert "but the difference is overwhelming" in verdict.reason
-            assert verdict.p_value < 0.05 and verdict.dependence is not None
-            assert verdict.dependence.correlated
-    assert set(verdicts) <= {("differ", "batch_means"), ("differ", "overwhelming")}, verdicts
-    assert verdicts[("differ", "overwhelming")] >= 1
-
-
-def test_sparse_pairs_are_not_decided_as_overwhelming() -> None:
-    """Equal arms under resets every ~5,000 requests at 13,000 per arm hold ~50-150 failures and
-    differ as much as independent arms at 5x, with no stronger sign of dependence: the rule
-    leaves pairs under DENSE_FAILURES failures to the correlation check (INDETERMINATE)."""
+def test_dense_equal_arms_under_resets_stay_withheld_where_the_check_flags_them() -> None:
+    """Dense failures (10%, 2,000 requests per arm) under resets exactly every 4,000 requests:
+    equal arms differ as overwhelmingly as a real 5x difference does, and only the correlation
+    check keeps them from DIFFER. A rule that decided flagged pairs whose twelve-batch t was
+    below alpha/50 and whose t over quarters was below alpha took these false alarms from 7.0%
+    to 40.4% (bench_calibration --dense, 1,000 pairs; rejected, BENCHMARKS.md section 7)."""
     from bench.processes import by_name, simulate_pair
 
-    from soakgate.stats.dependence import DENSE_FAILURES
-
-    rng = np.random.default_rng(1404)
-    seen = 0
-    for i, (a, b) in enumerate(zip(*simulate_pair(by_name("reset-5000"), rng, 120, 13_000,
-                                                   0.002, 0.002), strict=True)):  # fmt: skip
-        verdict = compare_outcomes(a, b, seed=i)
-        if verdict.test == "overwhelming":
-            assert a.sum() + b.sum() >= DENSE_FAILURES
-            seen += 1
-    assert seen <= 2
+    rng = np.random.default_rng(2504)
+    pairs = simulate_pair(by_name("fixed-resets"), rng, 150, 2_000, 0.10, 0.10)
+    differ = sum(compare_outcomes(a, b, seed=i).differ
+                 for i, (a, b) in enumerate(zip(*pairs, strict=True)))  # fmt: skip
+    assert differ / 150 <= 0.15

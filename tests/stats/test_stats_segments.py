@@ -55,8 +55,9 @@ def test_blocks_verdict_is_compare_outcomes_on_blocks() -> None:
         )  # fmt: skip
 
 
-def test_compact_runs_get_the_full_runs_verdict_on_overwhelming_dense_evidence() -> None:
-    """The overwhelming-evidence rule (quarters of the run) reads segment counts too."""
+def test_compact_runs_get_the_full_runs_verdict_on_dense_evidence() -> None:
+    """Dense failures in one arm (half of 1,200 requests against 0.5%): the check often flags
+    them and episodes are tried; the compact run still gets the full run's verdict."""
     tests = set()
     for i in range(60):
         a = np.random.default_rng(i).random(1_200) < 0.005
@@ -66,4 +67,4 @@ def test_compact_runs_get_the_full_runs_verdict_on_overwhelming_dense_evidence()
         assert (compact.verdict, compact.test) == (full.verdict, full.test)
         assert compact.p_value == pytest.approx(full.p_value, rel=1e-9)
         tests.add(full.test)
-    assert "overwhelming" in tests
+    assert "batch_means" in tests

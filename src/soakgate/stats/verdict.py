@@ -26,7 +26,6 @@ import numpy.typing as npt
 
 from soakgate.errors import UsageError
 from soakgate.stats.dependence import (
-    DENSE_FAILURES,
     LongRangeCheck,
     LongRangeEstimate,
     bin_edges,
@@ -147,8 +146,6 @@ def _one_run_verdict(
     stretch = f"~{min(a.n, b.n) // check.bins:,}"
     if check.correlated and (by_episodes := _episode_verdict(a, b, alpha, seed, check)):
         return by_episodes
-    if check.correlated and (overwhelming := _overwhelming_verdict(a, b, alpha, result, check)):
-        return overwhelming
     if check.correlated:
         effect = max(effect, spread.design_effect)
         verdict = INDETERMINATE
@@ -249,58 +246,6 @@ def _episode_verdict(
         DIFFER, p_value, decided.name, ONE_RUN,
         _per_arm(a, b) / _design_effect(result, *episodes), alpha, reason, decided, (0, 0),
         again, long_range_design_effect(starts),
-    )  # fmt: skip
-
-
-OVERWHELMING_FACTOR = 50.0
-"""Overwhelming evidence: the twelve-batch t below alpha / 50 (0.001 at alpha 0.05) ..."""
-QUARTERS = 4
-"""... and a batch-means t over quarters of each run (dependence up to a quarter of the run
-folded into its variance) below alpha, in a pair with at least DENSE_FAILURES failures (where
-the correlation check runs at its plain level and sees the dependence that matters)."""
-
-
-def _overwhelming_verdict(
-    a: Outcomes, b: Outcomes, alpha: float, result: TestResult, check: LongRangeCheck
-) -> Verdict | None:
-    """DIFFER when the failures are correlated between stretches but the difference is too
-    large for that dependence to explain: the pair holds at least DENSE_FAILURES failures, the
-    twelve-batch t is below alpha / OVERWHELMING_FACTOR and the t over quarters of each run
-    below alpha. None otherwise (INDETERMINATE stays).
-
-    The correlation check withholds a verdict on independent data at its own level (5-30%),
-    which made dense, overwhelming differences (0.5% against 25% of 430 requests per arm)
-    INDETERMINATE one time in seven (issue 25). Sparse pairs are left alone: equal arms under
-    resets every ~5,000 requests at 13,000 per arm (~50-150 failures) differ as much as
-    independent arms at 5x (14 vs 108 failures, twelve-batch p=4e-6), the check's evidence of
-    dependence no stronger; deciding them took false alarms from <= 8% to 10.7% of 300 pairs
-    (tests/stats/test_stats_verdict.py), as the quarters t alone had (9-12%).
-    `bench/bench_calibration.py --dense` measures the rule on clustered processes at 2% and 10%
-    (BENCHMARKS.md section 7)."""
-    assert a.sequence is not None and b.sequence is not None
-    if a.events + b.events < DENSE_FAILURES:
-        return None
-    quarters = batch_means_test(a.sequence, b.sequence, batches=QUARTERS)
-    if quarters is None:
-        return None
-    p_value = min(1.0, max(result.p_value * OVERWHELMING_FACTOR, quarters.p_value))
-    if not p_value < alpha:
-        return None
-    reason = (
-        f"failures are correlated between stretches (permutation p={check.p_value:.3g} <= "
-        f"{check.level:.2g}), but the difference is overwhelming: batch-means "
-        f"t({result.df:.1f}) over {result.note} p={result.p_value:.3g} (below alpha / "
-        f"{OVERWHELMING_FACTOR:g}) and t({quarters.df:.1f}) over quarters of each run "
-        f"p={quarters.p_value:.3g} (below alpha {alpha:g}): dependence shorter than a quarter "
-        "of the run cannot explain it"
-    )
-    decided = TestResult(
-        "overwhelming", quarters.statistic, p_value, quarters.df, quarters.note, None,
-        quarters.standard_error,
-    )  # fmt: skip
-    return Verdict(
-        DIFFER, p_value, decided.name, ONE_RUN, _per_arm(a, b) / _design_effect(quarters, a, b),
-        alpha, reason, decided, (0, 0), check, long_range_design_effect([a.sequence, b.sequence]),
     )  # fmt: skip
 
 
