@@ -23,7 +23,7 @@ from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
 from soakgate.load.driver import soak
 from soakgate.load.preregistration import register_plan
-from soakgate.load.runner import SoakConfig, store_failed
+from soakgate.load.runner import SoakConfig, store_failed, watch_streams
 from soakgate.load.spec import Differential, LoadSpec, SoakResult, TargetTally
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
@@ -49,6 +49,8 @@ class BlockResult:
     """What this invocation's soak counted."""
     faults: int = 0
     stored: dict[str, TargetCounts] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    """One line per target whose streams arrived whole (stored as `stream_buffered`)."""
     """What the database holds for the block, per target, once it ended (earlier invocations
     of a resumed block included)."""
 
@@ -208,13 +210,16 @@ async def _guarded_soak(
     targets = [t for t in cfg.targets if t.name in names]
     tallies: dict[str, TargetTally] = {}
     models: dict[str, str] = {}
+    warnings: list[str] = []
+    on_tick = watch_streams(ctx.on_tick, writer, run, warnings, set())
     stopped_by = "limit"
     try:
         for segment in range(MAX_SEGMENTS):
             targets = [
                 TargetSpec(t.url, t.name, model=launcher.models.get(t.name)) for t in targets
             ]
-            result = await _segment(ctx, run, cfg, picker, writer, targets, guard, differential)
+            result = await _segment(ctx, run, cfg, picker, writer, targets, guard, differential,
+                                    on_tick)  # fmt: skip
             _merge(tallies, result.tallies)
             models.update(run.software.get("models", {}))
             run.software["models"] = dict(models)  # a top-up pass covers only some targets
@@ -233,17 +238,19 @@ async def _guarded_soak(
         await asyncio.gather(watcher, return_exceptions=True)
     outcome = "interrupted" if stopped_by == "stop" and ctx.stop.is_set() else "completed"
     if stopped_by == "store_failed":
-        return BlockResult(block, run.run_id, "failed", tallies)
+        return BlockResult(block, run.run_id, "failed", tallies, warnings=warnings)
     faults = sum(1 for e in ctx.store.events(run.run_id) if e.kind == "engine_fault")
-    return BlockResult(block, run.run_id, outcome, tallies, faults)
+    return BlockResult(block, run.run_id, outcome, tallies, faults, warnings=warnings)
 
 
 async def _segment(
     ctx: BlockContext, run: Run, cfg: SoakConfig, picker: PromptPicker,
     writer: BatchWriter, targets: list[TargetSpec], guard: Guard,
     differential: Differential | None = None,
+    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
 ) -> SoakResult:  # fmt: skip
-    """One soak pass; the campaign's stop event stops it (the driver sets its own at the end)."""
+    """One soak pass; the campaign's stop event stops it (the driver sets its own at the end).
+    `on_tick` also watches the streams (`load.runner.watch_streams`)."""
     stop = asyncio.Event()
     relay = asyncio.create_task(_relay(ctx.stop, stop))
     gate, dispatch = guard.gate, ctx.dispatch
@@ -252,7 +259,7 @@ async def _segment(
     try:
         return await soak(
             run, targets, cfg.request, cfg.load, picker, cfg.detectors, writer,
-            store_text=cfg.store_text, stop=stop, on_tick=ctx.on_tick,
+            store_text=cfg.store_text, stop=stop, on_tick=on_tick or ctx.on_tick,
             incarnation=guard.incarnation, gate=gate, credit=guard.credit,
             differential=differential,
             on_dispatch=dispatch.dispatched if dispatch is not None else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from soakgate.cli.args import add_gate_arguments, gate_options
@@ -83,6 +84,10 @@ def main(args: argparse.Namespace) -> int:
             str(sum(c.collapses for c in stored)), str(ran.faults),
         )  # fmt: skip
     console.print(table)
+    for ran in result.ran:
+        for warning in ran.warnings:
+            print(f"soakgate: warning: block {ran.block.block_id}: {warning}", file=sys.stderr,
+                  flush=True)  # fmt: skip
     for block_id, reason in result.failures.items():
         console.print(f"block {block_id} failed: {reason}", soft_wrap=True)
     console.print(

@@ -306,7 +306,7 @@ async def _soak_with_signals(
         return SoakResult(run, {t.name: TargetTally(t.name) for t in config.targets}, 0.0, "stop")
     watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
     warnings: list[str] = []
-    on_tick = _watch_streams(on_tick, writer, run, warnings)
+    on_tick = watch_streams(on_tick, writer, run, warnings)
     try:
         result = await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
@@ -328,18 +328,21 @@ async def _soak_with_signals(
             loop.remove_signal_handler(sig)
 
 
-def _watch_streams(
+def watch_streams(
     on_tick: Callable[[dict[str, TargetTally], float], None] | None, writer: BatchWriter,
-    run: Run, warnings: list[str],
+    run: Run, warnings: list[str], warned: set[str] | None = None,
 ) -> Callable[[dict[str, TargetTally], float], None]:  # fmt: skip
     """`on_tick`, and a look at each target's streams: the first time they arrive whole (a
-    buffering proxy), a `stream_buffered` event and a warning line in `warnings`."""
+    buffering proxy), a `stream_buffered` event and a warning line in `warnings`. `warned`
+    holds the targets already warned about (a campaign block soaks in several passes)."""
+    warned = set() if warned is None else warned
 
     def tick(tallies: dict[str, TargetTally], elapsed_s: float) -> None:
         if on_tick is not None:
             on_tick(tallies, elapsed_s)
         for name, tally in tallies.items():
-            if (message := tally.streams.warning(name)) is not None:
+            if (message := tally.streams.warning(name)) is not None and name not in warned:
+                warned.add(name)
                 warnings.append(message)
                 event = note(run, "stream_buffered", message=message, judged=tally.streams.judged,
                              whole=tally.streams.whole)  # fmt: skip

@@ -249,8 +249,12 @@ class MockServer:
         if plan.decision.fault == "malformed_json":
             malformed_at = min(plan.fault_after, max(len(plan.token_ids) - 1, 0))
         first = events.role() if plan.sampling.endpoint == "chat" else b""
-        if self._token_delay() == 0:
-            # Unpaced: one write for all events (real servers coalesce too); far cheaper.
+        buffered = "buffered-stream" in self.config.quirks
+        if self._token_delay() == 0 or buffered:
+            # Unpaced: one write for all events (real servers coalesce too); far cheaper. With
+            # quirk `buffered-stream`, paced but held back and sent whole (a buffering proxy).
+            if buffered:
+                await asyncio.sleep(self._token_delay() * count)
             chunks = [events.token(i) for i in range(count)]
             if 0 <= malformed_at < count:
                 chunks.insert(malformed_at, events.malformed())

@@ -10,7 +10,7 @@ from soakgate.errors import UsageError
 
 COLLAPSE_KINDS = ("bang_run", "word_loop", "empty")
 FAULT_KINDS = ("http_500", "reset", "stall", "malformed_json", "truncated_stream", "server_error")
-QUIRKS = ("no-done", "interrupt-streams", "chat-logprobs", "no-models")
+QUIRKS = ("no-done", "interrupt-streams", "chat-logprobs", "no-models", "buffered-stream")
 DEFAULT_DIE_MESSAGE = "RuntimeError: UR_RESULT_ERROR_DEVICE_LOST: device lost"
 
 
