@@ -4,6 +4,7 @@ are not rerun, the interrupted block continues in the same run, nothing stored i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -71,6 +72,18 @@ def test_sigkill_then_resume_reruns_nothing_and_loses_nothing(tmp_path: Path) ->
     assert after["unique_seq"]
     # The continued block's servers are new incarnations: rows say which one served them.
     assert after["incarnations"] == {"t/000-eager-r0": [0], "t/001-graph-r0": [0, 1]}
+    # What the killed block had leased past its last stored row may have been sent already:
+    # the resumed block says so for exactly those rows (issue 27), the finished block not at all.
+    resent = query(db, "SELECT r.campaign, e.data FROM events e JOIN runs r "
+                       "ON r.run_id = e.run_id WHERE e.kind = 'resent'")  # fmt: skip
+    assert [block for block, _ in resent] == ["t/001-graph-r0"]
+    ((first, last, certain),) = json.loads(resent[0][1])["ranges"]
+    assert json.loads(resent[0][1])["cause"] == "killed" and certain is False
+    marked = query(db, "SELECT r.campaign, g.seq, json_extract(g.details, '$.resent.possible') "
+                       "FROM generations g JOIN runs r ON r.run_id = g.run_id "
+                       "WHERE json_extract(g.details, '$.resent') IS NOT NULL")  # fmt: skip
+    assert marked and all(b == "t/001-graph-r0" and first <= seq <= last and possible == 1
+                          for b, seq, possible in marked)  # fmt: skip
 
 
 def _snapshot(db: Path) -> dict[str, object]:

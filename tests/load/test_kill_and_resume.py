@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,3 +72,44 @@ def test_kill_9_loses_at_most_a_second_and_resume_completes(
     assert all(rows[i].seq < rows[i + 1].seq for i in range(len(rows) - 1))
     assert {g.request_id: g for g in rows if g.request_id in stored} == stored
     assert finished.status == "completed" and "resumed" in kinds
+
+
+def test_requests_resume_sends_again_are_recorded_and_match_what_the_server_saw(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    """The requests in flight at a `kill -9` go out again on `--resume` under the same ids: the
+    server sees them twice, the database holds one row each. Every such row says it may have
+    been sent before, one `resent` event names the range, and the server's own log agrees."""
+    mock = start_mock("--seed", "6", "--tokens-per-s", "2000")
+    db = tmp_path / "runs.sqlite"
+    command = soak_command(mock.url, db)
+    command[command.index("--requests") + 1] = "600"
+    soaker = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_rows(db, 150, timeout_s=300)
+        os.kill(soaker.pid, signal.SIGKILL)
+    finally:
+        soaker.wait(timeout=10)
+    store = open_store(db)
+    (run,) = store.runs()
+    store.close()
+    resumed = subprocess.run([*command, "--resume", run.run_id], capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    store = open_store(db)
+    rows = {g.request_id: g for g in store.generations(run.run_id)}
+    events = [e for e in store.events(run.run_id) if e.kind in ("resent", "dispatch_lease")]
+    store.close()
+    seen = Counter(row["request_id"] for row in mock.ground_truth())
+    twice = {rid for rid, n in seen.items() if n > 1}
+    assert twice and twice <= set(rows)  # the kill cut requests in flight: sent again
+    for rid in twice:
+        assert rows[rid].details["resent"] == {"certain": 0, "possible": 1}, rid
+        assert seen[rid] == 2
+    (resent,) = [e for e in events if e.kind == "resent"]
+    ((first, last, certain),) = resent.data["ranges"]
+    assert resent.data["cause"] == "killed" and certain is False
+    marked = {rid for rid, g in rows.items() if "resent" in g.details}
+    assert marked == {rid for rid, g in rows.items() if first <= g.seq <= last} >= twice
+    assert events[-1].kind == "dispatch_lease" and events[-1].data["final"] is True
+    assert len(rows) == 600 and all(seen[rid] >= 1 for rid in rows)

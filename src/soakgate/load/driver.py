@@ -17,6 +17,7 @@ from typing import Any
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import StoreError
 from soakgate.load.backoff import TargetBackoff
+from soakgate.load.lease import SendLease, open_lease
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
 from soakgate.probes.differential import compare_with_reference, greedy, is_sampled
@@ -75,6 +76,8 @@ class _Shared:
     """Places for rows waiting for their score (made in the soak's event loop)."""
     on_dispatch: Callable[[str, int], None] | None = None
     """Told (target, seq) of each request just before it is sent."""
+    lease: SendLease | None = None
+    """The stored lease on request numbers (a local soak; a Ray unit keeps its own)."""
 
 
 async def soak(
@@ -130,6 +133,8 @@ async def soak(
     if differential is not None:
         sessions[""] = make_session(load.concurrency * len(targets))
     writer.flush()  # rows queued before this soak are not its to score
+    if on_dispatch is None:  # what an earlier, killed soak of the run may have sent
+        shared.lease = open_lease(writer, run, shared.next_seq, load.concurrency * len(targets))
     if on_generation is None:  # else each row is scored as it arrives (`_store`)
         writer.prepare = functools.partial(_score_batch, shared)
     writer.on_failure = functools.partial(_store_failed, shared)
@@ -144,6 +149,8 @@ async def soak(
         writer.store.save_prompts(run.run_id, picker.prompts)  # what a replay sends again
         ticker = asyncio.create_task(_tick(shared, on_tick, started))
         stopped_by = await _drive(shared, clients)
+        if shared.lease is not None:  # every request sent has its row (or a cancelled one)
+            shared.lease.close(shared.next_seq - 1)
         ticker.cancel()
         await asyncio.gather(ticker, return_exceptions=True)
         if not ticker.cancelled() and (error := ticker.exception()) is not None:
@@ -238,6 +245,8 @@ def _take_seq(shared: _Shared, target: str) -> int | None:
         return None
     shared.issued[target] += 1
     seq, shared.next_seq = shared.next_seq, shared.next_seq + 1
+    if shared.lease is not None:
+        shared.lease.claim(seq)
     return seq
 
 
@@ -364,6 +373,8 @@ def _row(
         spec=shared.spec, incarnation=shared.incarnation(target),
     )  # fmt: skip
     generation.reference_divergence = divergence
+    if shared.lease is not None and shared.lease.resends:
+        shared.lease.mark(generation)
     if outcome.attempts > 1:  # sent again: it provably never reached the server before
         event = note(shared.run, "retried", request_id=request_id, attempts=outcome.attempts)
         event.target = target
