@@ -118,6 +118,18 @@ def test_bench_calibration_prints_false_alarms_power_and_the_block_oracle() -> N
     assert len(rows) >= 4 and all("±" in row for row in rows[1:])
 
 
+def test_bench_calibration_dense_prints_each_cell_with_the_episode_share() -> None:
+    out = run_bench("bench_calibration.py", "--dense", "--reps", "4", "--processes",
+                    "independent,reset-2000", "--jobs", "1")  # fmt: skip
+    for label in ("2,000 requests per arm, rate 2%", "5,000 requests per arm, rate 2%",
+                  "2,000 requests per arm, rate 10%", "[decided on episodes]"):  # fmt: skip
+        assert label in out
+    rows = [
+        line for line in out.splitlines() if line.strip().startswith("reset-2000") and "±" in line
+    ]
+    assert len(rows) == 3 and all(row.count("±") == 5 and row.count("[") == 3 for row in rows)
+
+
 def test_bench_drift_window_prints_how_far_apart_drifting_servers_are() -> None:
     out = run_bench("bench_drift_window.py", "--reps", "4", "--ratio-reps", "200")
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("drift")]
