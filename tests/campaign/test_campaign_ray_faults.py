@@ -366,3 +366,46 @@ def test_a_ray_client_address_without_its_dependencies_says_how_to_install_them(
     )
     extras = (REPO / "pyproject.toml").read_text().split("\nray = [", 1)[1].split("]\n", 1)[0]
     assert '"ray[client]' in extras  # the extra installs what every documented address needs
+
+
+class _SlowClientRay:
+    """A `ray` module whose Ray Client server starts too slowly `slow` times, then connects."""
+
+    def __init__(self, slow: int, message: str = "Initialization failure from server:\n") -> None:
+        self.slow, self.message, self.calls, self.initialized = slow, message, 0, False
+
+    def init(self, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.calls <= self.slow:
+            raise ConnectionError(self.message)
+        self.initialized = True
+
+    def is_initialized(self) -> bool:
+        return self.initialized
+
+    def shutdown(self) -> None:
+        self.initialized = False
+
+
+def test_a_ray_client_server_slow_to_start_is_tried_again_a_bounded_number_of_times(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from soakgate.campaign.cluster import CLIENT_ATTEMPTS, _init
+    from soakgate.errors import UsageError
+
+    ray = _SlowClientRay(slow=CLIENT_ATTEMPTS - 1)
+    _init(ray, "ray://10.0.0.1:10001", {})
+    assert ray.initialized and ray.calls == CLIENT_ATTEMPTS
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == CLIENT_ATTEMPTS - 1 and "did not start in time" in lines[0]
+    ray = _SlowClientRay(slow=CLIENT_ATTEMPTS)  # never comes: one line, exit 2 (UsageError)
+    with pytest.raises(UsageError, match="cannot connect to the Ray cluster at ray://"):
+        _init(ray, "ray://10.0.0.1:10001", {})
+    assert ray.calls == CLIENT_ATTEMPTS
+    ray = _SlowClientRay(slow=1)  # a GCS address is not Ray Client: no second try
+    with pytest.raises(UsageError):
+        _init(ray, "10.0.0.1:6379", {})
+    ray = _SlowClientRay(slow=1, message="Connection refused")  # not slowness: no second try
+    with pytest.raises(UsageError):
+        _init(ray, "ray://10.0.0.1:10001", {})
+    assert ray.calls == 1

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -150,17 +151,39 @@ def connected(settings: ClusterSettings) -> Iterator[Connected]:
         else:
             address = settings.address
             _check_reachable(address)
-        try:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False, **options)
-        except Exception as exc:  # Ray raises many kinds here (ConnectionError, TimeoutError, ...)
-            raise UsageError(f"cannot connect to the Ray cluster at {address}: "
-                             f"{_first_line(exc)}") from None  # fmt: skip
+        _init(ray, address, options)
         yield Connected(ray, mark, cluster)
     finally:
         if ray.is_initialized():
             ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+
+
+CLIENT_ATTEMPTS = 3
+"""Tries of a `ray://` connection whose per-client server did not start in time."""
+CLIENT_SLOW = "Initialization failure from server"
+"""What Ray Client says when the head's proxy could not start the client's own server in time
+(30 s by default: a busy head node). Transient: the next try starts another."""
+
+
+def _init(ray: Any, address: str, options: dict[str, Any]) -> None:
+    """`ray.init`, a `ray://` address tried again (bounded) while its server is slow to start;
+    any other failure is one line and exit 2."""
+    for attempt in range(1, CLIENT_ATTEMPTS + 1):
+        try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False, **options)
+            return
+        except Exception as exc:  # Ray raises many kinds here (ConnectionError, TimeoutError, ...)
+            slow = address.startswith("ray://") and CLIENT_SLOW in str(exc)
+            if not slow or attempt == CLIENT_ATTEMPTS:
+                raise UsageError(f"cannot connect to the Ray cluster at {address}: "
+                                 f"{_first_line(exc)}") from None  # fmt: skip
+        if ray.is_initialized():
+            ray.shutdown()
+        again = f"trying again ({attempt + 1} of {CLIENT_ATTEMPTS})"
+        print(f"soakgate: the Ray Client server at {address} did not start in time; {again}",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _check_reachable(address: str) -> None:
