@@ -208,6 +208,18 @@ def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
         )
         fix.incomplete.clear()
         return fix
+    if drop and not written and not any(a.is_write for a in op.schema.arguments):
+        # `-> ()` with no written parameter declares no effect at all: torch.compile may drop
+        # the call. Never propose that; the returned buffer's parameter needs a human.
+        fix.manual = (
+            "the op returns a buffer it writes, but no written parameter was found with enough "
+            "confidence: check by hand which parameter it returns, mark it (a!) and keep the "
+            "return or make it () (the schema is left as it is)"
+        )
+        fix.incomplete.clear()
+        fix.returns_dropped = False
+        fix.call_sites, fix.impls_to_change = [], []
+        return fix
     try:
         edits = schema_edits(op.schema, written, drop)
         fix.new_schema = apply_to_text(op.schema.text, edits)
