@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from soakgate.errors import AuditError
 
 _TOKEN = re.compile(
-    r"""\s*(?:
+    r"""(?:\s|\#[^\n]*)*(?:
       (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
     | (?P<num>-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?))
     | (?P<ident>[A-Za-z_][A-Za-z_0-9]*)
@@ -117,6 +117,11 @@ class Schema:
         return used
 
 
+def _blank(text: str) -> bool:
+    """Only whitespace and `#` comments (torch's lexer skips both)."""
+    return all(not line.split("#", 1)[0].strip() for line in text.splitlines())
+
+
 class _Lexer:
     """Token stream over one schema string that remembers offsets."""
 
@@ -127,7 +132,7 @@ class _Lexer:
         while pos < len(text):
             match = _TOKEN.match(text, pos)
             if match is None or match.end() == pos:
-                if text[pos:].strip() == "":
+                if _blank(text[pos:]):
                     break
                 raise SchemaSyntaxError(f"unexpected character {text[pos]!r} at {pos}")
             kind = match.lastgroup or ""
@@ -170,21 +175,40 @@ class _Lexer:
         return False
 
 
+def _alias_set(lex: _Lexer) -> str:
+    if lex.accept("*"):
+        return "*"
+    if lex.kind() != "ident":
+        raise SchemaSyntaxError(f"expected an alias set, got {lex.peek()!r} at {lex.start()}")
+    return lex.take()
+
+
 def _alias_sets(lex: _Lexer) -> tuple[str, ...]:
-    sets = [lex.take()]
+    sets = [_alias_set(lex)]
     while lex.accept("|"):
-        sets.append(lex.take())
+        sets.append(_alias_set(lex))
     return tuple(sets)
 
 
 def _alias(lex: _Lexer) -> AliasInfo:
-    """Parse `(a)`, `(a!)`, `(a|b)`, `(a -> *)` after the opening parenthesis."""
+    """Parse `(a)`, `(a!)`, `(a|b)`, `(*)`, `(a -> *)`, `(a! -> a|b)` after the opening
+    parenthesis."""
     lex.take("(")
     before = _alias_sets(lex)
     is_write = lex.accept("!")
     after = _alias_sets(lex) if lex.accept("->") else before
     lex.take(")")
     return AliasInfo(before, after, is_write)
+
+
+def _alias_annotation(lex: _Lexer, at: int) -> AliasInfo | None:
+    """An alias annotation where torch allows one (after a base type, after `[]`, after a
+    sized list): `(…)`, the shorthand `!` (a fresh written set), or none."""
+    if lex.peek() == "(":
+        return _alias(lex)
+    if lex.accept("!"):
+        return AliasInfo((f"${at}",), (f"${at}",), True)
+    return None
 
 
 _CONTAINERS = {"Dict", "Future", "RRef", "Union", "Await", "tuple", "Tuple", "Optional", "List"}
@@ -202,41 +226,86 @@ def _base_type(lex: _Lexer) -> str:
     if lex.kind() != "ident":
         raise SchemaSyntaxError(f"expected a type, got {lex.peek()!r} at {lex.start()}")
     name = lex.take()
-    while lex.peek() == "." and lex.peek(1) and lex.peek(1)[0].isalpha():
+    while lex.peek() == "." and lex.peek(1).isidentifier():
         lex.take(".")
         name += "." + lex.take()
     if name in _CONTAINERS and lex.peek() == "(":
         lex.take("(")
-        inner = [str(_type(lex))]
+        types = [_type(lex)]
         while lex.accept(","):
-            inner.append(str(_type(lex)))
+            types.append(_type(lex))
         lex.take(")")
-        name = f"{name}({', '.join(inner)})"
+        if name == "Dict" and (types[0].suffix or types[0].base not in _DICT_KEYS):
+            raise SchemaSyntaxError(f"a Dict cannot have {types[0]} keys (torch: only "
+                                    f"{', '.join(sorted(_DICT_KEYS))})")  # fmt: skip
+        name = f"{name}({', '.join(str(t) for t in types)})"
     return name
 
 
-def _type(lex: _Lexer) -> TypeSpec:
-    """A full type: base, alias annotation, list/optional suffixes in any legal order."""
+_DICT_KEYS = {"int", "SymInt", "bool", "float", "complex", "Tensor", "str", "Device"}
+"""Key types torch accepts for a `Dict` (`DictType::create`; bool and SymInt as int)."""
+_LIST_DEFAULTS = {"int", "SymInt", "bool", "float", "complex", "ScalarType", "Layout",
+                  "MemoryFormat"}  # fmt: skip
+"""Element types whose lists torch gives a default value (`parseDefaultValue`)."""
+
+
+def _check_default(spec: TypeSpec, default: str) -> None:
+    """Reject the defaults torch's schema parser rejects: a list's default must be a list
+    (a single value only with a size, `int[2] x=1`), of an element type it can parse, and never
+    None unless the list is optional; an optional list's default is None or a single value."""
+    optional = spec.suffix.endswith("?")
+    body = spec.suffix[:-1] if optional else spec.suffix
+    if not body.endswith("]"):
+        return  # not a list: torch is lenient with single values
+    if optional:
+        if default.startswith("["):
+            raise SchemaSyntaxError(f"default {default} of {spec}: torch expects None or a value")
+        return
+    cut = body.rfind("[")
+    element, sized = spec.base + body[:cut], body[cut + 1 : -1] != ""
+    if element not in _LIST_DEFAULTS:
+        raise SchemaSyntaxError(f"torch gives no default to a list of {element}")
+    if not default.startswith("[") and not sized:
+        raise SchemaSyntaxError(f"default {default} of {spec}: expected a list")
+
+
+def _type(lex: _Lexer, sized: bool = False) -> TypeSpec:
+    """A full type as torch's `SchemaTypeParser::parseType` reads it: the base, an optional
+    alias annotation, then any run of `[]` (each with an optional alias annotation on the
+    list) and `?`; with `sized` (an argument or return, `parseArgument`), then one optional
+    `[N]` list with its own optional annotation and `?`. An annotation anywhere else (after
+    `?`, a second one in a row) is a syntax error, as it is for torch."""
     base = _base_type(lex)
     base_end = lex.last_end()
-    alias: AliasInfo | None = None
+    alias = _alias_annotation(lex, base_end)
     suffix = ""
     while True:
-        if (lex.peek() == "(" and base == "Tensor") or (lex.peek() == "(" and suffix.endswith("]")):
-            alias = _alias(lex)
-        elif lex.peek() == "!" and alias is None:
-            lex.take("!")
-            alias = AliasInfo((f"${base_end}",), (f"${base_end}",), True)
-        elif lex.peek() == "[":
+        if lex.peek() == "[" and lex.peek(1) == "]":
             lex.take("[")
-            size = "" if lex.peek() == "]" else lex.take()
             lex.take("]")
-            suffix += f"[{size}]"
-        elif lex.peek() == "?":
-            lex.take("?")
+            suffix += "[]"
+            alias = _list_alias(lex, alias, base_end)
+        elif lex.accept("?"):
             suffix += "?"
         else:
-            return TypeSpec(base, suffix, alias, base_end)
+            break
+    if sized and lex.peek() == "[":
+        lex.take("[")
+        if lex.kind() != "num" or not lex.peek().isdigit():
+            raise SchemaSyntaxError(f"expected a list size, got {lex.peek()!r} at {lex.start()}")
+        suffix += f"[{lex.take()}]"
+        lex.take("]")
+        alias = _list_alias(lex, alias, base_end)
+        if lex.accept("?"):
+            suffix += "?"
+    return TypeSpec(base, suffix, alias, base_end)
+
+
+def _list_alias(lex: _Lexer, element: AliasInfo | None, at: int) -> AliasInfo | None:
+    """The list's own annotation after `[]`, else the element's (torch makes the list written
+    when its elements are)."""
+    container = _alias_annotation(lex, at)
+    return container if container is not None else element
 
 
 def _default(lex: _Lexer) -> str:
@@ -251,13 +320,15 @@ def _default(lex: _Lexer) -> str:
 
 
 def _argument(lex: _Lexer, kwarg_only: bool, is_return: bool) -> Argument:
-    spec = _type(lex)
+    spec = _type(lex, sized=True)
     name: str | None = None
     if lex.kind() == "ident":
         name = lex.take()
     elif not is_return:
         raise SchemaSyntaxError(f"argument of type {spec} has no name")
     default = _default(lex) if not is_return and lex.accept("=") else None
+    if default is not None:
+        _check_default(spec, default)
     return Argument(name, spec, default, kwarg_only)
 
 
@@ -280,6 +351,8 @@ def _arguments(lex: _Lexer) -> tuple[Argument, ...]:
 
 def _returns(lex: _Lexer) -> tuple[tuple[Argument, ...], tuple[int, int]]:
     start = lex.start()
+    if lex.accept("..."):  # varret: any number of returns (`prim::` ops)
+        return (), (start, lex.last_end())
     if lex.peek() == "(":
         lex.take("(")
         rets: list[Argument] = []
