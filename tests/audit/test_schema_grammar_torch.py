@@ -73,8 +73,13 @@ DECORATIONS = ["?", "!", "(a)", "(a!)", "[]", "[2]", "(*)", "(a -> *)", "(a|b)",
 
 def test_every_pytorch_schema_and_a_mutated_battery_get_torchs_decision() -> None:
     torch = pytest.importorskip("torch")
-    schemas = sorted({str(s) for s in torch._C._jit_get_all_schemas()})
-    assert len(schemas) > 2_000
+    registered = sorted({str(s) for s in torch._C._jit_get_all_schemas()})
+    # What is registered depends on what the process imported; a few registered schemas name
+    # types torch's string parser does not know (`PyObject` of `_dtensor::` ops, registered
+    # once torch.distributed is imported): torch cannot read those back, nor is that a grammar
+    # question, so the comparison is on the schemas torch reads back.
+    schemas = [s for s in registered if _torch(s)]
+    assert len(schemas) > 2_000 and len(registered) - len(schemas) < 50
     rng = random.Random(32)
 
     def mutate(text: str) -> str:
