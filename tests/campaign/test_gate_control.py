@@ -71,7 +71,11 @@ def test_the_flagged_configuration_fails_the_campaign_and_the_gate(tmp_path: Pat
     (gate,) = json.loads(report.stdout)["gates"]
     assert gate["fails"] and gate["line"] == line
     judged = {o["outcome"]: o for o in gate["outcomes"]}
-    assert {"crash", "error", "divergence"} <= {k for k, o in judged.items() if o["worse"]}
+    worse = {k for k, o in judged.items() if o["worse"]}
+    assert {"error", "divergence"} <= worse
+    # With few crashes (how many depends on the load) their exact test over uptime may miss
+    # Holm's level; the configuration that crashed when the baseline never did fails anyway.
+    assert "crash" in worse or (gate["crashed_alone"] and judged["crash"]["events"][0] == 0)
 
 
 def _identical(folder: Path) -> Path:
