@@ -49,10 +49,10 @@ class BlockResult:
     """What this invocation's soak counted."""
     faults: int = 0
     stored: dict[str, TargetCounts] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    """One line per target whose streams arrived whole (stored as `stream_buffered`)."""
     """What the database holds for the block, per target, once it ended (earlier invocations
     of a resumed block included)."""
+    warnings: list[str] = field(default_factory=list)
+    """One line per target whose streams arrived whole (stored as `stream_buffered`)."""
 
 
 @dataclass(slots=True)
@@ -211,7 +211,7 @@ async def _guarded_soak(
     tallies: dict[str, TargetTally] = {}
     models: dict[str, str] = {}
     warnings: list[str] = []
-    on_tick = watch_streams(ctx.on_tick, writer, run, warnings, set())
+    on_tick = watch_streams(ctx.on_tick, writer, run, warnings)  # one per block: every pass
     stopped_by = "limit"
     try:
         for segment in range(MAX_SEGMENTS):
@@ -246,8 +246,8 @@ async def _guarded_soak(
 async def _segment(
     ctx: BlockContext, run: Run, cfg: SoakConfig, picker: PromptPicker,
     writer: BatchWriter, targets: list[TargetSpec], guard: Guard,
-    differential: Differential | None = None,
-    on_tick: Callable[[dict[str, TargetTally], float], None] | None = None,
+    differential: Differential | None,
+    on_tick: Callable[[dict[str, TargetTally], float], None],
 ) -> SoakResult:  # fmt: skip
     """One soak pass; the campaign's stop event stops it (the driver sets its own at the end).
     `on_tick` also watches the streams (`load.runner.watch_streams`)."""
@@ -259,7 +259,7 @@ async def _segment(
     try:
         return await soak(
             run, targets, cfg.request, cfg.load, picker, cfg.detectors, writer,
-            store_text=cfg.store_text, stop=stop, on_tick=on_tick or ctx.on_tick,
+            store_text=cfg.store_text, stop=stop, on_tick=on_tick,
             incarnation=guard.incarnation, gate=gate, credit=guard.credit,
             differential=differential,
             on_dispatch=dispatch.dispatched if dispatch is not None else None,

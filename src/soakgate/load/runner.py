@@ -330,12 +330,13 @@ async def _soak_with_signals(
 
 def watch_streams(
     on_tick: Callable[[dict[str, TargetTally], float], None] | None, writer: BatchWriter,
-    run: Run, warnings: list[str], warned: set[str] | None = None,
+    run: Run, warnings: list[str],
 ) -> Callable[[dict[str, TargetTally], float], None]:  # fmt: skip
     """`on_tick`, and a look at each target's streams: the first time they arrive whole (a
-    buffering proxy), a `stream_buffered` event and a warning line in `warnings`. `warned`
-    holds the targets already warned about (a campaign block soaks in several passes)."""
-    warned = set() if warned is None else warned
+    buffering proxy), a `stream_buffered` event and a warning line in `warnings`; once per
+    target for as long as the returned function is used (a campaign block soaks in several
+    passes, each with fresh tallies)."""
+    warned: set[str] = set()
 
     def tick(tallies: dict[str, TargetTally], elapsed_s: float) -> None:
         if on_tick is not None:
