@@ -32,9 +32,11 @@ from soakgate.stats.dependence import (
     long_range_check,
     long_range_design_effect,
 )
+from soakgate.stats.paired import CROSS_LEVEL, PAIRED, PairedCheck, paired_test
 from soakgate.stats.robust import TestResult, batch_means_test, quasi_poisson_test
 
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 MIN_BLOCKS = 3  # per arm: fewer leave a t over blocks with under 4 degrees of freedom
 DIFFER, NO_DIFFERENCE, INDETERMINATE = "differ", "no difference", "indeterminate"
 BLOCKS, ONE_RUN, COUNTS = "replicate blocks", "one run per arm", "counts only"
@@ -60,6 +62,9 @@ class Outcomes:
     """Time-ordered 0/1 failures (blocks concatenated in order), when known."""
     blocks: tuple[tuple[int, int], ...] = ()
     """(failures, requests) of each replicate block (run), when there are several."""
+    times: FloatArray | None = None
+    """When each request of `sequence` ended (seconds; one run of one target): arms that ran
+    side by side can then be compared window by window (`stats.paired`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,9 @@ class Verdict:
     """One run per arm: the correlation check that can make the verdict indeterminate."""
     long_range: LongRangeEstimate | None = None
     """One run per arm: the long-range design effect of both arms (variance-time curve)."""
+    paired: PairedCheck | None = None
+    """Arms that ran side by side and whose one-run check withheld: what their pairing showed
+    (it decided when `design` is `paired windows`)."""
     differ: bool = field(init=False)
     """True exactly when the verdict is `differ`."""
     scope: str = field(init=False)
@@ -146,6 +154,9 @@ def _one_run_verdict(
     stretch = f"~{min(a.n, b.n) // check.bins:,}"
     if check.correlated and (by_episodes := _episode_verdict(a, b, alpha, seed, check)):
         return by_episodes
+    paired = _paired(a, b, seed) if check.correlated else None
+    if paired is not None and paired[0].usable:
+        return _paired_verdict(a, b, alpha, check, spread, *paired)
     if check.correlated:
         effect = max(effect, spread.design_effect)
         verdict = INDETERMINATE
@@ -156,7 +167,7 @@ def _one_run_verdict(
             f"dependence, so it cannot separate the arms; the evidence is worth about "
             f"{_per_arm(a, b) / effect:,.0f} independent requests per arm. Run longer, or "
             "replicate with restarts (blocks: soakgate plan --blocks, then a campaign)"
-        )
+        ) + (_unpaired_note(paired[0]) if paired is not None else "")
     else:
         verdict = _word(result.p_value, alpha)
         reason = (
@@ -166,7 +177,52 @@ def _one_run_verdict(
         )
     return Verdict(
         verdict, result.p_value, result.name, ONE_RUN, _per_arm(a, b) / effect, alpha,
-        reason, result, (0, 0), check, spread,
+        reason, result, (0, 0), check, spread, None if paired is None else paired[0],
+    )  # fmt: skip
+
+
+def _paired(a: Outcomes, b: Outcomes, seed: int) -> tuple[PairedCheck, TestResult] | None:
+    """The pairing of two arms that ran side by side (None when either has no times, or they
+    did not overlap)."""
+    if a.times is None or b.times is None or a.sequence is None or b.sequence is None:
+        return None
+    if len(a.times) != len(a.sequence) or len(b.times) != len(b.sequence):
+        return None
+    return paired_test(a.sequence, a.times, b.sequence, b.times, seed)
+
+
+def _unpaired_note(paired: PairedCheck) -> str:
+    """Why the arms' pairing (they ran side by side) did not decide instead."""
+    if paired.cross_p > CROSS_LEVEL:
+        return (
+            f". The arms ran side by side, but their counts do not move together (cross-"
+            f"correlation p={paired.cross_p:.3g} > {CROSS_LEVEL:g}): each clusters on its own, so "
+            "comparing them window by window would not be valid either"
+        )
+    return (
+        f". The arms ran side by side and their counts move together (p={paired.cross_p:.3g}), "
+        f"but their window-by-window differences are correlated too (p={paired.residual_p:.3g} "
+        f"<= {paired.level:.2g})"
+    )
+
+
+def _paired_verdict(
+    a: Outcomes, b: Outcomes, alpha: float, check: LongRangeCheck, spread: LongRangeEstimate,
+    paired: PairedCheck, result: TestResult,
+) -> Verdict:  # fmt: skip
+    """DIFFER or NO DIFFERENCE on the window-by-window differences of side-by-side arms."""
+    reason = (
+        f"arms soaked side by side: failures are correlated between stretches of each run "
+        f"(permutation p={check.p_value:.3g} <= {check.level:.2g}), and the arms' counts move "
+        f"together (cross-correlation p={paired.cross_p:.3g} <= {CROSS_LEVEL:g}): a drift they "
+        f"share, which cancels window by window. Paired t({result.df:g}) over {result.note}, "
+        f"p={result.p_value:.4g} vs alpha {alpha:g}; the differences are not correlated "
+        f"between stretches (permutation p={paired.residual_p:.3g} > {paired.level:.2g})"
+    )
+    return Verdict(
+        _word(result.p_value, alpha), result.p_value, result.name, PAIRED,
+        _per_arm(a, b) / paired.design_effect, alpha, reason, result, (0, 0), check, spread,
+        paired,
     )  # fmt: skip
 
 

@@ -1,0 +1,197 @@
+"""The paired verdict: arms soaked side by side, compared window by window.
+
+When both arms ran at the same time (the targets of one `soakgate run`), a drift both of them
+share (load, the host, the network, a shared upstream) moves their failure counts together.
+The one-run verdict judges each arm's counts on their own: such a drift makes every arm's
+stretches correlated, and it withholds (INDETERMINATE). Window by window, the drift cancels:
+given that a window holds `t` failures of the two arms, B's share of them is Binomial(t, pi)
+under "same rate", where pi is B's share of the window's requests, whatever the shared rate
+did. This module uses that, and only where it is safe:
+
+1. the arms overlap in time (`side_by_side`): at least `OVERLAP` of each arm's requests ended
+   inside the span both were running; the common span is cut into `WINDOWS` equal windows of
+   wall-clock time (120: 40 stretches for the checks, 12 batches for the t);
+2. the one-run verdict withheld because counts are correlated between stretches, and the two
+   arms' stretch counts (each less its own rate times the stretch's requests) rise and fall
+   *together*: a one-sided permutation test of their cross-product at `CROSS_LEVEL`. Two arms
+   that cluster each on their own (resets, regimes) are not correlated with each other, and a
+   test on their differences would not be valid for them; only a shared cause makes the
+   pairing worth its risk;
+3. the differences window by window show no correlation of their own: B's excess over its
+   expected share in each of the 40 stretches, against two exact nulls (B's share of every
+   stretch drawn again from its Binomial, and the stretches shuffled), at the level of the
+   one-run check (`dependence.check_level`);
+4. then a t over the 12 batches' excesses (11 degrees of freedom) decides DIFFER or NO
+   DIFFERENCE; otherwise the verdict stays INDETERMINATE.
+
+Chosen by simulation (issue 26, item 4): a test on the differences alone, always used, let equal
+arms under resets every ~5,000 requests DIFFER 7.2% of the time at 13,000 per arm;
+`bench/bench_paired.py` measures this rule on the whole battery, BENCHMARKS.md section 12.
+Like every one-run verdict, its scope is these two server instances.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from soakgate.stats.dependence import CHECK_BINS, CHECK_LAGS, _autocorrelation_sum, check_level
+from soakgate.stats.robust import BATCHES, TestResult
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+WINDOWS = 120  # equal windows of wall-clock time over the common span: 40 stretches, 12 batches
+OVERLAP = 0.9  # share of each arm's requests that must end inside the common span
+CROSS_LEVEL = 0.3  # the arms' counts must move together at this one-sided permutation level
+PERMUTATIONS = 199
+PAIRED = "paired windows"
+"""The design name of a verdict decided on the pairing (`Verdict.design`)."""
+assert WINDOWS % CHECK_BINS == 0 and WINDOWS % BATCHES == 0
+
+
+@dataclass(frozen=True, slots=True)
+class PairedCheck:
+    """What the pairing of two side-by-side arms showed, whether or not it decided."""
+
+    cross_p: float
+    """One-sided permutation p that the arms' stretch counts move together (small: shared)."""
+    residual_p: float
+    """Permutation p of correlation in the window-by-window differences (the smaller of the
+    two nulls); small means the differences carry dependence of their own."""
+    level: float
+    """The level `residual_p` was judged at (`dependence.check_level`)."""
+    requests: tuple[int, int]
+    """Requests of each arm inside the common span (the ones the pairing used)."""
+    span_s: float
+    """Seconds both arms were running."""
+    design_effect: float = 1.0
+    """Variance of the batches' differences over what independent requests would give (at
+    least 1): the pair's evidence is worth its requests divided by this."""
+
+    @property
+    def usable(self) -> bool:
+        """The pairing may decide: the counts move together, the differences do not correlate."""
+        return self.cross_p <= CROSS_LEVEL and self.residual_p > self.level
+
+
+def side_by_side(times_a: FloatArray, times_b: FloatArray) -> tuple[float, float] | None:
+    """The common span of two arms' completion times, when both ran side by side (at least
+    `OVERLAP` of each arm's requests inside it), else None."""
+    if len(times_a) < WINDOWS or len(times_b) < WINDOWS:
+        return None
+    low = max(float(times_a.min()), float(times_b.min()))
+    high = min(float(times_a.max()), float(times_b.max()))
+    if not high > low:
+        return None
+    for times in (times_a, times_b):
+        if np.count_nonzero((times >= low) & (times <= high)) < OVERLAP * len(times):
+            return None
+    return low, high
+
+
+def _window_counts(
+    sequence: BoolArray, times: FloatArray, edges: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Failures and requests in each window (a request belongs to the window it ended in)."""
+    inside = (times >= edges[0]) & (times <= edges[-1])
+    index = np.clip(np.searchsorted(edges, times[inside], side="right") - 1, 0, len(edges) - 2)
+    windows = len(edges) - 1
+    failures = np.bincount(index, weights=sequence[inside].astype(np.float64), minlength=windows)
+    requests = np.bincount(index, minlength=windows).astype(np.float64)
+    return failures, requests
+
+
+def _coarse(values: FloatArray, groups: int) -> FloatArray:
+    grouped: FloatArray = values.reshape(groups, -1).sum(axis=1)
+    return grouped
+
+
+def _share(requests_a: FloatArray, requests_b: FloatArray, ratio: float) -> FloatArray:
+    """B's expected share of a window's failures when B's rate is `ratio` times A's."""
+    total = requests_a + ratio * requests_b
+    share: FloatArray = np.where(total > 0, ratio * requests_b / np.where(total > 0, total, 1), 0)
+    return share
+
+
+def _cross_p(
+    fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray, reqs_b: FloatArray,
+    rng: np.random.Generator,
+) -> float:  # fmt: skip
+    """One-sided permutation p of the cross-product of the arms' excess counts per stretch."""
+    excess = []
+    for fails, reqs in ((fails_a, reqs_a), (fails_b, reqs_b)):
+        rate = fails.sum() / reqs.sum() if reqs.sum() > 0 else 0.0
+        excess.append(fails - rate * reqs)
+    observed = float((excess[0] * excess[1]).sum())
+    shuffled = np.array([rng.permutation(excess[1]) for _ in range(PERMUTATIONS)])
+    null = (shuffled * excess[0][None, :]).sum(axis=1)
+    return (1 + int((null >= observed - 1e-12).sum())) / (1 + PERMUTATIONS)
+
+
+def _residual_p(
+    totals: FloatArray, share: FloatArray, fails_b: FloatArray, rng: np.random.Generator
+) -> float:
+    """Correlation between neighbouring stretches of B's excess over its share (lags 1-4), the
+    larger of two exact nulls' p-values' complement: B's share redrawn from Binomial(total,
+    share) in every stretch, and the stretches shuffled. The smaller p is returned."""
+    residual = fails_b - totals * share
+    observed = float(_autocorrelation_sum([residual[None, :]], CHECK_LAGS)[0])
+    counts = np.broadcast_to(totals.astype(np.int64), (PERMUTATIONS, len(totals)))
+    redrawn = rng.binomial(counts, np.broadcast_to(share, counts.shape)) - totals * share
+    shuffled = np.array([rng.permutation(residual) for _ in range(PERMUTATIONS)])
+    p_values = []
+    for null in (redrawn.astype(np.float64), shuffled):
+        replicated = _autocorrelation_sum([null], CHECK_LAGS)
+        p_values.append((1 + int((replicated >= observed - 1e-12).sum())) / (1 + PERMUTATIONS))
+    return min(p_values)
+
+
+def _batch_t(fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray,
+             reqs_b: FloatArray) -> tuple[float, float, float]:  # fmt: skip
+    """t over the batches' excess of B over its share under equal rates: (t, p, the design
+    effect: the excess's variance over its binomial variance)."""
+    from scipy.special import stdtr
+
+    share = _share(reqs_a, reqs_b, 1.0)
+    totals = fails_a + fails_b
+    excess = fails_b - totals * share
+    spread = float(excess.std(ddof=1))
+    binomial = float((totals * share * (1 - share)).mean())
+    effect = max(1.0, spread**2 / binomial) if binomial > 0 else 1.0
+    if spread == 0.0:
+        return 0.0, 1.0, effect
+    statistic = float(excess.mean()) / (spread / math.sqrt(len(excess)))
+    return statistic, float(2.0 * stdtr(len(excess) - 1, -abs(statistic))), effect
+
+
+def paired_test(
+    seq_a: BoolArray, times_a: FloatArray, seq_b: BoolArray, times_b: FloatArray, seed: int = 0
+) -> tuple[PairedCheck, TestResult] | None:
+    """The pairing of two side-by-side arms: its checks and its t (None when the arms did not
+    run side by side)."""
+    span = side_by_side(times_a, times_b)
+    if span is None:
+        return None
+    edges = np.linspace(span[0], span[1], WINDOWS + 1)
+    fails_a, reqs_a = _window_counts(seq_a, times_a, edges)
+    fails_b, reqs_b = _window_counts(seq_b, times_b, edges)
+    rng = np.random.default_rng(seed + 26)
+    stretches = [_coarse(x, CHECK_BINS) for x in (fails_a, reqs_a, fails_b, reqs_b)]
+    cross_p = _cross_p(*stretches, rng)
+    failures = float(fails_a.sum() + fails_b.sum())
+    ratio = 1.0
+    if fails_a.sum() > 0 and fails_b.sum() > 0:
+        ratio = float((fails_b.sum() / reqs_b.sum()) / (fails_a.sum() / reqs_a.sum()))
+    share = _share(stretches[1], stretches[3], ratio)
+    residual_p = _residual_p(stretches[0] + stretches[2], share, stretches[2], rng)
+    batches = [_coarse(x, BATCHES) for x in (fails_a, reqs_a, fails_b, reqs_b)]
+    statistic, p_value, effect = _batch_t(*batches)
+    check = PairedCheck(
+        cross_p, residual_p, check_level(int(failures)),
+        (int(reqs_a.sum()), int(reqs_b.sum())), span[1] - span[0], effect,
+    )  # fmt: skip
+    note = f"{BATCHES} windows of ~{check.span_s / BATCHES:,.1f} s, B's excess over its share"
+    return check, TestResult("paired_windows", statistic, p_value, float(BATCHES - 1), note)
