@@ -38,7 +38,7 @@ def cell(name: str, n: int, ratio: float, reps: int, seed: int) -> list[tuple[st
     found = []
     (arms_a, arms_b) = simulate_pair(by_name(name), rng, reps, n, RATE, RATE * ratio)
     clock = np.arange(n, dtype=np.float64)  # side by side: request i of each arm ends together
-    for i, (a, b) in enumerate(zip(arms_a, arms_b)):
+    for i, (a, b) in enumerate(zip(arms_a, arms_b, strict=True)):
         verdict = decide(
             Outcomes(int(a.sum()), n, a, (), clock), Outcomes(int(b.sum()), n, b, (), clock),
             0.05, seed + i,
@@ -67,7 +67,7 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(cell, p, n, r, args.reps, args.seed + 10_000 * i)
                    for i, (p, n, r) in enumerate(work)]  # fmt: skip
-        results = {key: future.result() for key, future in zip(work, futures)}
+        results = {key: future.result() for key, future in zip(work, futures, strict=True)}
     for n in LENGTHS:
         print(f"\nside by side, {n:,} requests per arm, {args.reps} pairs per cell, DIFFER %")
         print(f"  {'process':<14} {'with pairing':>14} {'without':>14}  "

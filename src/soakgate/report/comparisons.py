@@ -126,7 +126,8 @@ def design_notes(analysis: Analysis, units: Sequence[Unit], comparison: Comparis
 def to_arm(unit: Unit) -> Arm:
     """A stats arm: counts, the time-ordered sequence and per-run replicates."""
     replicates = tuple((s.collapses, s.n) for s in unit.slices if s.n > 0)
-    return Arm(unit.name, unit.collapses, unit.n, unit.sequence, replicates, unit.clustering)
+    return Arm(unit.name, unit.collapses, unit.n, unit.sequence, replicates, unit.clustering,
+               unit.times)  # fmt: skip
 
 
 def _checked(a: Unit, b: Unit, allow: bool, matched: bool = False) -> str | None:

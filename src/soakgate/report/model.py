@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from soakgate.report.probes import Probes
 
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 AGGREGATE = "(all targets)"  # target name shown for a label's aggregate row
 
 
@@ -95,6 +96,9 @@ class Unit:
     """Per-run replicates (per run and target for an aggregate)."""
     sequence: BoolArray | None = None
     """Time-ordered collapse indicator over clean generations (targets concatenated)."""
+    times: FloatArray | None = None
+    """When each of `sequence`'s generations ended (one run of one target only): a unit soaked
+    side by side with another can be compared window by window (stats/paired.py)."""
     clustering: ClusteringResult | None = None
     """Clustering verdict (units only; None for aggregates or without clean generations)."""
     gateway: GatewayTally | None = None
@@ -234,6 +238,7 @@ def build_unit(
         clean_tokens=clean_tokens,
         slices=slices,
         sequence=np.concatenate([p.clean_sequence for p in columns]) if clean else None,
+        times=columns[0].ended[columns[0].ok] if clean and len(columns) == 1 else None,
     )
 
 

@@ -22,6 +22,7 @@ from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.stats.verdict import Outcomes
 
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 CRASH_EVENT = "engine_fault"
 """The guard's record of a crash: the process exited, hung, logged a fatal line, or its node was
@@ -46,6 +47,9 @@ class PerRequest:
     n: int
     sequence: BoolArray
     blocks: tuple[tuple[int, int], ...] = ()
+    times: FloatArray | None = None
+    """When each of `sequence`'s requests ended, for one run of one target (the pairing of
+    arms soaked side by side: stats/paired.py)."""
 
     @property
     def rate(self) -> RateSummary | None:
@@ -55,15 +59,19 @@ class PerRequest:
     def outcomes(self) -> Outcomes:
         """As `stats.verdict.decide` takes it."""
         blocks = self.blocks if len(self.blocks) > 1 else ()
-        return Outcomes(self.events, self.n, self.sequence, blocks)
+        return Outcomes(self.events, self.n, self.sequence, blocks, self.times)
 
 
-def per_request(parts: Sequence[tuple[BoolArray, BoolArray]]) -> PerRequest:
-    """From each run's (failed, judged) row masks, in time order."""
+def per_request(
+    parts: Sequence[tuple[BoolArray, BoolArray]], ended: Sequence[FloatArray] = ()
+) -> PerRequest:
+    """From each run's (failed, judged) row masks, in time order; `ended` holds each run's row
+    end times (kept when there is one run)."""
     pieces = [failed[judged] for failed, judged in parts]
     blocks = tuple((int(p.sum()), len(p)) for p in pieces if len(p))
     sequence = np.concatenate(pieces) if pieces else np.zeros(0, dtype=bool)
-    return PerRequest(int(sequence.sum()), len(sequence), sequence, blocks)
+    times = ended[0][parts[0][1]] if len(parts) == 1 and len(ended) == 1 else None
+    return PerRequest(int(sequence.sum()), len(sequence), sequence, blocks, times)
 
 
 @dataclass(slots=True)
@@ -97,6 +105,7 @@ class RowFlags(NamedTuple):
     collapsed: BoolArray
     suspect: BoolArray
     judged: BoolArray
+    ended: FloatArray
 
 
 @dataclass(slots=True)
@@ -138,7 +147,7 @@ class UnitOutcomes:
             if with_suspect:
                 failed = failed | part.suspect
             parts.append((failed, part.judged))
-        return per_request(parts)
+        return per_request(parts, [part.ended for part in self.rows])
 
 
 def _parts(analysis: Analysis, unit: Unit) -> list[SliceColumns]:
@@ -247,11 +256,11 @@ def unit_outcomes(analysis: Analysis, unit: Unit, suspect: Unit | None = None) -
     (`report.reference.suspect_units`), when it was scored."""
     parts = _parts(analysis, unit)
     judged = sum(int(p.judged.sum()) for p in parts)
-    error = per_request([(p.server_error, p.judged) for p in parts])
+    error = per_request([(p.server_error, p.judged) for p in parts], [p.ended for p in parts])
     collapse = None
     if unit.sequence is not None:
         blocks = tuple((s.collapses, s.n) for s in unit.slices if s.n > 0)
-        collapse = PerRequest(unit.collapses, unit.n, unit.sequence, blocks)
+        collapse = PerRequest(unit.collapses, unit.n, unit.sequence, blocks, unit.times)
     scored = None
     if suspect is not None and suspect.sequence is not None and suspect.n:
         blocks = tuple((s.collapses, s.n) for s in suspect.slices if s.n > 0)
@@ -261,7 +270,7 @@ def unit_outcomes(analysis: Analysis, unit: Unit, suspect: Unit | None = None) -
         crash=_crashes(analysis, unit, parts),
         crash_lost=sum(int(p.crash_lost.sum()) for p in parts),
         crash_causes=_causes(analysis, unit), divergence=divergence_of(analysis, parts),
-        rows=[RowFlags(p.server_error, p.collapsed, p.suspect, p.judged) for p in parts],
+        rows=[RowFlags(p.server_error, p.collapsed, p.suspect, p.judged, p.ended) for p in parts],
     )  # fmt: skip
 
 

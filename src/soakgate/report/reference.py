@@ -82,7 +82,7 @@ def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
         scored = sum(len(s.suspect) for s in group)
         if not scored:
             out.append(dataclasses.replace(unit, rate=None, slices=[], sequence=None,
-                                           clustering=None))  # fmt: skip
+                                           times=None, clustering=None))  # fmt: skip
             continue
         ordered = sorted(group, key=lambda s: float(s.started.min()) if len(s.started) else 0.0)
         replicates = [
@@ -94,6 +94,6 @@ def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
         suspects = sum(r.collapses for r in replicates)
         out.append(dataclasses.replace(
             unit, rate=summarize_rate(suspects, scored), slices=replicates,
-            sequence=np.concatenate([s.suspect for s in ordered]), clustering=None,
+            sequence=np.concatenate([s.suspect for s in ordered]), times=None, clustering=None,
         ))  # fmt: skip
     return out

@@ -45,6 +45,9 @@ class Arm:
     """(events, n) per replicate run or block; 3 or more per arm enable the test over blocks."""
     clustering: ClusteringResult | None = None
     """Precomputed clustering verdict; computed from `sequence` when absent."""
+    times: npt.NDArray[np.float64] | None = None
+    """When each request of `sequence` ended (one run of one target): arms soaked side by side
+    can then be compared window by window (`stats.paired`)."""
 
     @classmethod
     def from_sequence(
@@ -56,7 +59,7 @@ class Arm:
 
     def outcomes(self) -> Outcomes:
         """The arm as the verdict sees it."""
-        return Outcomes(self.events, self.n, self.sequence, self.replicates)
+        return Outcomes(self.events, self.n, self.sequence, self.replicates, self.times)
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,8 +100,8 @@ def _window_counts(
     index = np.clip(np.searchsorted(edges, times[inside], side="right") - 1, 0, len(edges) - 2)
     windows = len(edges) - 1
     failures = np.bincount(index, weights=sequence[inside].astype(np.float64), minlength=windows)
-    requests = np.bincount(index, minlength=windows).astype(np.float64)
-    return failures, requests
+    requests = np.bincount(index, minlength=windows)
+    return failures.astype(np.float64), requests.astype(np.float64)
 
 
 def _coarse(values: FloatArray, groups: int) -> FloatArray:
@@ -180,7 +180,7 @@ def paired_test(
     fails_b, reqs_b = _window_counts(seq_b, times_b, edges)
     rng = np.random.default_rng(seed + 26)
     stretches = [_coarse(x, CHECK_BINS) for x in (fails_a, reqs_a, fails_b, reqs_b)]
-    cross_p = _cross_p(*stretches, rng)
+    cross_p = _cross_p(stretches[0], stretches[1], stretches[2], stretches[3], rng)
     failures = float(fails_a.sum() + fails_b.sum())
     ratio = 1.0
     if fails_a.sum() > 0 and fails_b.sum() > 0:

@@ -1,0 +1,126 @@
+"""The paired verdict (issue 26, item 4): arms soaked side by side compared window by window,
+only where the one-run check withholds and the arms' counts move together.
+
+The figures of the rule on the whole battery are bench/bench_paired.py's (BENCHMARKS.md section
+12); these tests pin its behaviour on data built to have, or lack, a shared drift: through the
+library, and through `soakgate compare` and `soakgate report --format json` on a real SQLite
+database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.report.synth import add_run
+
+from soakgate.cli.main import main
+from soakgate.stats.paired import PAIRED, side_by_side
+from soakgate.stats.verdict import INDETERMINATE, ONE_RUN, Outcomes, decide
+from soakgate.store import open_store
+
+N = 40_000
+FAST_ARGS = ["--hmm-replicates", "0", "--gap-permutations", "49"]
+
+
+def _phases(rng: np.random.Generator, n: int, mean: int) -> np.ndarray:
+    """A rate multiplier that switches between quiet (0.25) and loud (4) in phases of ~mean."""
+    out, loud, at = np.empty(n), False, 0
+    while at < n:
+        length = int(rng.exponential(mean)) + 1
+        out[at : at + length] = 4.0 if loud else 0.25
+        at, loud = at + length, not loud
+    return out
+
+
+def _arms(seed: int, shared: bool, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """Two arms of N requests at 0.2% (B at `ratio` times), their rates moved by the same phases
+    (a drift they share) or by phases of their own."""
+    rng = np.random.default_rng(seed)
+    first = _phases(rng, N, 4_000)
+    second = first if shared else _phases(rng, N, 4_000)
+    a = rng.random(N) < 0.002 * first / first.mean()
+    b = rng.random(N) < 0.002 * ratio * second / second.mean()
+    return a, b
+
+
+def _verdict(a: np.ndarray, b: np.ndarray, offset: float = 0.0, seed: int = 0):  # type: ignore[no-untyped-def]
+    clock = np.arange(N, dtype=np.float64)
+    return decide(
+        Outcomes(int(a.sum()), N, a, (), clock), Outcomes(int(b.sum()), N, b, (), clock + offset),
+        0.05, seed,
+    )  # fmt: skip
+
+
+def test_side_by_side_needs_arms_that_ran_at_the_same_time() -> None:
+    clock = np.arange(1_000, dtype=np.float64)
+    assert side_by_side(clock, clock + 50.0) == (50.0, 999.0)  # 95% of each inside
+    assert side_by_side(clock, clock + 500.0) is None  # half of each outside the common span
+    assert side_by_side(clock, clock + 5_000.0) is None  # one after the other
+    assert side_by_side(clock[:100], clock[:100]) is None  # fewer requests than windows
+
+
+def test_a_shared_drift_is_decided_on_the_pairing_where_one_run_withholds() -> None:
+    decided = []
+    for seed in range(12):
+        a, b = _arms(seed, shared=True, ratio=2.0)
+        verdict = _verdict(a, b, seed=seed)
+        without = _verdict(a, b, offset=10 * N, seed=seed)  # same counts, not side by side
+        assert without.design == ONE_RUN and without.paired is None
+        if verdict.design == PAIRED:
+            assert without.verdict == INDETERMINATE  # the pairing decides only where it withheld
+            assert verdict.paired is not None and verdict.paired.usable
+            assert verdict.test == "paired_windows" and verdict.scope == "instances"
+            assert "arms soaked side by side" in verdict.reason
+            decided.append(verdict.verdict)
+    # The per-arm check sees the phases in most pairs; the pairing then decides, mostly DIFFER.
+    assert len(decided) >= 6 and decided.count("differ") >= 6
+
+
+def test_arms_that_cluster_each_on_their_own_are_not_paired() -> None:
+    reasons, paired_differ = 0, 0
+    for seed in range(12):
+        a, b = _arms(100 + seed, shared=False, ratio=1.0)
+        verdict = _verdict(a, b, seed=seed)
+        paired_differ += verdict.design == PAIRED and verdict.differ
+        if verdict.verdict == INDETERMINATE and verdict.paired is not None:
+            assert verdict.paired.cross_p > 0 and verdict.design == ONE_RUN
+            reasons += "The arms ran side by side" in verdict.reason
+    assert reasons >= 6  # withheld, and it says why the pairing was not used
+    assert paired_differ <= 1
+
+
+@pytest.fixture(scope="module")
+def side_by_side_dbs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two targets soaked at the same time with a drift they share (B at 2x); and a database
+    with the same two arms' data stored one after the other (no pairing possible)."""
+    a, b = _arms(0, shared=True, ratio=2.0)
+    folder = tmp_path_factory.mktemp("paired")
+    store = open_store(folder / "together.sqlite")
+    add_run(store, "eager", "gpu0", list(a), step_s=0.05)
+    add_run(store, "graph", "gpu1", list(b), step_s=0.05)
+    store.close()
+    store = open_store(folder / "apart.sqlite")
+    add_run(store, "eager-then", "gpu0", list(a), step_s=0.05)
+    add_run(store, "graph-then", "gpu1", list(b), step_s=0.05, start=1_700_000_000.0 + N)
+    store.close()
+    return folder / "together.sqlite", folder / "apart.sqlite"
+
+
+def test_compare_names_the_paired_design_and_the_report_exports_it(
+    side_by_side_dbs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, apart = (str(path) for path in side_by_side_dbs)
+    assert main(["compare", db, "eager", "graph", "--fail-on-differ", *FAST_ARGS]) == 1
+    out = capsys.readouterr().out
+    assert "design: paired windows (1 + 1 run(s) of a target)" in out
+    assert "verdict test: paired_windows" in out and "arms soaked side by side" in out
+    assert main(["compare", apart, "eager-then", "graph-then", *FAST_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "design: one run per arm (1 + 1 run(s) of a target)" in out
+    assert "paired windows" not in out and "INDETERMINATE" in out
+    assert main(["report", db, "--format", "json", *FAST_ARGS]) == 0
+    found = {c["b"]: c for c in json.loads(capsys.readouterr().out)["comparisons"]}
+    assert found["graph@gpu1"]["design"] == "paired windows"
+    assert found["graph@gpu1"]["test"] == "paired_windows" and found["graph@gpu1"]["scope"] == "instances"
