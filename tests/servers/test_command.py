@@ -89,3 +89,35 @@ def test_values_in_a_shell_script_word_are_quoted_and_run_as_data(tmp_path: Path
     assert written == f"x$(touch {marker}) --say two words --port=8001"
     # outside a shell script a value is one argument as before, unquoted
     assert render_command("srv --label {label}", values)[-1] == values["label"]
+
+
+def test_a_port_another_process_holds_is_never_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two launchers on one host (a campaign's Ray actors) once got the same port: free_port's
+    socket closes before the server binds, and the OS may hand the number out again."""
+    import subprocess
+    import sys
+
+    from soakgate.servers import ports
+
+    monkeypatch.setattr(ports.tempfile, "gettempdir", lambda: str(tmp_path))
+    taken = free_port()
+    assert not ports.reserve(taken)  # this process holds it already
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, tempfile; tempfile.gettempdir = lambda: sys.argv[1]; "
+         "from soakgate.servers import ports; port = ports.free_port(); print(port, flush=True);"
+         " sys.stdin.read()", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        held = int(holder.stdout.readline())
+        offered = iter([held, held, taken])
+        monkeypatch.setattr(ports, "_candidate", lambda host: next(offered))
+        with pytest.raises(StopIteration):  # the other process's port, then this one's: skipped
+            free_port()
+    finally:
+        holder.communicate("")
+    offered = iter([held])
+    assert free_port() == held  # its holder exited: the kernel dropped the lock

@@ -123,4 +123,7 @@ def test_compare_names_the_paired_design_and_the_report_exports_it(
     assert main(["report", db, "--format", "json", *FAST_ARGS]) == 0
     found = {c["b"]: c for c in json.loads(capsys.readouterr().out)["comparisons"]}
     assert found["graph@gpu1"]["design"] == "paired windows"
-    assert found["graph@gpu1"]["test"] == "paired_windows" and found["graph@gpu1"]["scope"] == "instances"
+    assert (
+        found["graph@gpu1"]["test"] == "paired_windows"
+        and found["graph@gpu1"]["scope"] == "instances"
+    )

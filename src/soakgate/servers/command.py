@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shlex
-import socket
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -163,11 +161,3 @@ def _quoted(values: Mapping[str, str], flag_values: Mapping[str, str]) -> dict[s
     flags = values.get("flags", "")
     quoted["flags"] = " ".join(shlex.quote(w.format_map(flag_values)) for w in shlex.split(flags))
     return quoted
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that is free right now (the OS picks it); the server binds it moments later."""
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
