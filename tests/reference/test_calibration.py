@@ -122,3 +122,80 @@ def test_sampling_without_top_p_is_noted_with_the_calibration(
         assert stored is not None and "--top-p" in stored
     else:
         assert notes == [] and stored is None, result.stderr
+
+
+def test_a_calibration_is_drawn_once_for_identical_settings_with_its_cost_and_progress(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    """Issue 28: every run (and --resume) drew its calibration again, printing nothing while it
+    ran. Now the first chunk's pace is printed as the cost of the whole, and a run with the same
+    reference, prompts, sampling, sample count and rate reuses the stored calibration."""
+    candidate, reference = start_mock(), start_mock()
+    db = tmp_path / "t.sqlite"
+
+    def run(*extra: str) -> str:
+        result = soakgate(
+            "run", "--target", candidate.url, "--score-reference", reference.url, "--requests",
+            "40", "--false-flag-rate", "0.01", "--calibration", "120", "--max-tokens", "16",
+            "--db", str(db), "--quiet", "--no-watch-metrics", *extra, cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    def drawn() -> int:
+        ids = [r.get("request_id", "") for r in reference.ground_truth()]
+        return sum(str(i).startswith("calibration-") for i in ids)
+
+    first = run()
+    assert "calibrating reference scoring on 120 of the reference's own samples" in first
+    assert "soakgate: calibration: the first 50 of 120 samples took" in first
+    assert "in all" in first and drawn() == 120
+    ids = [str(r.get("request_id", "")) for r in reference.ground_truth()]
+    assert len({i for i in ids if i.startswith("calibration-")}) == 120  # chunks number on
+    second = run()
+    assert "reference calibration reused from run" in second and drawn() == 120
+    third = run("--recalibrate")
+    assert "reused" not in third and drawn() == 240
+    fourth = run("--max-tokens", "24")  # other sampling settings: not the same calibration
+    assert "reused" not in fourth and drawn() == 360
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "SELECT data FROM events WHERE kind = 'reference_calibration' ORDER BY id"
+        ).fetchall()
+    stored = [json.loads(data) for (data,) in rows]
+    assert [s.get("reused_from") is not None for s in stored] == [False, True, False, False]
+    assert stored[0]["fingerprint"] == stored[1]["fingerprint"] == stored[2]["fingerprint"]
+    assert stored[3]["fingerprint"] != stored[0]["fingerprint"]
+    assert stored[1]["threshold"] == stored[0]["threshold"] and stored[1]["n"] == 120
+
+
+def test_resume_reuses_its_runs_calibration(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    candidate, reference = start_mock("--tokens-per-s", "2000"), start_mock()
+    db = tmp_path / "t.sqlite"
+    scoring = ["--score-reference", reference.url, "--false-flag-rate", "0.01", "--calibration",
+               "120", "--db", str(db), "--quiet", "--no-watch-metrics"]  # fmt: skip
+    soaker = subprocess.Popen(
+        [sys.executable, "-m", "soakgate", "run", "--target", f"gpu0={candidate.url}", "--label",
+         "s", "--requests", "400", "--concurrency", "4", "--max-tokens", "32", *scoring],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(candidate.ground_truth()) < 40:
+        time.sleep(0.2)
+    soaker.send_signal(signal.SIGINT)
+    assert soaker.wait(timeout=60) == 130
+    with sqlite3.connect(db) as connection:
+        ((run_id,),) = connection.execute("SELECT run_id FROM runs").fetchall()
+    resumed = soakgate("run", "--resume", run_id, "--target", f"gpu0={candidate.url}", "--label",
+                       "s", *scoring, cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"reference calibration reused from run {run_id}" in resumed.stderr
+    ids = [str(r.get("request_id", "")) for r in reference.ground_truth()]
+    assert sum(i.startswith("calibration-") for i in ids) == 120

@@ -35,6 +35,11 @@ def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
         help="reference samples drawn at the soak's settings to set the threshold (default 5000)",
     )  # fmt: skip
     add(
+        "--recalibrate", action="store_true",
+        help="draw a new calibration even when the database holds one made with identical "
+        "settings (reference, its model files, prompts, sampling, sample count, rate)",
+    )  # fmt: skip
+    add(
         "--score-timeout", type=positive_float, default=30.0,
         help="seconds a row waits for its score before it is stored unscored (default 30)",
     )  # fmt: skip
@@ -68,7 +73,7 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
 
     url, model_path = args.score_reference, args.reference_model
     if url is None and model_path is None:
-        for flag in ("score_fraction", "score_backlog"):
+        for flag in ("score_fraction", "score_backlog", "recalibrate"):
             if getattr(args, flag):
                 raise UsageError(f"--{flag.replace('_', '-')} needs --score-reference or "
                                  "--reference-model")  # fmt: skip
@@ -93,6 +98,7 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
     settings = ScoringSettings(
         fraction=default, per_target=per_target, false_flag_rate=args.false_flag_rate,
         calibration=args.calibration, budget_s=args.score_timeout, backlog=backlog,
+        recalibrate=args.recalibrate,
     )  # fmt: skip
     if url is not None:
         from soakgate.reference.http import HttpReference

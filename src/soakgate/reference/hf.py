@@ -49,6 +49,24 @@ class HFReference:
         """What is stored with the run about this reference."""
         return {"kind": "transformers", "path": str(self.path)}
 
+    def files_digest(self) -> str:
+        """SHA-256 over the model folder's files (a calibration is reused only for the same
+        files): each file's name and size, and its first and last MiB (reading whole weights
+        of many GB would cost what the reuse saves)."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        files = sorted(p for p in self.path.rglob("*") if p.is_file()) if self.path.is_dir() else []
+        for path in files:
+            size = path.stat().st_size
+            digest.update(f"{path.relative_to(self.path)}\0{size}\0".encode())
+            with path.open("rb") as handle:
+                digest.update(handle.read(1 << 20))
+                if size > 2 << 20:
+                    handle.seek(size - (1 << 20))
+                    digest.update(handle.read())
+        return digest.hexdigest()
+
     async def start(self) -> None:
         """Load the model (in a thread: it takes seconds)."""
         if self._model is None:
@@ -159,16 +177,19 @@ class HFReference:
         return out
 
     async def sample(
-        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int
+        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int, first: int = 0
     ) -> list[tuple[Prompt, Outcome]]:
-        """The model's own samples at the soak's settings (calibration), in batches."""
+        """The model's own samples at the soak's settings (calibration), in batches; `first` is
+        the number of the first sample (each chunk of a calibration draws from its own seed)."""
         await self.start()
-        return await asyncio.to_thread(self._sample_all, prompts, spec)
+        return await asyncio.to_thread(self._sample_all, prompts, spec, first)
 
-    def _sample_all(self, prompts: list[Prompt], spec: RequestSpec) -> list[tuple[Prompt, Outcome]]:
+    def _sample_all(
+        self, prompts: list[Prompt], spec: RequestSpec, first: int = 0
+    ) -> list[tuple[Prompt, Outcome]]:
         import torch
 
-        torch.manual_seed(spec.seed or 0)
+        torch.manual_seed((spec.seed or 0) * 1_000_003 + first)
         answers = []
         for start in range(0, len(prompts), self.batch_size):
             if self._halt.is_set():

@@ -16,15 +16,16 @@ class ServerSampler:
         self.target = target
 
     async def sample(
-        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int
+        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int, first: int = 0
     ) -> list[tuple[Prompt, Outcome]]:
-        """One answer per prompt, `concurrency` in flight."""
+        """One answer per prompt, `concurrency` in flight; `first` numbers the first one."""
         gate = asyncio.Semaphore(concurrency)
         async with make_session(concurrency) as session:
             client = await connect(session, self.target)
 
             async def one(index: int, prompt: Prompt) -> tuple[Prompt, Outcome]:
                 async with gate:
-                    return prompt, await client.generate(prompt, spec, f"calibration-{index}")
+                    request_id = f"calibration-{first + index}"
+                    return prompt, await client.generate(prompt, spec, request_id)
 
             return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import json
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,7 +37,7 @@ class Sampler(Protocol):
     """Draws the reference's own samples at the soak's settings (for calibration)."""
 
     async def sample(
-        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int
+        self, prompts: list[Prompt], spec: RequestSpec, concurrency: int, first: int = 0
     ) -> list[tuple[Prompt, Outcome]]: ...
 
 
@@ -55,6 +57,14 @@ class ScoringSettings:
     """Longest a row waits for its score before it is stored unscored."""
     backlog: int = 256
     """Rows waiting for the reference at most; a row beyond it is stored unscored at once."""
+    recalibrate: bool = False
+    """Draw a new calibration even where the database holds one with the same fingerprint."""
+
+
+Progress = Callable[[int, int, float], None]
+"""Told (samples drawn, samples asked, seconds so far) after every chunk of the calibration."""
+CHUNK = 50
+"""Calibration samples drawn and scored together, at least (progress is told between chunks)."""
 
 
 UNTRUNCATED_NOTE = (
@@ -127,21 +137,56 @@ class ReferenceScorer:
         generation.reference_score = generation.suspect = None
         generation.details["reference"] = unscored(reason)
 
+    def fingerprint(self, spec: RequestSpec, picker: PromptPicker) -> str:
+        """SHA-256 of everything a calibration depends on: the score, the reference (and its
+        model files), the exact calibration prompts, the sampling settings, the sample count and
+        the false-flag rate. Two runs with the same fingerprint draw the same calibration."""
+        from soakgate.load.resume import prompts_digest
+
+        settings = self.settings
+        prompts = [picker.pick(seq) for seq in range(settings.calibration)]
+        canonical = json.dumps({
+            "score": SCORE_NAME, "reference": self.reference.describe(),
+            "model_files": getattr(self.reference, "files_digest", lambda: None)(),
+            "prompts": prompts_digest(prompts),
+            "sampling": dataclasses.replace(spec, return_token_ids=True).to_dict(),
+            "samples": settings.calibration, "false_flag_rate": settings.false_flag_rate,
+        }, sort_keys=True, default=str)  # fmt: skip
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def reuse(self, stored: Mapping[str, Any]) -> None:
+        """Take a stored calibration (a `reference_calibration` event's data) as this run's."""
+        names = {f.name for f in dataclasses.fields(Calibration)}
+        self.calibration = Calibration(**{k: v for k, v in stored.items() if k in names})
+
     async def prepare(
-        self, spec: RequestSpec, picker: PromptPicker, concurrency: int
-    ) -> dict[str, Any]:
-        """Start the reference and calibrate on its own samples at the soak's settings; the
-        calibration as stored with the run. UsageError when too few samples scored."""
+        self, spec: RequestSpec, picker: PromptPicker, concurrency: int,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Start the reference and calibrate on its own samples at the soak's settings, drawn
+        and scored in chunks (`progress` is told after each); the calibration as stored with
+        the run. TargetError when too few samples scored."""
         await self.check()
         settings = self.settings
         sampled_spec = dataclasses.replace(spec, return_token_ids=True)
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
         began = time.perf_counter()
-        answers = await self.sampler.sample(prompts, sampled_spec, concurrency)
-        scores, failures = await self._calibration_scores(answers, spec.endpoint, concurrency)
-        if len(answers) - failures < 0.9 * settings.calibration:
+        scores: list[float] = []
+        failures = drawn = 0
+        chunk = max(CHUNK, 2 * concurrency)
+        for start in range(0, len(prompts), chunk):
+            answers = await self.sampler.sample(
+                prompts[start : start + chunk], sampled_spec, concurrency, start
+            )
+            got, failed = await self._calibration_scores(answers, spec.endpoint, concurrency)
+            scores.extend(got)
+            failures += failed
+            drawn += len(answers)
+            if progress is not None:
+                progress(drawn, settings.calibration, time.perf_counter() - began)
+        if drawn - failures < 0.9 * settings.calibration:
             raise TargetError(
-                f"reference calibration: only {len(answers) - failures} of "
+                f"reference calibration: only {drawn - failures} of "
                 f"{settings.calibration} reference samples could be scored"
             )
         self.calibration = calibrate(scores, settings.false_flag_rate)
