@@ -21,7 +21,9 @@ did. This module uses that, and only where it is safe:
    share of each of the 40 stretches under "same rate", against two exact nulls (B's failures
    in every stretch drawn again from Binomial(stretch total, share), and the stretches
    shuffled), at the level of the one-run check (`dependence.check_level`);
-4. then a t over the 12 batches' excesses (11 degrees of freedom) decides DIFFER or NO
+4. the pair holds more than 80 failures in the common span (`MIN_FAILURES`): below, the check
+   of step 3 is judged at its sparse level and still sees too little (see below);
+5. then a t over the 12 batches' excesses (11 degrees of freedom) decides DIFFER or NO
    DIFFERENCE; otherwise the verdict stays INDETERMINATE.
 
 Chosen by simulation (issue 26, item 4): a test on the differences alone, always used, let equal
@@ -29,8 +31,12 @@ arms under resets every ~5,000 requests DIFFER 7.2% of the time at 13,000 per ar
 shipped rule centred step 3 at B's share under the *observed* rate ratio; its first run on the
 battery (`bench/bench_paired.py`, 1,000 pairs per cell) let those arms DIFFER 8.7 ± 0.9% of the
 time: the fitted ratio absorbs part of one arm's clumps, and the check misses them. Centred at
-the share "same rate" implies, as now, the check is exact under the hypothesis the t tests.
-BENCHMARKS.md section 12 has both runs.
+the share "same rate" implies, as now, the check is exact under the hypothesis the t tests;
+the second run (fresh seeds) gave 7.3 ± 0.8%, against 5.5 ± 0.7% for the one-run verdict alone
+on the same pairs: with ~26 failures per arm, a check on one series of differences cannot see
+what the one-run check sees on two arms. Step 4 followed: at 13,000 per arm (about 60 failures
+in the pair) the pairing is not used, and at 40,000 it is. BENCHMARKS.md section 12 has the
+three runs.
 Like every one-run verdict, its scope is these two server instances.
 """
 
@@ -42,7 +48,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.stats.dependence import CHECK_BINS, CHECK_LAGS, _autocorrelation_sum, check_level
+from soakgate.stats.dependence import (
+    CHECK_BINS,
+    CHECK_LAGS,
+    SPARSE_FAILURES,
+    _autocorrelation_sum,
+    check_level,
+)
 from soakgate.stats.robust import BATCHES, TestResult
 
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +62,7 @@ BoolArray = npt.NDArray[np.bool_]
 WINDOWS = 120  # equal windows of wall-clock time over the common span: 40 stretches, 12 batches
 OVERLAP = 0.9  # share of each arm's requests that must end inside the common span
 CROSS_LEVEL = 0.3  # the arms' counts must move together at this one-sided permutation level
+MIN_FAILURES = SPARSE_FAILURES + 1  # fewer in the pair: the differences' check sees too little
 PERMUTATIONS = 199
 PAIRED = "paired windows"
 """The design name of a verdict decided on the pairing (`Verdict.design`)."""
@@ -74,11 +87,18 @@ class PairedCheck:
     design_effect: float = 1.0
     """Variance of the batches' differences over what independent requests would give (at
     least 1): the pair's evidence is worth its requests divided by this."""
+    failures: int = 0
+    """Failures of both arms inside the common span."""
 
     @property
     def usable(self) -> bool:
-        """The pairing may decide: the counts move together, the differences do not correlate."""
-        return self.cross_p <= CROSS_LEVEL and self.residual_p > self.level
+        """The pairing may decide: enough failures for its check to see, the counts move
+        together, the differences do not correlate."""
+        return (
+            self.failures >= MIN_FAILURES
+            and self.cross_p <= CROSS_LEVEL
+            and self.residual_p > self.level
+        )
 
 
 def side_by_side(times_a: FloatArray, times_b: FloatArray) -> tuple[float, float] | None:
@@ -192,7 +212,7 @@ def paired_test(
     statistic, p_value, effect = _batch_t(*batches)
     check = PairedCheck(
         cross_p, residual_p, check_level(int(failures)),
-        (int(reqs_a.sum()), int(reqs_b.sum())), span[1] - span[0], effect,
+        (int(reqs_a.sum()), int(reqs_b.sum())), span[1] - span[0], effect, int(failures),
     )  # fmt: skip
     note = f"{BATCHES} windows of ~{check.span_s / BATCHES:,.1f} s, B's excess over its share"
     return check, TestResult("paired_windows", statistic, p_value, float(BATCHES - 1), note)

@@ -32,7 +32,7 @@ from soakgate.stats.dependence import (
     long_range_check,
     long_range_design_effect,
 )
-from soakgate.stats.paired import CROSS_LEVEL, PAIRED, PairedCheck, paired_test
+from soakgate.stats.paired import CROSS_LEVEL, MIN_FAILURES, PAIRED, PairedCheck, paired_test
 from soakgate.stats.robust import TestResult, batch_means_test, quasi_poisson_test
 
 BoolArray = npt.NDArray[np.bool_]
@@ -193,6 +193,12 @@ def _paired(a: Outcomes, b: Outcomes, seed: int) -> tuple[PairedCheck, TestResul
 
 def _unpaired_note(paired: PairedCheck) -> str:
     """Why the arms' pairing (they ran side by side) did not decide instead."""
+    if paired.failures < MIN_FAILURES:
+        return (
+            f". The arms ran side by side, but {paired.failures} failures in all are too few to "
+            f"check the window-by-window differences for dependence (the pairing needs "
+            f"{MIN_FAILURES})"
+        )
     if paired.cross_p > CROSS_LEVEL:
         return (
             f". The arms ran side by side, but their counts do not move together (cross-"
