@@ -165,6 +165,7 @@ class MockServer:
                 "perturbed": plan.perturbed,
                 "fluent": len(plan.fluent_positions),
                 "fluent_positions": plan.fluent_positions,
+                "shifted": decision.shift,
                 "burst": decision.burst,
                 "corrupt": decision.corrupt,
                 "crash": decision.crash,

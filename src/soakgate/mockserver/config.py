@@ -75,6 +75,12 @@ class MockConfig:
     words the mock's model finds unlikely (what reference scoring must catch)."""
     fluent_max_tokens: int = 3
     """Most tokens replaced in one fluently corrupted request (at least one)."""
+    shift_rate: float = 0.0
+    """Fraction of clean requests whose every token is drawn from a flattened distribution (each
+    likely next token's probability raised to 1/shift_temperature, renormalised): fluent text,
+    every token a little less likely under the model (a scaled or lost sublayer's signature)."""
+    shift_temperature: float = 2.0
+    """How flat the shifted requests' distribution is (1: the model's own)."""
     corrupt_at_in_flight: int = 0
     """State corruption (the control for the release gate): a request that arrives with at least
     this many requests in flight (itself included) may corrupt the server's state, after which
@@ -110,6 +116,7 @@ class MockConfig:
                 "--burst-collapse-rate": self.burst_collapse_rate,
                 "--perturb-rate": self.perturb_rate,
                 "--fluent-rate": self.fluent_rate,
+                "--shift-rate": self.shift_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
                 "--corrupt-rate": self.corrupt_rate,
@@ -144,6 +151,8 @@ class MockConfig:
             raise UsageError("--perturb-max-tokens must be >= 1")
         if self.fluent_max_tokens < 1:
             raise UsageError("--fluent-max-tokens must be >= 1")
+        if not self.shift_temperature > 0:
+            raise UsageError(f"--shift-temperature must be > 0, got {self.shift_temperature}")
         if sum(self.fault_rates.values()) > 1.0 + 1e-9:
             raise UsageError("--fault-rate: the rates add up to more than 1")
         unknown = set(self.quirks) - set(QUIRKS)
@@ -249,6 +258,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="most tokens replaced by fluent corruption",
     )  # fmt: skip
     add(
+        "--shift-rate", type=float, default=d.shift_rate,
+        help="fraction of outputs drawn whole from a flattened distribution (fluent, every token "
+        "a little less likely)",
+    )  # fmt: skip
+    add(
+        "--shift-temperature", type=float, default=d.shift_temperature,
+        help="flatness of shifted outputs: probabilities raised to 1/T (default 2)",
+    )  # fmt: skip
+    add(
         "--corrupt-at-in-flight", type=int, default=d.corrupt_at_in_flight,
         help="a request arriving with this many in flight (itself included) may corrupt the "
         "state: answers are garbage with HTTP 200 until a SIGSEGV crash (0: off)",
@@ -309,6 +327,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         perturb_from=args.perturb_from,
         fluent_rate=args.fluent_rate,
         fluent_max_tokens=args.fluent_max_tokens,
+        shift_rate=args.shift_rate,
+        shift_temperature=args.shift_temperature,
         corrupt_at_in_flight=args.corrupt_at_in_flight,
         corrupt_rate=args.corrupt_rate,
         corrupt_crash_rate=args.corrupt_crash_rate,

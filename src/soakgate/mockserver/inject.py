@@ -35,6 +35,8 @@ class Decision:
     """The server's state is corrupt: the answer is garbage (a collapse, or every word wrong)."""
     crash: bool = False
     """The server dies of SIGSEGV on this request (its state was corrupt)."""
+    shift: bool = False
+    """Every token is drawn from a flattened distribution (`MockConfig.shift_rate`)."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -56,6 +58,7 @@ class Injector:
             or config.burst_enter
             or config.perturb_rate
             or config.fluent_rate
+            or config.shift_rate
             or config.state_collapse
             or config.corrupt_at_in_flight
         )
@@ -95,7 +98,8 @@ class Injector:
         perturbed = rng.random() < config.perturb_rate
         # drawn only when asked for, so that seeds without it decide exactly as before
         fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate
-        return Decision(None, None, perturbed, self._burst, fluent_draw)
+        shift_draw = config.shift_rate > 0 and rng.random() < config.shift_rate
+        return Decision(None, None, perturbed, self._burst, fluent_draw, shift=shift_draw)
 
     def _corrupts(self, in_flight: int) -> bool:
         """Whether this arrival corrupts the state (drawn only under the load that can)."""
@@ -218,3 +222,16 @@ class GroundTruthLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def shifted(
+    count: int, context: int, temperature: float, rng: random.Random
+) -> tuple[list[int], str]:
+    """`count` tokens after `context`, each drawn from its context's likely tokens with their
+    probabilities raised to 1/temperature (renormalised): fluent, no token outside the model's
+    likely ones, every one a little less likely than the model would have it."""
+    ids, before = [], context
+    for _ in range(count):
+        before = lm.sample_tempered(before, temperature, rng)
+        ids.append(before)
+    return ids, detokenize(ids)

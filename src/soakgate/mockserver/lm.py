@@ -117,6 +117,13 @@ def sample(context: int, rng: random.Random) -> int:
     return core.ids[bisect_right(core.cumulative, draw)]
 
 
+def sample_tempered(context: int, temperature: float, rng: random.Random) -> int:
+    """A core token after `context` drawn with probabilities proportional to p^(1/temperature)."""
+    core = CORES[context % VOCAB_SIZE]
+    weights = [p ** (1.0 / temperature) for p in core.probs]
+    return rng.choices(core.ids, weights)[0]
+
+
 def sample_core(context: int, draw: float) -> int:
     """The core token that a uniform `draw` in [0, 1) picks after `context` (no tail)."""
     core = CORES[context % VOCAB_SIZE]

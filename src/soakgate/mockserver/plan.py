@@ -8,7 +8,7 @@ from typing import Any
 
 from soakgate.errors import UsageError
 from soakgate.mockserver.config import MockConfig
-from soakgate.mockserver.inject import Decision, degenerate, fluent, garbage, perturb
+from soakgate.mockserver.inject import Decision, degenerate, fluent, garbage, perturb, shifted
 from soakgate.mockserver.text import (
     VOCAB_SIZE,
     clean_tokens,
@@ -209,6 +209,8 @@ def make_plan(
         ids, text = garbage(ids, rng)
     elif decision.perturb:
         ids, text, perturbed = perturb(ids, config.perturb_max_tokens, rng, config.perturb_from)
+    if decision.shift and decision.injected is None:
+        ids, text = shifted(len(ids), context, config.shift_temperature, rng)
     if decision.fluent and decision.injected is None:
         ids, text, positions = fluent(ids, context, config.fluent_max_tokens, rng)
     fault_after = rng.randint(2, 5) if decision.fault is not None else 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scipy import stats
@@ -42,6 +42,9 @@ class Calibration:
     """Why the calibration is too small to support the rate well, or None."""
     quantiles: dict[str, float]
     """Calibration score quantiles (50%, 90%, 99%, max), for the report."""
+    mean_quantiles: dict[str, float] = field(default_factory=dict)
+    """The same quantiles of the samples' mean surprisal (`score.mean_surprisal`), which the
+    report's unit-level verdict judges a unit's against (stats/shift.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (event data / run metadata)."""
@@ -53,7 +56,17 @@ def minimum_samples(false_flag_rate: float) -> int:
     return max(math.ceil(1.0 / false_flag_rate) - 1, 1)
 
 
-def calibrate(scores: Sequence[float], false_flag_rate: float) -> Calibration:
+def _quantiles(values: Sequence[float]) -> dict[str, float]:
+    ordered, n = sorted(values), len(values)
+    found = {label: ordered[min(int(q * n), n - 1)]
+             for label, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))}  # fmt: skip
+    found["max"] = ordered[-1]
+    return found
+
+
+def calibrate(
+    scores: Sequence[float], false_flag_rate: float, means: Sequence[float] = ()
+) -> Calibration:
     """The threshold for `false_flag_rate` from calibration scores; UsageError when there are too
     few to place one."""
     if not 0 < false_flag_rate < 1:
@@ -76,9 +89,6 @@ def calibrate(scores: Sequence[float], false_flag_rate: float) -> Calibration:
             f"{false_flag_rate:g} only loosely (the threshold's own rate may be up to "
             f"{upper:.2%}, 95% bound); more --calibration samples tighten it"
         )
-    quantiles = {
-        label: ordered[min(int(q * n), n - 1)] for label, q in (("p50", 0.5), ("p90", 0.9),
-                                                                 ("p99", 0.99))
-    }  # fmt: skip
-    quantiles["max"] = ordered[-1]
-    return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning, quantiles)
+    means_found = _quantiles(means) if len(means) == n else {}
+    return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning,
+                       _quantiles(scores), means_found)  # fmt: skip

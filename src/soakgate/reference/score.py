@@ -48,6 +48,13 @@ def max_surprisal(tokens: Sequence[TokenScore]) -> float:
     return max((t.surprisal for t in tokens), default=0.0)
 
 
+def mean_surprisal(tokens: Sequence[TokenScore]) -> float:
+    """The whole generation's score: its tokens' mean surprisal, nats (0.0 when none). A model
+    that is wrong everywhere a little (a scaled or lost sublayer) moves this where no single
+    token stands out; the report judges it per unit against the calibration's (stats/shift.py)."""
+    return sum(t.surprisal for t in tokens) / len(tokens) if tokens else 0.0
+
+
 def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenScore]:
     """The tokens whose surprisal is above the threshold, in order."""
     return [t for t in tokens if t.surprisal > threshold]
@@ -62,6 +69,7 @@ def evidence(
     bad = implausible(tokens, threshold)
     payload: dict[str, Any] = {
         "status": "scored", "score": round(score, 4), "threshold": round(threshold, 4),
+        "mean": round(mean_surprisal(tokens), 4),
         "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
     if bad:

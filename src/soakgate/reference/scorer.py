@@ -18,7 +18,14 @@ from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Generation
 from soakgate.reference.calibrate import Calibration, calibrate
 from soakgate.reference.http import ReferenceFailed, ScoreRequest
-from soakgate.reference.score import SCORE_NAME, TokenScore, evidence, max_surprisal, unscored
+from soakgate.reference.score import (
+    SCORE_NAME,
+    TokenScore,
+    evidence,
+    max_surprisal,
+    mean_surprisal,
+    unscored,
+)
 from soakgate.targets import Outcome, RequestSpec
 
 
@@ -171,7 +178,7 @@ class ReferenceScorer:
         sampled_spec = dataclasses.replace(spec, return_token_ids=True)
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
         began = time.perf_counter()
-        scores: list[float] = []
+        scores: list[tuple[float, float]] = []
         failures = drawn = 0
         chunk = max(CHUNK, 2 * concurrency)
         for start in range(0, len(prompts), chunk):
@@ -189,7 +196,9 @@ class ReferenceScorer:
                 f"reference calibration: only {drawn - failures} of "
                 f"{settings.calibration} reference samples could be scored"
             )
-        self.calibration = calibrate(scores, settings.false_flag_rate)
+        self.calibration = calibrate(
+            [worst for worst, _ in scores], settings.false_flag_rate, [m for _, m in scores]
+        )
         return {
             **self.calibration.to_dict(), "score": SCORE_NAME, "samples_failed": failures,
             "reference": self.reference.describe(), "fraction": settings.fraction,
@@ -220,11 +229,12 @@ class ReferenceScorer:
 
     async def _calibration_scores(
         self, answers: list[tuple[Prompt, Outcome]], endpoint: str, concurrency: int
-    ) -> tuple[list[float], int]:
-        """Each clean sample's score; the count of samples that failed or could not be scored."""
+    ) -> tuple[list[tuple[float, float]], int]:
+        """Each clean sample's scores (worst token, mean); the count of samples that failed or
+        could not be scored."""
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(prompt: Prompt, outcome: Outcome) -> float | None:
+        async def one(prompt: Prompt, outcome: Outcome) -> tuple[float, float] | None:
             if outcome.error_class is not None:
                 return None
             async with gate:
@@ -232,7 +242,7 @@ class ReferenceScorer:
                     tokens, _ = await self.reference.score(request_for(prompt, outcome, endpoint))
                 except ReferenceFailed:
                     return None
-            return max_surprisal(tokens)
+            return max_surprisal(tokens), mean_surprisal(tokens)
 
         results = await asyncio.gather(*(one(p, o) for p, o in answers))
         scores = [s for s in results if s is not None]

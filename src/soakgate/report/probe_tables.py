@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from soakgate.probes.sweep import SweepLevel
@@ -9,6 +10,7 @@ from soakgate.report.formatting import percent
 from soakgate.report.probes import DifferentialUnit, Look, Probes, Sweep
 from soakgate.report.reference import ReferenceUnit
 from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
+from soakgate.stats.shift import MIN_ROWS, SHIFTED, TOO_FEW
 
 DIFFERENTIAL_HEADERS = (
     "unit", "compared", "divergent", "divergence rate [95% CI]", "median first divergence",
@@ -21,11 +23,14 @@ SWEEP_HEADERS = (
 Section = tuple[str, tuple[str, ...], list[list[str]], str]
 REFERENCE_HEADERS = (
     "unit", "scored", "suspect", "suspect rate [95% CI]", "unscored", "score p50 / p99 / max",
-    "threshold (calibration)",
+    "threshold (calibration)", "as a whole (above the reference's p90)",
 )  # fmt: skip
 REFERENCE_NOTE = (
     "suspect: a generated token the reference finds less likely than the threshold set on its "
-    "own samples allows (score: worst token's surprisal, nats); unscored rows are not clean"
+    "own samples allows (score: worst token's surprisal, nats); unscored rows are not clean. "
+    "As a whole: the unit's share of scores above the reference's own 90th percentile against "
+    "the share a reference-like unit has (one-sided batch-means t): SHIFTED sees corruption that "
+    "moves every generation a little, which the per-generation threshold rarely flags"
 )
 LOOK_HEADERS = ("run", "look", "fraction", "n per arm", "events", "verdict", "test", "p", "reason")
 
@@ -77,8 +82,20 @@ def reference_cells(unit: ReferenceUnit) -> list[str]:
                      f"rate {calibration.get('false_flag_rate')})")  # fmt: skip
     return [
         unit.name, str(rate.n if rate else 0), str(rate.events if rate else 0), shown,
-        f"{unscored} ({reasons})" if unscored else "0", scores, threshold,
+        f"{unscored} ({reasons})" if unscored else "0", scores, threshold, shift_words(unit),
     ]  # fmt: skip
+
+
+def shift_words(unit: ReferenceUnit) -> str:
+    """`SHIFTED: 17.2% vs 10.0% expected (t 5.1, p 1e-05)`, or why there is no such verdict."""
+    shift = unit.shift
+    if shift is None:
+        return "-"
+    if shift.verdict == TOO_FEW:
+        return f"{TOO_FEW} ({shift.scored} < {MIN_ROWS})"
+    word = "SHIFTED" if shift.verdict == SHIFTED else shift.verdict
+    return (f"{word}: {percent(shift.share, 1)} vs {percent(shift.expected, 1)} expected "
+            f"(t {shift.statistic:.2f}, p {shift.p_value:.3g})")  # fmt: skip
 
 
 def reference_dict(unit: ReferenceUnit) -> dict[str, Any]:
@@ -90,6 +107,12 @@ def reference_dict(unit: ReferenceUnit) -> dict[str, Any]:
         "ci_high": rate.ci_high if rate else None,
         "upper_95_if_zero": rate.upper_bound_one_sided if rate else None,
         "unscored": unit.unscored, "quantiles": unit.quantiles, "calibration": unit.calibration,
+        "shift": None if unit.shift is None else {
+            "verdict": unit.shift.verdict, "above": unit.shift.above, "scored": unit.shift.scored,
+            "share": unit.shift.share if unit.shift.scored else None,
+            "expected": unit.shift.expected, "p_value": _finite(unit.shift.p_value),
+            "statistic": _finite(unit.shift.statistic),
+        },
         "worst": [
             {"request_id": g.request_id, "score": g.reference_score,
              "first": g.details.get("reference", {}).get("first")}
@@ -211,3 +234,7 @@ def spec_lines(probes: Probes) -> list[str]:
             f"{len(s.collapses)} collapse(s)"
         )
     return lines
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None

@@ -19,6 +19,7 @@ from soakgate.records import Generation, Run
 from soakgate.report.model import RunSlice, Unit
 from soakgate.report.reference_load import ReferenceSlices, scored_runs, worst_ids
 from soakgate.stats.rates import RateSummary, summarize_rate
+from soakgate.stats.shift import ShiftResult, score_shift
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
@@ -41,6 +42,9 @@ class ReferenceUnit:
     """The highest-scoring suspect rows, whole."""
     scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     """Every scored row's score (for the distribution figure)."""
+    shift: ShiftResult | None = None
+    """The unit's scores as a whole against the calibration's (None when its runs were not
+    calibrated alike, or the calibration holds no 90th percentile)."""
 
     @property
     def name(self) -> str:
@@ -64,12 +68,32 @@ def reference_units(
         quantiles = {}
         if len(score):
             quantiles = {name: float(np.quantile(score, q)) for name, q in QUANTILES}
+        calibration = calibrations.get(group[0].run_id, {})
         units.append(ReferenceUnit(
             label, target, summarize_rate(int(suspect.sum()), len(suspect)) if len(suspect)
-            else None, dict(unscored), quantiles, calibrations.get(group[0].run_id, {}),
+            else None, dict(unscored), quantiles, calibration,
             [rows[i] for i in worst_ids(group) if i in rows], score,
+            _shift(np.concatenate([s.mean for s in group]),
+                   [calibrations.get(s.run_id, {}) for s in group]),
         ))  # fmt: skip
     return units
+
+
+def _shift(
+    means: npt.NDArray[np.float64], calibrations: list[dict[str, Any]]
+) -> ShiftResult | None:
+    """The unit-level verdict on the rows' mean surprisal, when every run of the unit was
+    calibrated alike and recorded it."""
+    first = calibrations[0] if calibrations else {}
+    cutoff = first.get("mean_quantiles", {}).get("p90")
+    n = first.get("n")
+    same = all(c.get("mean_quantiles", {}).get("p90") == cutoff and c.get("n") == n
+               for c in calibrations)  # fmt: skip
+    if not same or not isinstance(cutoff, int | float) or not isinstance(n, int):
+        return None
+    if np.isnan(means).any():
+        return None
+    return score_shift(means, float(cutoff), n)
 
 
 def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:

@@ -35,6 +35,8 @@ class ReferenceSlice:
     """Each scored row's id."""
     unscored: Counter[str] = field(default_factory=Counter)
     """Rows chosen for scoring that were not scored, by reason."""
+    mean: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Each scored row's mean surprisal (NaN where it was not recorded)."""
 
 
 def scored_runs(runs: Sequence[Run]) -> list[Run]:
@@ -79,7 +81,9 @@ def _rows_of(
             continue
         whole[index] = g
         reason = reference.get("reason") if g.suspect is None and reference else None
-        rows.append((index, g.label, g.target, g.started_at, g.suspect, g.reference_score, reason))
+        mean = reference.get("mean") if g.suspect is not None and reference else None
+        rows.append((index, g.label, g.target, g.started_at, g.suspect, g.reference_score, reason,
+                     mean))  # fmt: skip
     return rows
 
 
@@ -96,6 +100,7 @@ def _split(run_id: str, rows: list[tuple[Any, ...]]) -> list[ReferenceSlice]:
             np.array([bool(r[4]) for r in scored], bool),
             np.array([r[5] or 0.0 for r in scored], np.float64),
             np.array([r[0] for r in scored], np.int64), unscored,
+            np.array([np.nan if r[7] is None else r[7] for r in scored], np.float64),
         ))  # fmt: skip
     return pieces
 
