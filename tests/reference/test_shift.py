@@ -1,0 +1,80 @@
+"""Issue 28: corruption that shifts every token a little is judged per unit, as a whole, against
+the reference's own samples: the statistic holds its level by simulation at the shipped
+calibration size, the mock's `--shift-rate` control is fluent and recorded, and `report` says
+SHIFTED for a shifted candidate and not for a clean one, through the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from soakgate.mockserver import lm
+from soakgate.mockserver.process import MockProcess
+from soakgate.stats.shift import SHIFTED, TOO_FEW, expected_share, score_shift
+from tests.cli.helpers import soakgate
+
+
+def test_the_unit_verdict_holds_its_level_and_sees_a_shift_on_one_request_in_ten() -> None:
+    """Reference-like units (scores drawn as the calibration's) at the shipped calibration size
+    (5,000) and 2,000 scored rows; then 1 row in 10 moved up by one calibration SD."""
+    rng = np.random.default_rng(28)
+    false, found, reps = 0, 0, 1000
+    for _ in range(reps):
+        calibration = rng.normal(size=5000)
+        cutoff = float(np.sort(calibration)[int(0.9 * 5000)])
+        clean = rng.normal(size=2000)
+        false += score_shift(clean, cutoff, 5000).verdict == SHIFTED
+        moved = rng.normal(size=2000) + (rng.random(2000) < 0.1) * 1.0
+        found += score_shift(moved, cutoff, 5000).verdict == SHIFTED
+    assert false / reps <= 0.065  # one-sided level 0.05; MC SE 0.7 points
+    assert found / reps >= 0.8
+    mean, variance = expected_share(5000)
+    assert mean == pytest.approx(500 / 5001) and 0 < variance < 1e-4
+    assert score_shift(np.zeros(50), 0.0, 5000).verdict == TOO_FEW
+
+
+def test_the_mock_shift_control_is_fluent_and_recorded(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    with MockProcess(["--shift-rate", "0.5", "--seed", "2"], ground_truth_path=truth) as mock:
+        result = soakgate("run", "--target", mock.url, "--requests", "60", "--max-tokens", "32",
+                          "--db", str(tmp_path / "s.sqlite"), "--quiet", "--no-watch-metrics",
+                          cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        records = mock.ground_truth()
+    shifted = [r for r in records if r["shifted"]]
+    assert 15 <= len(shifted) <= 45 and len(records) == 60
+    rng = random.Random(1)
+    for context in (lm.CORES[0].ids[0], 5, 17):  # every shifted token is a likely one: fluent
+        draws = [lm.sample_tempered(context, 2.0, rng) for _ in range(200)]
+        assert set(draws) <= set(lm.CORES[context].ids) and len(set(draws)) > 3
+
+
+@pytest.mark.slow
+def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "arms.sqlite"
+    with MockProcess(["--seed", "5"]) as clean, MockProcess(
+        ["--seed", "3", "--shift-rate", "0.2"]
+    ) as shifted, MockProcess() as reference:  # fmt: skip
+        for label, mock in (("eager", clean), ("compiled", shifted)):
+            result = soakgate(
+                "run", "--target", f"gpu0={mock.url}", "--label", label, "--score-reference",
+                reference.url, "--requests", "1200", "--calibration", "999", "--max-tokens", "64",
+                "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path, timeout=900,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+    document = json.loads(soakgate("report", str(db), "--format", "json", cwd=tmp_path).stdout)
+    units = {u["unit"]: u for u in document["probes"]["reference"]}
+    assert units["compiled@gpu0"]["shift"]["verdict"] == SHIFTED
+    assert units["compiled@gpu0"]["shift"]["p_value"] < 1e-4
+    # The clean arm is one draw of a 5%-level test (its share ran 10.3-12.5% in six by-hand runs
+    # against 10% expected): assert it is nowhere near the shifted one rather than its verdict.
+    assert units["eager@gpu0"]["shift"]["p_value"] > 1e-3
+    assert units["compiled@gpu0"]["suspect"] <= 5  # the per-generation threshold barely sees it
+    table = soakgate("report", str(db), cwd=tmp_path, env={"COLUMNS": "250"}).stdout
+    assert "SHIFTED:" in table and "as a whole" in table
