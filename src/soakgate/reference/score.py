@@ -69,7 +69,7 @@ def evidence(
     bad = implausible(tokens, threshold)
     payload: dict[str, Any] = {
         "status": "scored", "score": round(score, 4), "threshold": round(threshold, 4),
-        "mean": round(mean_surprisal(tokens), 4),
+        "mean": mean_surprisal(tokens),  # unrounded: judged against a calibration quantile
         "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
     if bad:
