@@ -79,3 +79,12 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
     assert units["compiled@gpu0"]["suspect"] <= 5  # the per-generation threshold barely sees it
     table = soakgate("report", str(db), cwd=tmp_path, env={"COLUMNS": "250"}).stdout
     assert "SHIFTED:" in table and "as a whole" in table
+    # The release gate hears it: the candidate's shifted share against the baseline's.
+    gate = soakgate("compare", str(db), "eager", "compiled", "--fail-on-differ", cwd=tmp_path)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "gate FAIL" in gate.stdout and "shifted (mean surprisal above the reference's p90)" in (
+        gate.stdout
+    )
+    alone = soakgate("compare", str(db), "eager", "compiled", "--outcome", "shifted", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.startswith("outcome: shifted (reference scoring)")

@@ -8,7 +8,9 @@ from typing import Any
 from soakgate.cli.args import add_gate_arguments, gate_options
 from soakgate.cli.cmd_report import add_clustering_arguments, clustering_options
 
-COMPARE_OUTCOMES = ("all", "crash", "error", "collapse", "suspect", "divergence", "any_failure")
+COMPARE_OUTCOMES = (
+    "all", "crash", "error", "collapse", "suspect", "shifted", "divergence", "any_failure",
+)  # fmt: skip
 
 
 def register(subparsers: Any) -> None:

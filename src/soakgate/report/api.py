@@ -17,7 +17,7 @@ from soakgate.errors import StoreError, UsageError
 from soakgate.records import Run
 from soakgate.report.gate import GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions
-from soakgate.stats.outcomes import COLLAPSE, OUTCOMES, SUSPECT
+from soakgate.stats.outcomes import COLLAPSE, OUTCOMES, SHIFTED, SUSPECT
 from soakgate.store import SqliteStore
 from soakgate.store.sqlite import read_failure
 
@@ -161,9 +161,10 @@ def compare(
     if outcome not in COMPARE_OUTCOMES:
         raise UsageError(f"--outcome must be one of {', '.join(COMPARE_OUTCOMES)}, not {outcome!r}")
     analysis = load_analysis(db, options, clustering=False)
-    detail = _suspect_view(analysis, plan) if outcome == SUSPECT else analysis
+    scoring = outcome in (SUSPECT, SHIFTED)
+    detail = _scoring_view(analysis, plan, outcome) if scoring else analysis
     reports = _compare_reports(detail, a, b, baseline, plan, allow_unit_mismatch, alpha, options)
-    if outcome != SUSPECT:
+    if not scoring:
         attach_differential(analysis, reports, options)
     judged = tuple(o for o in OUTCOMES if outcome in ("all", o))
     if plan is not None:  # the registered collapse decision stands on its own, as registered
@@ -180,6 +181,12 @@ def compare(
         text = (
             "outcome: suspect (reference scoring): suspect / scored generations per arm, in place "
             "of collapses / clean generations\n" + text
+        )
+    if outcome == SHIFTED:
+        text = (
+            "outcome: shifted (reference scoring): scored generations whose mean surprisal is "
+            "above the calibration's 90th percentile / scored generations per arm (a "
+            "reference-like unit has 10%), in place of collapses / clean generations\n" + text
         )
     if baseline is not None:
         text = (
@@ -214,20 +221,22 @@ def _compare_reports(
     return [compare_units(analysis, a, b, options, allow_unit_mismatch, alpha)]
 
 
-def _suspect_view(analysis: Analysis, plan: str | Path | None) -> Analysis:
-    """The analysis with each unit's counts replaced by reference scoring's (suspect / scored);
-    a plan registers a collapse comparison, so it is refused here."""
+def _scoring_view(analysis: Analysis, plan: str | Path | None, outcome: str) -> Analysis:
+    """The analysis with each unit's counts replaced by reference scoring's (suspect / scored,
+    or shifted / scored); a plan registers a collapse comparison, so it is refused here."""
     import dataclasses
 
-    from soakgate.report.reference import suspect_units
+    from soakgate.report.reference import shifted_units, suspect_units
 
     if plan is not None:
-        raise UsageError("--plan judges collapses as registered; --outcome suspect takes A B or "
-                         "--baseline")  # fmt: skip
+        raise UsageError(f"--plan judges collapses as registered; --outcome {outcome} takes A B "
+                         "or --baseline")  # fmt: skip
     if not analysis.columns.reference:
         raise UsageError("no run in the database was soaked with reference scoring "
                          "(--score-reference or --reference-model)")  # fmt: skip
-    units = suspect_units(analysis.units, analysis.columns.reference)
+    reference = analysis.columns.reference
+    units = (suspect_units(analysis.units, reference) if outcome == SUSPECT
+             else shifted_units(analysis.units, reference, analysis.runs))  # fmt: skip
     return dataclasses.replace(analysis, units=units)
 
 

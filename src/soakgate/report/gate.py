@@ -23,6 +23,7 @@ from soakgate.stats.outcomes import (
     DIVERGENCE,
     ERROR,
     OUTCOMES,
+    SHIFTED,
     SUSPECT,
     OutcomeComparison,
     adjust_family,
@@ -36,7 +37,8 @@ from soakgate.stats.verdict import CONFIGURATIONS, SCOPE_WORDS, decide
 
 NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
-    DIVERGENCE: "divergence", ANY_FAILURE: "any failure",
+    SHIFTED: "shifted (mean surprisal above the reference's p90)", DIVERGENCE: "divergence",
+    ANY_FAILURE: "any failure",
 }  # fmt: skip
 
 
@@ -227,6 +229,7 @@ def outcome_comparisons(
         ERROR: lambda: _per_request(ERROR, a.error, b.error, alpha, seed),
         COLLAPSE: lambda: _per_request(COLLAPSE, a.collapse, b.collapse, alpha, seed),
         SUSPECT: lambda: _per_request(SUSPECT, a.suspect, b.suspect, alpha, seed),
+        SHIFTED: lambda: _per_request(SHIFTED, a.shifted, b.shifted, alpha, seed),
         DIVERGENCE: lambda: _divergence(a, b, alpha),
         ANY_FAILURE: lambda: _any_failure(a, b, alpha, seed),
     }

@@ -121,6 +121,9 @@ class UnitOutcomes:
     """Collapses among clean generations (None without any)."""
     suspect: PerRequest | None
     """Reference scoring's suspect rows among scored rows (None when nothing was scored)."""
+    shifted: PerRequest | None
+    """Scored rows whose mean surprisal is above their calibration's 90th percentile (None
+    when no scored run recorded it): one in ten of a reference-like unit's."""
     crash: CrashRate | None
     """Server crashes the guard recorded (None when no guard watched: not a campaign)."""
     crash_lost: int
@@ -251,9 +254,11 @@ def _baseline_positions(data: dict[str, object]) -> list[int]:
     return [0] * min(divergent, pairs) + [-1] * max(pairs - divergent, 0)
 
 
-def unit_outcomes(analysis: Analysis, unit: Unit, suspect: Unit | None = None) -> UnitOutcomes:
-    """Every outcome of `unit`; `suspect` is the unit as reference scoring counts it
-    (`report.reference.suspect_units`), when it was scored."""
+def unit_outcomes(
+    analysis: Analysis, unit: Unit, suspect: Unit | None = None, shifted: Unit | None = None
+) -> UnitOutcomes:
+    """Every outcome of `unit`; `suspect` and `shifted` are the unit as reference scoring
+    counts it (`report.reference.suspect_units`, `shifted_units`), when it was scored."""
     parts = _parts(analysis, unit)
     judged = sum(int(p.judged.sum()) for p in parts)
     error = per_request([(p.server_error, p.judged) for p in parts], [p.ended for p in parts])
@@ -261,12 +266,9 @@ def unit_outcomes(analysis: Analysis, unit: Unit, suspect: Unit | None = None) -
     if unit.sequence is not None:
         blocks = tuple((s.collapses, s.n) for s in unit.slices if s.n > 0)
         collapse = PerRequest(unit.collapses, unit.n, unit.sequence, blocks, unit.times)
-    scored = None
-    if suspect is not None and suspect.sequence is not None and suspect.n:
-        blocks = tuple((s.collapses, s.n) for s in suspect.slices if s.n > 0)
-        scored = PerRequest(suspect.collapses, suspect.n, suspect.sequence, blocks)
     return UnitOutcomes(
-        unit=unit, judged=judged, error=error, collapse=collapse, suspect=scored,
+        unit=unit, judged=judged, error=error, collapse=collapse, suspect=_scored(suspect),
+        shifted=_scored(shifted),
         crash=_crashes(analysis, unit, parts),
         crash_lost=sum(int(p.crash_lost.sum()) for p in parts),
         crash_causes=_causes(analysis, unit), divergence=divergence_of(analysis, parts),
@@ -274,14 +276,25 @@ def unit_outcomes(analysis: Analysis, unit: Unit, suspect: Unit | None = None) -
     )  # fmt: skip
 
 
+def _scored(unit: Unit | None) -> PerRequest | None:
+    """A reference-scoring view of a unit as a per-request outcome (None when nothing counted)."""
+    if unit is None or unit.sequence is None or not unit.n:
+        return None
+    blocks = tuple((s.collapses, s.n) for s in unit.slices if s.n > 0)
+    return PerRequest(unit.collapses, unit.n, unit.sequence, blocks)
+
+
 def all_unit_outcomes(analysis: Analysis) -> list[UnitOutcomes]:
     """Every unit's (and aggregate's) outcomes, in the analysis' order."""
-    from soakgate.report.reference import suspect_units
+    from soakgate.report.reference import shifted_units, suspect_units
 
     scored: list[Unit | None] = [None] * len(analysis.units)
+    shifted: list[Unit | None] = [None] * len(analysis.units)
     if analysis.columns.reference:
         scored = list(suspect_units(analysis.units, analysis.columns.reference))
-    return [unit_outcomes(analysis, u, s) for u, s in zip(analysis.units, scored, strict=True)]
+        shifted = list(shifted_units(analysis.units, analysis.columns.reference, analysis.runs))
+    return [unit_outcomes(analysis, u, s, h)
+            for u, s, h in zip(analysis.units, scored, shifted, strict=True)]  # fmt: skip
 
 
 def analysis_outcomes(analysis: Analysis) -> list[UnitOutcomes]:

@@ -99,6 +99,31 @@ def _shift(
 def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
     """The units as `compare` sees them for outcome `suspect`: suspect / scored rows, per run
     and in time order, in place of collapses / clean rows (aggregates over their targets)."""
+    return _flagged_units(units, slices)
+
+
+def shifted_units(
+    units: Sequence[Unit], slices: ReferenceSlices, runs: Sequence[Run]
+) -> list[Unit]:
+    """The units as `compare` sees them for outcome `shifted`: scored rows whose mean surprisal
+    is above their run's calibration's 90th percentile (one in ten of a reference-like unit's),
+    per run and in time order; runs that recorded no mean surprisal are left out."""
+    cutoffs = {}
+    for run in scored_runs(runs):
+        cutoff = run.detectors["reference"].get("mean_quantiles", {}).get("p90")
+        if isinstance(cutoff, int | float):
+            cutoffs[run.run_id] = float(cutoff)
+    shifted: ReferenceSlices = {}
+    for key, group in slices.items():
+        for piece in group:
+            if piece.run_id in cutoffs and not np.isnan(piece.mean).any():
+                flags = piece.mean > cutoffs[piece.run_id]
+                shifted.setdefault(key, []).append(dataclasses.replace(piece, suspect=flags))
+    return _flagged_units(units, shifted)
+
+
+def _flagged_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
+    """Each unit with its slices' flags (`suspect`) in place of collapses / clean rows."""
     out = []
     for unit in units:
         group = [s for t in unit.targets for s in slices.get((unit.label, t), [])

@@ -1,6 +1,8 @@
 """Every kind of failure soakgate observes, judged between two arms as one family.
 
-- **per request** (server errors, collapses, suspect generations, any failure): the two arms'
+- **per request** (server errors, collapses, suspect generations, shifted generations (a scored
+  row whose mean surprisal is above its calibration's 90th percentile: one in ten of a
+  reference-like unit's; `stats/shift.py`), any failure): the two arms'
   time-ordered 0/1 sequences go through `verdict.decide`, the design-driven verdict collapses
   have always had (replicate blocks, one run per arm, counts only; INDETERMINATE where one run
   cannot resolve its own dependence, unless the episodes decide: `verdict._episode_verdict`);
@@ -38,10 +40,10 @@ from soakgate.stats.verdict import (
 )
 
 IntArray = npt.NDArray[np.int64]
-CRASH, ERROR, COLLAPSE, SUSPECT, DIVERGENCE, ANY_FAILURE = (
-    "crash", "error", "collapse", "suspect", "divergence", "any_failure",
+CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, DIVERGENCE, ANY_FAILURE = (
+    "crash", "error", "collapse", "suspect", "shifted", "divergence", "any_failure",
 )  # fmt: skip
-OUTCOMES = (CRASH, ERROR, COLLAPSE, SUSPECT, DIVERGENCE, ANY_FAILURE)
+OUTCOMES = (CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, DIVERGENCE, ANY_FAILURE)
 CRASH_DESIGN = "crash counts over hours under load"
 DIVERGENCE_DESIGN = "greedy comparisons with a reference"
 
@@ -221,7 +223,8 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
 
 
 __all__ = [
-    "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "DIVERGENCE", "ERROR", "OUTCOMES", "SUSPECT",
+    "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "DIVERGENCE", "ERROR", "OUTCOMES", "SHIFTED",
+    "SUSPECT",
     "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate", "crash_verdict",
     "divergence_direction", "divergence_verdict", "rate_direction",
 ]  # fmt: skip
