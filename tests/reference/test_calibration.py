@@ -124,6 +124,7 @@ def test_sampling_without_top_p_is_noted_with_the_calibration(
         assert notes == [] and stored is None, result.stderr
 
 
+@pytest.mark.timeout(900)  # four scored soaks
 def test_a_calibration_is_drawn_once_for_identical_settings_with_its_cost_and_progress(
     start_mock: Callable[..., MockProcess], tmp_path: Path
 ) -> None:
@@ -169,6 +170,7 @@ def test_a_calibration_is_drawn_once_for_identical_settings_with_its_cost_and_pr
     assert stored[1]["threshold"] == stored[0]["threshold"] and stored[1]["n"] == 120
 
 
+@pytest.mark.timeout(900)  # a soak interrupted, then resumed: minutes on a loaded machine
 def test_resume_reuses_its_runs_calibration(
     start_mock: Callable[..., MockProcess], tmp_path: Path
 ) -> None:
@@ -186,7 +188,7 @@ def test_resume_reuses_its_runs_calibration(
          "s", "--requests", "400", "--concurrency", "4", "--max-tokens", "32", *scoring],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # the calibration comes first: slow on a loaded machine
     while time.monotonic() < deadline and len(candidate.ground_truth()) < 40:
         time.sleep(0.2)
     soaker.send_signal(signal.SIGINT)

@@ -54,6 +54,7 @@ def test_the_mock_shift_control_is_fluent_and_recorded(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two scored soaks: minutes on a loaded machine
 def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
     tmp_path: Path,
 ) -> None:
