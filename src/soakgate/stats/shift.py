@@ -22,8 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.stats.dependence import bin_edges
-from soakgate.stats.robust import BATCHES
+from soakgate.stats.robust import BATCHES, _batch_variance
 
 SHIFT_QUANTILE = 0.9
 MIN_ROWS = 10 * BATCHES  # fewer scored rows: too few per batch for the batch-means variance
@@ -73,12 +72,7 @@ def score_shift(
     expected, calibration_variance = expected_share(calibration_n)
     if scored < MIN_ROWS:
         return ShiftResult(count, scored, expected, math.nan, math.nan, TOO_FEW)
-    edges = bin_edges(scored, BATCHES)
-    sizes = np.diff(edges).astype(np.float64)
-    counts = np.add.reduceat(above.astype(np.float64), edges[:-1])
-    share = count / scored
-    residual = counts - share * sizes
-    variance = BATCHES / (BATCHES - 1) * float((residual**2).sum()) / scored**2
+    share, variance, _ = _batch_variance(above, BATCHES)
     if variance == 0.0:
         variance = expected * (1 - expected) / scored
     statistic = (share - expected) / math.sqrt(variance + calibration_variance)
