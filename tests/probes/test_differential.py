@@ -45,7 +45,10 @@ def test_perturbed_generations_are_found_at_the_configured_rate(
         perturbed = truth[g.request_id]["perturbed"] > 0
         assert (g.reference_divergence >= 0) == perturbed, g.request_id
     divergent = sum(g.reference_divergence >= 0 for g in compared)
-    rate = summarize_rate(divergent, len(compared))
+    # Which rows are compared depends on the soak's timing, so the count is a binomial draw: a
+    # 95% interval would miss 0.2 in one run in twenty. The exact bijection above is the real
+    # check; this one only catches a rate far from the configured one (false failure 1e-6).
+    rate = summarize_rate(divergent, len(compared), confidence=1 - 1e-6)
     assert rate.ci_low <= 0.2 <= rate.ci_high
     assert all(g.details["differential"]["greedy"] for g in compared)
     assert all("differential" not in g.details for g in rows if g.reference_divergence is None)

@@ -92,7 +92,9 @@ def test_differential_rate_matches_the_mocks_perturbations(
     )
     assert 60 < compiled.compared < 140 and compiled.divergent == perturbed > 0
     assert compiled.rate == summarize_rate(perturbed, compiled.compared)
-    assert compiled.rate.ci_low <= 0.2 <= compiled.rate.ci_high
+    # a binomial draw (the compared rows depend on timing): judged at 1e-6, not at 5%
+    wide = summarize_rate(perturbed, compiled.compared, confidence=1 - 1e-6)
+    assert wide.ci_low <= 0.2 <= wide.ci_high
     assert compiled.informative and compiled.verdict.startswith("DIVERGES")
     assert compiled.median_position is not None and compiled.median_position >= 0
     assert eager.divergent == 0 and eager.informative and eager.verdict.startswith("no divergence")
