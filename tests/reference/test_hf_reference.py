@@ -71,11 +71,16 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
         scored = connection.execute("SELECT COUNT(*) FROM generations WHERE suspect IS NOT NULL "
                                     "AND json_extract(details, '$.reference.alignment') = "
                                     "'token_ids'").fetchone()[0]  # fmt: skip
+        typical = connection.execute("SELECT COUNT(*) FROM generations WHERE "
+                                     "json_extract(details, '$.reference.typical') IS NOT NULL"
+                                     ).fetchone()[0]  # fmt: skip
         calibrations = [json.loads(d) for (d,) in connection.execute(
             "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
     assert scored == 80  # every row, on the candidate's own ids
     assert [c["reference"]["kind"] for c in calibrations] == ["transformers"] * 2
     assert all(c["n"] >= 57 for c in calibrations)  # the model's own samples, a few may fail
+    # the exact entropy at every position: every row has its typicality, calibrated jointly
+    assert typical == 80 and all(c["typical_threshold"] is not None for c in calibrations)
     # 5% calibrated: 2 expected of 40 (the threshold's own rate is random: below ~12%, 95%)
     assert counts["same-model"] <= 12, counts
     assert counts["two-layers"] >= 24, counts  # 183/200 (92%) in a longer run (README)

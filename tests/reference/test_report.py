@@ -48,7 +48,17 @@ def _suspects(db: Path) -> dict[str, tuple[int, int]]:
 def test_report_counts_suspects_per_unit_with_exact_cis(two_arms: Path) -> None:
     counts = _suspects(two_arms)
     assert counts["eager"][1] == counts["compiled"][1] == 1000
-    assert counts["compiled"][0] >= 25 and counts["eager"][0] <= 5
+    # At --false-flag-rate 0.01 a clean arm's share of false flags is itself a draw: the rate
+    # of a threshold set on 500 samples is Beta(5, 496) (the typicality score is continuous, so
+    # the whole rate is spent); 40 of 1,000 has probability 1e-4 under it.
+    assert counts["compiled"][0] >= 25 and counts["eager"][0] <= 40
+    assert counts["compiled"][0] > counts["eager"][0]
+    with sqlite3.connect(two_arms) as connection:  # the mock reference's top alternatives
+        (typical,) = connection.execute(
+            "SELECT COUNT(*) FROM generations "
+            "WHERE json_extract(details, '$.reference.typical') IS NOT NULL"
+        ).fetchone()
+    assert typical == 2000
     result = soakgate("report", str(two_arms), "--format", "json", cwd=two_arms.parent)
     assert result.returncode == 0, result.stderr
     units = {u["unit"]: u for u in json.loads(result.stdout)["probes"]["reference"]}

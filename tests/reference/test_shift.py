@@ -65,7 +65,7 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
         for label, mock in (("eager", clean), ("compiled", shifted)):
             result = soakgate(
                 "run", "--target", f"gpu0={mock.url}", "--label", label, "--score-reference",
-                reference.url, "--requests", "1200", "--calibration", "999", "--max-tokens", "64",
+                reference.url, "--requests", "1200", "--calibration", "1999", "--max-tokens", "64",
                 "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path, timeout=900,
             )  # fmt: skip
             assert result.returncode == 0, result.stderr
@@ -73,11 +73,15 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
     units = {u["unit"]: u for u in document["probes"]["reference"]}
     assert units["compiled@gpu0"]["shift"]["verdict"] == SHIFTED
     assert units["compiled@gpu0"]["shift"]["p_value"] < 1e-4
-    # The clean arm is one draw of a 5%-level test whose calibration (the same 999 samples on
+    # The clean arm is one draw of a 5%-level test whose calibration (the same samples on
     # every run: the mock keys them by request id) sits at its population's 88.9th percentile:
     # assert it is nowhere near the shifted one rather than its verdict.
     assert units["eager@gpu0"]["shift"]["p_value"] > 1e-3
-    assert units["compiled@gpu0"]["suspect"] <= 5  # the per-generation threshold barely sees it
+    # Per generation the typicality score flags a share of the shifted rows (the worst token
+    # alone flagged none of them); the clean arm keeps the 0.1% rate (at most Beta(2, 2000) over
+    # calibrations: more than 12 of 1,200 is below 1e-3).
+    assert units["compiled@gpu0"]["suspect"] >= 40
+    assert units["eager@gpu0"]["suspect"] <= 12
     table = soakgate("report", str(db), cwd=tmp_path, env={"COLUMNS": "250"}).stdout
     assert "SHIFTED:" in table and "as a whole" in table
     # The release gate hears it: the candidate's shifted share against the baseline's.

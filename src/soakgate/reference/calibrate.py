@@ -7,6 +7,18 @@ for continuous scores, conservative with ties). The realised false-flag rate of 
 is itself random, Beta(n + 1 - r, r); its 95% upper quantile says whether n supports a:
 below ceil(1/a) - 1 samples no threshold exists (refused); when the upper quantile exceeds 2a the
 calibration is stored with a warning.
+
+With a second score (the whole generation's typicality, score.py) a sample is flagged when either
+score is above its threshold, and the two thresholds are order statistics of one common rank k:
+W_(k) and T_(k). k is the smallest rank at which E(k), the calibration samples that either
+threshold flags, keeps (E(k) + 2) / (n + 1) <= a. For a fixed k, adding the fresh sample to the
+calibration set moves each score's top n + 1 - k by at most one sample, so at most E(k) + 2 of
+the n + 1 exchangeable samples are flagged and a fresh one is flagged with probability at most
+(E(k) + 2) / (n + 1); k is chosen on the calibration alone, which the shipped test checks by
+simulation at the defaults (tests/reference/test_typicality.py). With + 1 (the one-score rule)
+the rate was exceeded by 20% when the scores are independent. The joint rule needs 2/a - 1
+samples (1,999 at the default rate 0.001); below that the typicality is not calibrated and the
+worst token judges alone, as before. The realised rate is bounded with Beta(E + 2, n + 1 - E).
 """
 
 from __future__ import annotations
@@ -20,6 +32,9 @@ from scipy import stats
 
 from soakgate.errors import UsageError
 
+JOINT_SCORES = 2
+"""Scores calibrated together: a fresh sample can be above each one's order statistic where no
+calibration sample is, so E(k) + 2 (not + 1) bounds the augmented count."""
 WARN_FACTOR = 2.0
 """Warn when the realised false-flag rate may (95% upper bound) exceed this times the rate."""
 
@@ -45,6 +60,11 @@ class Calibration:
     mean_quantiles: dict[str, float] = field(default_factory=dict)
     """The same quantiles of the samples' mean surprisal (`score.mean_surprisal`), which the
     report's unit-level verdict judges a unit's against (stats/shift.py)."""
+    typical_threshold: float | None = None
+    """Typicality (`score.typical_surprisal`) strictly above this is flagged too; None when the
+    reference gave no entropies (the worst token alone, at the whole rate)."""
+    flagged: int | None = None
+    """Calibration samples flagged by either threshold (E(k)); None for one score."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (event data / run metadata)."""
@@ -64,10 +84,31 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
     return found
 
 
+def joint_rank(
+    worst: Sequence[float], typical: Sequence[float], rate: float
+) -> tuple[int, int] | None:
+    """The smallest common rank k (1-based) whose thresholds (W_(k), T_(k)) flag E calibration
+    samples with (E + 2) / (n + 1) <= rate, and E; None when no rank keeps the bound (fewer than
+    2 / rate - 1 samples)."""
+    import numpy as np
+
+    w, t = np.asarray(worst, dtype=float), np.asarray(typical, dtype=float)
+    ordered_w, ordered_t, n = np.sort(w), np.sort(t), len(w)
+    best = None
+    for k in range(n, 0, -1):
+        flagged = int(np.sum((w > ordered_w[k - 1]) | (t > ordered_t[k - 1])))
+        if flagged + JOINT_SCORES > rate * (n + 1):
+            break
+        best = (k, flagged)
+    return best
+
+
 def calibrate(
-    scores: Sequence[float], false_flag_rate: float, means: Sequence[float] = ()
-) -> Calibration:
-    """The threshold for `false_flag_rate` from calibration scores; UsageError when there are too
+    scores: Sequence[float], false_flag_rate: float, means: Sequence[float] = (),
+    typicals: Sequence[float | None] = (),
+) -> Calibration:  # fmt: skip
+    """The threshold for `false_flag_rate` from calibration scores (with `typicals`, one per
+    sample and none None: both thresholds, calibrated together); UsageError when there are too
     few to place one."""
     if not 0 < false_flag_rate < 1:
         raise UsageError(f"--false-flag-rate must be between 0 and 1, got {false_flag_rate}")
@@ -80,8 +121,17 @@ def calibrate(
             "or a larger --false-flag-rate)"
         )
     ordered = sorted(scores)
-    rank = min(math.ceil((n + 1) * (1.0 - false_flag_rate)), n)
-    upper = float(stats.beta.ppf(0.95, n + 1 - rank, rank))
+    joint = None
+    if len(typicals) == n and all(t is not None for t in typicals):
+        joint = joint_rank(scores, typicals, false_flag_rate)  # type: ignore[arg-type]
+    typical_threshold = flagged = None
+    if joint is not None:
+        rank, flagged = joint
+        typical_threshold = sorted(typicals)[rank - 1]  # type: ignore[type-var]
+        upper = float(stats.beta.ppf(0.95, flagged + JOINT_SCORES, n + 1 - flagged))
+    else:
+        rank = min(math.ceil((n + 1) * (1.0 - false_flag_rate)), n)
+        upper = float(stats.beta.ppf(0.95, n + 1 - rank, rank))
     warning = None
     if upper > WARN_FACTOR * false_flag_rate:
         warning = (
@@ -89,6 +139,13 @@ def calibrate(
             f"{false_flag_rate:g} only loosely (the threshold's own rate may be up to "
             f"{upper:.2%}, 95% bound); more --calibration samples tighten it"
         )
+    if len(typicals) == n and joint is None and all(t is not None for t in typicals):
+        need_joint = math.ceil(JOINT_SCORES / false_flag_rate) - 1
+        warning = ((warning + "; ") if warning else "reference calibration: ") + (
+            f"the whole-generation typicality needs {need_joint} samples at a false-flag rate "
+            f"of {false_flag_rate:g}: only the worst token is judged (give --calibration "
+            f"{max(need_joint, 5000)})"
+        )
     means_found = _quantiles(means) if len(means) == n else {}
     return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning,
-                       _quantiles(scores), means_found)  # fmt: skip
+                       _quantiles(scores), means_found, typical_threshold, flagged)  # fmt: skip

@@ -169,10 +169,11 @@ class HFReference:
             rows = logprobs[row, start - 1 : len(ids) - 1]
             chosen = rows.gather(1, targets[:, None])[:, 0]
             ranks = (rows > chosen[:, None]).sum(1) + 1
+            entropies = -(rows.exp() * rows).nan_to_num().sum(1)  # exact: the whole vocabulary
             out.append([
-                TokenScore(p - first, t, float(lp), int(r), self._tokenizer.decode([t]))
-                for p, t, lp, r in zip(range(start, len(ids)), ids[start:], chosen.tolist(),
-                                       ranks.tolist(), strict=True)
+                TokenScore(p - first, t, float(lp), int(r), self._tokenizer.decode([t]), float(h))
+                for p, t, lp, r, h in zip(range(start, len(ids)), ids[start:], chosen.tolist(),
+                                          ranks.tolist(), entropies.tolist(), strict=True)
             ])  # fmt: skip
         return out
 

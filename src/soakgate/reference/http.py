@@ -2,8 +2,9 @@
 prompt as token ids and `prompt_logprobs` (the soakgate mock answers the same format).
 
 The request sends the candidate's prompt ids followed by its generated ids, `max_tokens` 1,
-`prompt_logprobs` 0 (vLLM then returns, per position, the prompt's own token alone, with its
-rank) and `echo`; only the generated positions are read back. Without token ids (text
+`prompt_logprobs` TOP_ALTERNATIVES (vLLM then returns, per position, the prompt's own token with
+its rank and the most likely alternatives, from which the position's entropy is estimated) and
+`echo`; only the generated positions are read back. Without token ids (text
 alignment) the prompt and the generated text are sent as one string, and the generated tokens
 are those the reference's decoded tokens spell from the end back to the start of the generated
 text: a token that straddles the boundary (merged across it by the reference's tokenizer) is
@@ -19,7 +20,11 @@ from typing import Any
 import aiohttp
 
 from soakgate.errors import TargetError
-from soakgate.reference.score import TokenScore
+from soakgate.reference.score import TokenScore, entropy_from_top
+
+TOP_ALTERNATIVES = 20
+"""Top alternatives asked for at every position (vLLM's `prompt_logprobs`; its default
+`--max-logprobs` is 20): the entropy behind the typicality score is estimated from them."""
 
 
 class ReferenceFailed(Exception):
@@ -73,9 +78,12 @@ def _token(entry: Any, token_id: int | None, position: int) -> TokenScore:
         raise ReferenceFailed(f"prompt_logprobs position {position} has no logprob") from None
     rank = value.get("rank")
     text = value.get("decoded_token")
+    known = [v.get("logprob") for v in entry.values() if isinstance(v, dict)]
+    numbers = [float(x) for x in known if isinstance(x, int | float)]
+    entropy = entropy_from_top(numbers) if len(numbers) > 1 else None
     return TokenScore(
         position, token_id, logprob, rank if isinstance(rank, int) else None,
-        text if isinstance(text, str) else "",
+        text if isinstance(text, str) else "", entropy,
     )  # fmt: skip
 
 
@@ -87,7 +95,8 @@ def text_generated(tokens: list[TokenScore], generated: str) -> list[TokenScore]
         start -= 1
         covered += len(tokens[start].text)
     tail = tokens[start:]
-    return [TokenScore(i, t.token_id, t.logprob, t.rank, t.text) for i, t in enumerate(tail)]
+    return [TokenScore(i, t.token_id, t.logprob, t.rank, t.text, t.entropy)
+            for i, t in enumerate(tail)]  # fmt: skip
 
 
 class HttpReference:
@@ -147,11 +156,14 @@ class HttpReference:
         return text_generated(tokens, request.text), "text"
 
     async def _post(self, prompt: list[int] | str) -> Any:
+        """Score `prompt`: with ids, each position's top alternatives come too (the entropy);
+        a text prompt asks for its own tokens alone, as their ids are not known to pick them out
+        of the alternatives (no typicality for text-aligned rows: the worst token judges them)."""
         if self._session is None:
             raise ReferenceFailed("the reference client is closed")
         payload = {
             "model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
-            "prompt_logprobs": 0,
+            "prompt_logprobs": TOP_ALTERNATIVES if isinstance(prompt, list) else 0,
         }  # fmt: skip
         if isinstance(prompt, list):
             self.prefill_tokens += len(prompt)

@@ -1,21 +1,37 @@
-"""The anomaly score of one generation from its tokens' log-probabilities under the reference.
+"""The anomaly scores of one generation from its tokens' log-probabilities under the reference.
 
-The score is the worst token's surprisal, -min(log p), in nats. A correct candidate samples its
-tokens from (nearly) the reference's distribution, so every token is one the reference gives
-some probability; a corrupted step writes a token the reference finds implausible, and one such
-token is enough. The worst token, not the mean, is what a few wrong words in a long fluent
-answer move; the threshold is calibrated on the reference's own samples at the soak's settings
-(calibrate.py), which absorbs the temperature, the length and the model's own long tail.
+Two scores, calibrated together (calibrate.py) so that a clean generation is flagged by either
+at most at the false-flag rate:
+
+- the worst token's surprisal, -min(log p), in nats. A correct candidate samples its tokens from
+  (nearly) the reference's distribution, so every token is one the reference gives some
+  probability; a corrupted step writes a token the reference finds implausible, and one such
+  token is enough. The worst token, not the mean, is what a few wrong words in a long fluent
+  answer move;
+- the whole generation's typicality: the mean over its tokens of (surprisal - the reference's
+  entropy at that position). A model that is wrong everywhere a little (a scaled or lost
+  sublayer, a wrong norm) writes tokens each a little less likely than the reference's own,
+  which no single token shows; subtracting each position's entropy removes most of the
+  variation that the prompt and the position put into the plain mean. The entropy is exact for
+  an in-process reference (`--reference-model`) and estimated from the top alternatives a server
+  returns (`entropy_from_top`); either way the score is calibrated on the reference's own samples
+  scored the same way, so an estimate costs power, never the false-flag rate.
+
+The thresholds are calibrated on the reference's own samples at the soak's settings, which
+absorbs the temperature, the length and the model's own long tail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 SCORE_NAME = "max_surprisal"
 """What `Generation.reference_score` holds: the largest surprisal of a generated token, nats."""
+SCORES = (SCORE_NAME, "typical_surprisal")
+"""The scores a calibration is drawn for (its fingerprint names them)."""
 CONTEXT_TOKENS = 8
 """Tokens of text kept on each side of an implausible token (for the report)."""
 KEEP_IMPLAUSIBLE = 8
@@ -36,6 +52,10 @@ class TokenScore:
     """Rank of the token in the reference's distribution (1 = most likely), when returned."""
     text: str
     """The token's text as the reference decodes it."""
+    entropy: float | None = None
+    """The reference's entropy at this position, nats (exact in process; from the top
+    alternatives over HTTP, see `entropy_from_top`); None when the reference gave no
+    alternatives."""
 
     @property
     def surprisal(self) -> float:
@@ -55,23 +75,52 @@ def mean_surprisal(tokens: Sequence[TokenScore]) -> float:
     return sum(t.surprisal for t in tokens) / len(tokens) if tokens else 0.0
 
 
+def typical_surprisal(tokens: Sequence[TokenScore]) -> float | None:
+    """The whole generation's typicality: mean over its tokens of (surprisal - the reference's
+    entropy there), nats; None when a token's entropy is unknown or there are no tokens."""
+    if not tokens or any(t.entropy is None for t in tokens):
+        return None
+    return sum(t.surprisal - t.entropy for t in tokens) / len(tokens)  # type: ignore[operator]
+
+
+def entropy_from_top(logprobs: Iterable[float]) -> float:
+    """The entropy of a distribution of which only some outcomes' log-probabilities are known
+    (a server's top alternatives and the token itself): -sum p log p over them, and the mass
+    they leave counted as one more outcome. A lower bound of the true entropy, exact when the
+    known outcomes hold all the mass."""
+    probs = [math.exp(lp) for lp in logprobs if math.isfinite(lp)]
+    known = -sum(p * math.log(p) for p in probs if p > 0)
+    rest = 1.0 - sum(probs)
+    return known - rest * math.log(rest) if rest > 1e-12 else known
+
+
 def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenScore]:
     """The tokens whose surprisal is above the threshold, in order."""
     return [t for t in tokens if t.surprisal > threshold]
 
 
 def evidence(
-    tokens: Sequence[TokenScore], threshold: float, alignment: str
-) -> tuple[float, bool, dict[str, Any]]:
+    tokens: Sequence[TokenScore], threshold: float, alignment: str,
+    typical_threshold: float | None = None,
+) -> tuple[float, bool, dict[str, Any]]:  # fmt: skip
     """Score, flag and the `details["reference"]` payload of a scored generation: the first
-    implausible token with the text around it, and up to KEEP_IMPLAUSIBLE of them."""
+    implausible token with the text around it, and up to KEEP_IMPLAUSIBLE of them; the whole
+    generation's typicality, and `flagged_by` (`token`, `whole`) when a score crossed its
+    threshold. The typicality flags only where the calibration set its threshold."""
     score = max_surprisal(tokens)
     bad = implausible(tokens, threshold)
+    typical = typical_surprisal(tokens)
+    whole = typical is not None and typical_threshold is not None and typical > typical_threshold
     payload: dict[str, Any] = {
         "status": "scored", "score": round(score, 4), "threshold": round(threshold, 4),
         "mean": mean_surprisal(tokens),  # unrounded: judged against a calibration quantile
-        "alignment": alignment, "tokens": len(tokens),
+        "typical": typical, "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
+    if typical_threshold is not None:
+        payload["typical_threshold"] = round(typical_threshold, 6)
+    by = [name for name, hit in (("token", bool(bad)), ("whole", whole)) if hit]
+    if by:
+        payload["flagged_by"] = by
     if bad:
         first = bad[0]
         index = tokens.index(first)
@@ -85,7 +134,7 @@ def evidence(
             [t.position, t.text, round(t.logprob, 4)] for t in bad[:KEEP_IMPLAUSIBLE]
         ]
         payload["implausible_count"] = len(bad)
-    return score, bool(bad), payload
+    return score, bool(by), payload
 
 
 def unscored(reason: str) -> dict[str, Any]:

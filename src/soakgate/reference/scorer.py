@@ -20,10 +20,12 @@ from soakgate.reference.calibrate import Calibration, calibrate
 from soakgate.reference.http import ReferenceFailed, ScoreRequest
 from soakgate.reference.score import (
     SCORE_NAME,
+    SCORES,
     TokenScore,
     evidence,
     max_surprisal,
     mean_surprisal,
+    typical_surprisal,
     unscored,
 )
 from soakgate.targets import Outcome, RequestSpec
@@ -133,7 +135,10 @@ class ReferenceScorer:
             return
         finally:
             self.seconds += time.perf_counter() - began
-        score, flagged, payload = evidence(tokens, self.calibration.threshold, alignment)
+        calibration = self.calibration
+        score, flagged, payload = evidence(
+            tokens, calibration.threshold, alignment, calibration.typical_threshold
+        )
         payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency
         generation.reference_score, generation.suspect = score, flagged
         generation.details["reference"] = payload
@@ -153,7 +158,7 @@ class ReferenceScorer:
         settings = self.settings
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
         canonical = json.dumps({
-            "score": SCORE_NAME, "reference": self.reference.describe(),
+            "score": list(SCORES), "reference": self.reference.describe(),
             "model_files": getattr(self.reference, "files_digest", lambda: None)(),
             "prompts": prompts_digest(prompts),
             "sampling": dataclasses.replace(spec, return_token_ids=True).to_dict(),
@@ -178,7 +183,7 @@ class ReferenceScorer:
         sampled_spec = dataclasses.replace(spec, return_token_ids=True)
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
         began = time.perf_counter()
-        scores: list[tuple[float, float]] = []
+        scores: list[tuple[float, float, float | None]] = []
         failures = drawn = 0
         chunk = max(CHUNK, 2 * concurrency)
         for start in range(0, len(prompts), chunk):
@@ -197,8 +202,9 @@ class ReferenceScorer:
                 f"{settings.calibration} reference samples could be scored"
             )
         self.calibration = calibrate(
-            [worst for worst, _ in scores], settings.false_flag_rate, [m for _, m in scores]
-        )
+            [s[0] for s in scores], settings.false_flag_rate, [s[1] for s in scores],
+            [s[2] for s in scores],
+        )  # fmt: skip
         return {
             **self.calibration.to_dict(), "score": SCORE_NAME, "samples_failed": failures,
             "reference": self.reference.describe(), "fraction": settings.fraction,
@@ -229,12 +235,12 @@ class ReferenceScorer:
 
     async def _calibration_scores(
         self, answers: list[tuple[Prompt, Outcome]], endpoint: str, concurrency: int
-    ) -> tuple[list[tuple[float, float]], int]:
-        """Each clean sample's scores (worst token, mean); the count of samples that failed or
-        could not be scored."""
+    ) -> tuple[list[tuple[float, float, float | None]], int]:
+        """Each clean sample's scores (worst token, mean, typicality); the count of samples that
+        failed or could not be scored."""
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(prompt: Prompt, outcome: Outcome) -> tuple[float, float] | None:
+        async def one(prompt: Prompt, outcome: Outcome) -> tuple[float, float, float | None] | None:
             if outcome.error_class is not None:
                 return None
             async with gate:
@@ -242,7 +248,7 @@ class ReferenceScorer:
                     tokens, _ = await self.reference.score(request_for(prompt, outcome, endpoint))
                 except ReferenceFailed:
                     return None
-            return max_surprisal(tokens), mean_surprisal(tokens)
+            return max_surprisal(tokens), mean_surprisal(tokens), typical_surprisal(tokens)
 
         results = await asyncio.gather(*(one(p, o) for p, o in answers))
         scores = [s for s in results if s is not None]

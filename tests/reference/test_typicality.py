@@ -1,0 +1,77 @@
+"""The whole-generation typicality score (issue 28): its entropy, its joint calibration with the
+worst token (level by simulation at the shipped defaults), and rows flagged by it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from soakgate.reference.calibrate import calibrate
+from soakgate.reference.score import TokenScore, entropy_from_top, evidence, typical_surprisal
+
+
+def _joint_draw(rng: np.random.Generator, n: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """Worst token: tied (a discrete score, as a small vocabulary gives); typicality: continuous
+    and correlated with it by `rho`."""
+    a, b = rng.standard_normal(n), rng.standard_normal(n)
+    worst = np.round(np.exp(1.0 + 0.4 * a), 1)
+    typical = rho * a + math.sqrt(1 - rho * rho) * b
+    return worst, typical
+
+
+def test_the_joint_calibration_holds_the_false_flag_rate_at_the_defaults() -> None:
+    # 400 calibrations of the default size (5000) at the default rate (0.001), each judged on
+    # 20,000 fresh draws: a sample is flagged when either score is above its threshold.
+    rng = np.random.default_rng(23)
+    for rho in (0.0, 0.6, 0.95):
+        rates = []
+        for _ in range(400):
+            worst, typical = _joint_draw(rng, 5000, rho)
+            made = calibrate(list(worst), 0.001, (), list(typical))
+            assert made.typical_threshold is not None and made.flagged is not None
+            fresh_worst, fresh_typical = _joint_draw(rng, 20_000, rho)
+            flagged = (fresh_worst > made.threshold) | (fresh_typical > made.typical_threshold)
+            rates.append(float(np.mean(flagged)))
+        mean, se = float(np.mean(rates)), float(np.std(rates) / np.sqrt(len(rates)))
+        assert mean <= 0.001 + 3 * se, (rho, mean, se)  # E[rate] <= a
+        assert mean >= 0.0007, (rho, mean, se)  # the whole rate is spent, not half of it
+
+
+def test_the_joint_rule_needs_its_samples_and_falls_back_to_the_worst_token() -> None:
+    values = list(np.random.default_rng(3).exponential(1, 5000))
+    alone = calibrate(values, 0.001)
+    both = calibrate(values, 0.001, (), values)  # the same score twice: one rank stricter
+    assert (both.rank, both.flagged) == (alone.rank + 1, 5000 - alone.rank - 1)
+    assert both.typical_threshold == both.threshold
+    assert calibrate(values, 0.001, (), [None] * 5000).typical_threshold is None
+    # below 2 / rate - 1 samples no joint threshold keeps the bound: the worst token alone
+    small = calibrate(values[:1998], 0.001, (), values[:1998])
+    assert (
+        small.typical_threshold is None
+        and small.threshold == calibrate(values[:1998], 0.001).threshold
+    )
+    assert calibrate(values[:1999], 0.001, (), values[:1999]).typical_threshold is not None
+
+
+def test_entropy_from_the_top_alternatives() -> None:
+    probs = [0.5, 0.25, 0.125, 0.125]
+    exact = -sum(p * math.log(p) for p in probs)
+    assert math.isclose(entropy_from_top(math.log(p) for p in probs), exact)
+    # the two least likely unknown: their mass counted as one outcome, a lower bound
+    partial = entropy_from_top(math.log(p) for p in probs[:2])
+    assert partial < exact and math.isclose(partial, exact - 0.25 * math.log(2))
+
+
+def test_a_generation_each_token_a_little_unlikely_is_flagged_as_a_whole() -> None:
+    def tokens(logprob: float) -> list[TokenScore]:
+        return [TokenScore(i, i, logprob, 3, "x", 1.0) for i in range(40)]
+
+    typical = typical_surprisal(tokens(-1.6))
+    assert typical is not None and math.isclose(typical, 0.6)
+    _, flagged, payload = evidence(tokens(-1.6), 5.0, "token_ids", typical_threshold=0.5)
+    assert flagged and payload["flagged_by"] == ["whole"] and "first" not in payload
+    assert not evidence(tokens(-1.4), 5.0, "token_ids", typical_threshold=0.5)[1]
+    assert not evidence(tokens(-1.6), 5.0, "token_ids")[1]  # no typicality threshold: not judged
+    no_entropy = [TokenScore(0, 0, -1.6, 1, "x")]
+    assert typical_surprisal(no_entropy) is None
