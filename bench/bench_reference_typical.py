@@ -135,17 +135,24 @@ class Candidate:
         rows = torch.stack(steps, 1).tolist()
         return [row[: row.index(self.eos)] if self.eos in row else row for row in rows]
 
-    def logprob(self, prompt_ids: list[int], tokens: list[int], mode: str | None) -> float:
-        """log P(tokens | prompt) under `mode`'s model at TEMPERATURE, no nucleus."""
+    def logprobs(self, prompt_ids: list[int], generated: list[list[int]], mode: str | None
+                 ) -> list[float]:  # fmt: skip
+        """log P(tokens | prompt) of each generation under `mode`'s model at TEMPERATURE, no
+        nucleus (one right-padded forward pass)."""
         torch = self.torch
-        ids = [*prompt_ids, *tokens]
+        longest = max(map(len, generated))
+        rows = [[*prompt_ids, *g, *[self.eos] * (longest - len(g))] for g in generated]
         self.mode, self.from_position = mode, len(prompt_ids) + LATE
-        self.positions = torch.arange(len(ids))
+        self.positions = torch.arange(len(rows[0]))
         with torch.no_grad():
-            logits = self.net()(torch.tensor([ids])).logits[0, len(prompt_ids) - 1 : -1].float()
+            logits = self.net()(torch.tensor(rows)).logits[:, len(prompt_ids) - 1 : -1].float()
         self.mode = None
         logprobs = torch.log_softmax(logits / TEMPERATURE, -1)
-        return float(logprobs.gather(1, torch.tensor(tokens)[:, None]).sum())
+        targets = torch.tensor([r[len(prompt_ids) :] for r in rows])
+        own = logprobs.gather(2, targets[..., None])[..., 0]
+        lengths = torch.tensor([len(g) for g in generated])
+        kept = torch.arange(longest)[None, :] < lengths[:, None]
+        return (own * kept).sum(1).tolist()
 
 
 def nucleus(torch: Any, logits: Any, top_p: float) -> Any:
@@ -178,9 +185,10 @@ def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,
         if not generated:
             continue
         scored = reference._forward([([*ids, *g], len(ids)) for g in generated])
-        for tokens, tokens_scored in zip(generated, scored, strict=True):
-            clean = candidate.logprob(ids, tokens, None) if ratios else 0.0
-            llr = {r: candidate.logprob(ids, tokens, r) - clean for r in ratios}
+        clean = candidate.logprobs(ids, generated, None) if ratios else []
+        ratio = {r: candidate.logprobs(ids, generated, r) for r in ratios}
+        for i, tokens_scored in enumerate(scored):
+            llr = {r: ratio[r][i] - clean[i] for r in ratios}
             rows.append((max_surprisal(tokens_scored), typical_surprisal(tokens_scored) or 0.0,
                          llr))  # fmt: skip
     return rows[:count]
@@ -250,7 +258,8 @@ def main() -> None:
             return (worst > made.threshold or typical > made.typical_threshold,
                     worst > alone, typical > made.typical_threshold)  # fmt: skip
 
-        print(f"\ntop_p {top_p}: calibration {args.calibration} clean samples, rate {RATE[0]}: "
+        print(f"\ntop_p {top_p} ({time.perf_counter() - began:.0f} s): calibration "
+              f"{args.calibration} clean samples, rate {RATE[0]}: "
               f"worst-token threshold {made.threshold:.3f} nats (alone: {alone:.3f}), "
               f"typicality threshold {made.typical_threshold:.4f} nats; {made.flagged} "
               "calibration samples flagged by either")  # fmt: skip
@@ -262,12 +271,11 @@ def main() -> None:
         if ratios:
             clean = draw(candidate, reference, args.calibration, top_p, None, 3, ratios)
             cuts = {r: calibrate([c[2][r] for c in clean], RATE[0]).threshold for r in ratios}
-        results = {"clean holdout": draw(candidate, reference, args.holdout, top_p, None, 2)}
-        for number, control in enumerate(args.controls):
-            mine = (control,) if control in ratios else ()
-            results[control] = draw(candidate, reference, args.generations, top_p, control,
-                                    10 + number, mine)  # fmt: skip
-        for name, rows in results.items():
+        work = [("clean holdout", None, args.holdout, 2)]
+        work += [(c, c, args.generations, 10 + i) for i, c in enumerate(args.controls)]
+        for name, mode, count, seed in work:
+            mine = (name,) if name in ratios else ()
+            rows = draw(candidate, reference, count, top_p, mode, seed, mine)
             hits = [sum(flags(r)[i] for r in rows) for i in range(3)]
             line = "   ".join(_share(h, len(rows)) for h in hits)
             if name in cuts:
