@@ -56,7 +56,7 @@ from soakgate.stats.rates import clopper_pearson  # noqa: E402
 from soakgate.targets import RequestSpec  # noqa: E402
 
 SPEC = RequestSpec()
-TEMPERATURE, TOKENS = SPEC.temperature, SPEC.max_tokens
+TEMPERATURE, TOKENS = SPEC.temperature, [SPEC.max_tokens]
 RATE = [0.001]
 BATCH = [32]
 """Samples per prompt per forward pass (prompts go round-robin, as soakgate's picker's do);
@@ -119,7 +119,7 @@ class Candidate:
         self.mode, self.from_position = mode, len(prompt_ids) + LATE
         swap = torch.randint(8, 100, (count,), generator=generator)
         with torch.no_grad():
-            for step in range(TOKENS):
+            for step in range(TOKENS[0]):
                 start = 0 if past is None else len(prompt_ids) + step - 1
                 self.positions = torch.arange(start, start + current.shape[1])
                 out = self.net()(current, past_key_values=past, use_cache=True)
@@ -212,7 +212,7 @@ def time_calibration(reference: HFReference, count: int) -> None:
     scored = time.perf_counter() - began
     per = (sampled + scored) / count
     print(f"calibration sampler (HFReference, batch {reference.batch_size}, temperature "
-          f"{TEMPERATURE}, {TOKENS} tokens): {count} samples drawn in {sampled:.1f} s and "
+          f"{TEMPERATURE}, {SPEC.max_tokens} tokens): {count} samples drawn in {sampled:.1f} s and "
           f"scored in {scored:.1f} s = {1 / per:.2f} samples/s; 5,000 samples would take "
           f"{5000 * per / 60:.1f} min")  # fmt: skip
 
@@ -228,11 +228,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=MODEL)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rate", type=float, default=0.001, help="false-flag rate")
+    parser.add_argument("--max-tokens", type=int, default=SPEC.max_tokens)
     parser.add_argument(
         "--device", default="cpu", help="torch device (cuda: the same code on a GPU)"
     )
     args = parser.parse_args()
-    BATCH[0], RATE[0] = args.batch, args.rate
+    BATCH[0], RATE[0], TOKENS[0] = args.batch, args.rate, args.max_tokens
     reference = HFReference(args.model)
     reference._load()
     if args.device != "cpu":

@@ -190,6 +190,17 @@ def test_bench_reference_sharpness_reenacts_the_fluent_control_and_scores_it() -
     assert len(rows) == 2 and all(f"/{corrupted} = " in r and "/10 = " in r for r in rows), out
 
 
+def test_bench_reference_typical_scores_a_real_control_with_both_scores() -> None:
+    pytest.importorskip("transformers")
+    out = run_bench("bench_reference_typical.py", "--top-p", "1.0", "--calibration", "49",
+                    "--rate", "0.08", "--holdout", "8", "--generations", "8", "--controls",
+                    "lost-mlp", "--batch", "8", "--max-tokens", "16", timeout_s=600)  # fmt: skip
+    assert "typicality threshold" in out and "calibration samples flagged by either" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert rows["clean"].count("% [") == 3, out  # three rules, no likelihood ratio for clean
+    assert rows["lost-mlp"].count("% [") == 4, out  # and the control's likelihood ratio
+
+
 def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> None:
     out = run_bench("bench_replay.py", "--sessions", "5")
     assert out.count("sessions with a wrong cause: new") == 6
