@@ -3,12 +3,17 @@ worst token (level by simulation at the shipped defaults), and rows flagged by i
 
 from __future__ import annotations
 
+import json
 import math
+import sqlite3
+from pathlib import Path
 
 import numpy as np
 
+from soakgate.mockserver.process import MockProcess
 from soakgate.reference.calibrate import calibrate
 from soakgate.reference.score import TokenScore, entropy_from_top, evidence, typical_surprisal
+from tests.command_line import soakgate
 
 
 def _joint_draw(rng: np.random.Generator, n: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
@@ -75,3 +80,28 @@ def test_a_generation_each_token_a_little_unlikely_is_flagged_as_a_whole() -> No
     assert not evidence(tokens(-1.6), 5.0, "token_ids")[1]  # no typicality threshold: not judged
     no_entropy = [TokenScore(0, 0, -1.6, 1, "x")]
     assert typical_surprisal(no_entropy) is None
+
+
+def test_a_reference_that_refuses_the_alternatives_is_scored_by_the_worst_token(
+    tmp_path: Path,
+) -> None:
+    # a vLLM started with --max-logprobs 5 answers prompt_logprobs 20 with HTTP 400
+    db = tmp_path / "t.sqlite"
+    with MockProcess(["--seed", "5"]) as candidate, MockProcess(
+        ["--max-logprobs", "5"]
+    ) as reference:  # fmt: skip
+        result = soakgate(
+            "run", "--target", candidate.url, "--score-reference", reference.url,
+            "--requests", "60", "--false-flag-rate", "0.05", "--calibration", "100",
+            "--max-tokens", "16", "--db", str(db), "--quiet", "--no-watch-metrics",
+            cwd=tmp_path, timeout=600,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(db) as connection:
+        statuses = [json.loads(d)["reference"] for (d,) in connection.execute(
+            "SELECT details FROM generations")]  # fmt: skip
+        (calibration,) = [json.loads(d) for (d,) in connection.execute(
+            "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
+    assert len(statuses) == 60 and all(s["status"] == "scored" for s in statuses)
+    assert all(s["typical"] is None for s in statuses)
+    assert calibration["typical_threshold"] is None and calibration["n"] >= 90

@@ -29,6 +29,9 @@ class MockConfig:
     max_model_len: int = 32768
     """Context length (prompt + max_tokens) advertised at /v1/models and enforced like vLLM:
     a longer request is answered HTTP 400."""
+    max_logprobs: int = 20
+    """Most top alternatives a request may ask for (`prompt_logprobs`), vLLM's `--max-logprobs`:
+    more is answered HTTP 400."""
     tokens_per_s: float = 0.0
     """Per-request generation pace; 0 = as fast as possible."""
     latency_ms: float = 0.0
@@ -203,6 +206,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-model-len", type=int, default=d.max_model_len,
         help="context length; a longer prompt + max_tokens is answered HTTP 400, like vLLM",
     )  # fmt: skip
+    add(
+        "--max-logprobs", type=int, default=d.max_logprobs,
+        help="most prompt_logprobs alternatives a request may ask for (more: HTTP 400, as vLLM)",
+    )  # fmt: skip
     add("--tokens-per-s", type=float, default=d.tokens_per_s, help="per-request pace; 0 = max")
     add("--latency-ms", type=float, default=d.latency_ms, help="delay before the first token")
     add("--output-tokens", type=int, default=None, help="fixed output length (none: max_tokens)")
@@ -307,6 +314,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         seed=args.seed,
         model_name=args.model_name,
         max_model_len=args.max_model_len,
+        max_logprobs=args.max_logprobs,
         tokens_per_s=args.tokens_per_s,
         latency_ms=args.latency_ms,
         output_tokens=args.output_tokens,

@@ -163,7 +163,14 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
 
 def check_model_length(config: MockConfig, sampling: Sampling) -> None:
     """BadRequest (HTTP 400), worded as vLLM words it, when prompt + max_tokens exceeds the
-    model length: the mock never builds an answer longer than the model it pretends to be."""
+    model length (the mock never builds an answer longer than the model it pretends to be), or
+    more prompt log-probability alternatives are asked for than `--max-logprobs`."""
+    asked = sampling.prompt_logprobs
+    if asked is not None and asked > config.max_logprobs:
+        raise BadRequest(
+            f"Requested prompt logprobs of {asked}, which is greater than max allowed: "
+            f"{config.max_logprobs}"
+        )
     prompt_tokens = sampling.prompt_token_count()
     if prompt_tokens + sampling.max_tokens > config.max_model_len:
         raise BadRequest(

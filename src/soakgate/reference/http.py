@@ -114,6 +114,9 @@ class HttpReference:
         self._session: aiohttp.ClientSession | None = None
         self.prefill_tokens = 0
         """Tokens sent to the reference for scoring (its prefill load)."""
+        self.top = TOP_ALTERNATIVES
+        """Alternatives asked for per position; 0 once the server refused them (HTTP 400: a
+        vLLM started with a smaller `--max-logprobs`): the worst token then judges alone."""
 
     def describe(self) -> dict[str, Any]:
         """What is stored with the run about this reference."""
@@ -147,7 +150,13 @@ class HttpReference:
         """The generated tokens as the reference scores them, and the alignment used."""
         if request.prompt_ids is not None and request.token_ids is not None:
             ids = [*request.prompt_ids, *request.token_ids]
-            body = await self._post(ids)
+            try:
+                body = await self._post(ids, self.top)
+            except ReferenceFailed as exc:
+                if self.top == 0 or str(exc) != "reference_http_400":
+                    raise
+                body = await self._post(ids, 0)  # refused only for the alternatives?
+                self.top = 0  # yes: ask for none from now on
             return parse_prompt_logprobs(body, ids, len(request.prompt_ids)), "token_ids"
         if request.prompt_text is None:
             raise ReferenceFailed("no_token_ids: a chat generation needs the candidate's ids")
@@ -155,15 +164,15 @@ class HttpReference:
         tokens = _text_tokens(body)
         return text_generated(tokens, request.text), "text"
 
-    async def _post(self, prompt: list[int] | str) -> Any:
-        """Score `prompt`: with ids, each position's top alternatives come too (the entropy);
-        a text prompt asks for its own tokens alone, as their ids are not known to pick them out
-        of the alternatives (no typicality for text-aligned rows: the worst token judges them)."""
+    async def _post(self, prompt: list[int] | str, top: int = 0) -> Any:
+        """Score `prompt` with `top` alternatives per position (the entropy). A text prompt asks
+        for its own tokens alone, as their ids are not known to pick them out of the
+        alternatives (no typicality for text-aligned rows: the worst token judges them)."""
         if self._session is None:
             raise ReferenceFailed("the reference client is closed")
         payload = {
             "model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
-            "prompt_logprobs": TOP_ALTERNATIVES if isinstance(prompt, list) else 0,
+            "prompt_logprobs": top,
         }  # fmt: skip
         if isinstance(prompt, list):
             self.prefill_tokens += len(prompt)
