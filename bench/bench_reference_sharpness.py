@@ -34,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples" / "vllm-dropped-op-plugin"))
 
+import benchlib  # noqa: E402
 from soakgate_dropped_op.fluent import MODULUS, RESIDUE  # noqa: E402
 
 from soakgate.prompts import builtin_prompts  # noqa: E402
@@ -88,7 +89,7 @@ class Model:
                 out = self.model(current, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 picks.append(self.picked if corrupt else torch.zeros(BATCH, dtype=torch.bool))
-                probs = nucleus(torch, out.logits[:, -1].float(), top_p)
+                probs = benchlib.nucleus(torch, out.logits[:, -1].float(), top_p, TEMPERATURE)
                 current = torch.multinomial(probs, 1, generator=generator)
                 tokens.append(current[:, 0])
             self.corrupting = False
@@ -102,7 +103,7 @@ class Model:
             logits = self.model(whole).logits[:, len(prompt_ids) - 1 : -1].float()
         logprobs = torch.log_softmax(logits, -1)
         own = logprobs.gather(2, tokens[..., None])[..., 0]
-        sampling = nucleus(torch, logits, top_p)
+        sampling = benchlib.nucleus(torch, logits, top_p, TEMPERATURE)
         # P(a sampled token is at most as likely as this one): ~U(0,1) when sampled correctly
         tail = (sampling * (logprobs <= own[..., None])).sum(-1).clamp_min(1e-300)
         out = []
@@ -111,18 +112,6 @@ class Model:
             scored = [TokenScore(i, int(t), float(lp), None, "") for i, (t, lp) in pairs]
             out.append((max_surprisal(scored), float(-tail[row].log().min())))
         return out
-
-
-def nucleus(torch: Any, logits: Any, top_p: float) -> Any:
-    """The sampling distribution at TEMPERATURE and top_p (vLLM's rule: keep the smallest set
-    of most likely tokens whose mass reaches top_p)."""
-    probs = torch.softmax(logits / TEMPERATURE, -1)
-    if top_p >= 1.0:
-        return probs
-    ordered, index = probs.sort(-1, descending=True)
-    ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= top_p, 0.0)
-    kept = torch.zeros_like(probs).scatter(-1, index, ordered)
-    return kept / kept.sum(-1, keepdim=True)
 
 
 def draw(model: Model, count: int, top_p: float, corrupt: bool, seed: int,

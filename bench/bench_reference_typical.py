@@ -48,6 +48,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import benchlib  # noqa: E402
+
 from soakgate.prompts import builtin_prompts  # noqa: E402
 from soakgate.reference.calibrate import calibrate  # noqa: E402
 from soakgate.reference.hf import HFReference  # noqa: E402
@@ -124,7 +126,7 @@ class Candidate:
                 self.positions = torch.arange(start, start + current.shape[1])
                 out = self.net()(current, past_key_values=past, use_cache=True)
                 past = out.past_key_values
-                probs = nucleus(torch, out.logits[:, -1].float(), top_p)
+                probs = benchlib.nucleus(torch, out.logits[:, -1].float(), top_p, TEMPERATURE)
                 current = torch.multinomial(probs, 1, generator=generator)
                 if mode == "one-token":
                     ordered = probs.argsort(-1, descending=True)
@@ -153,17 +155,6 @@ class Candidate:
         lengths = torch.tensor([len(g) for g in generated])
         kept = torch.arange(longest)[None, :] < lengths[:, None]
         return (own * kept).sum(1).tolist()
-
-
-def nucleus(torch: Any, logits: Any, top_p: float) -> Any:
-    """The sampling distribution at TEMPERATURE and top_p (vLLM's rule)."""
-    probs = torch.softmax(logits / TEMPERATURE, -1)
-    if top_p >= 1.0:
-        return probs
-    ordered, index = probs.sort(-1, descending=True)
-    ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= top_p, 0.0)
-    kept = torch.zeros_like(probs).scatter(-1, index, ordered)
-    return kept / kept.sum(-1, keepdim=True)
 
 
 def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,

@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from soakgate.mockserver.process import MockProcess
 
@@ -148,3 +149,16 @@ def stop_group(
             proc.wait(wait)
         except subprocess.TimeoutExpired:
             continue
+
+
+def nucleus(torch: Any, logits: Any, top_p: float, temperature: float) -> Any:
+    """The sampling distribution at `temperature` and `top_p` (vLLM's rule: keep the smallest
+    set of most likely tokens whose mass reaches top_p), for the benches that sample a model
+    themselves."""
+    probs = torch.softmax(logits / temperature, -1)
+    if top_p >= 1.0:
+        return probs
+    ordered, index = probs.sort(-1, descending=True)
+    ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, index, ordered)
+    return kept / kept.sum(-1, keepdim=True)
