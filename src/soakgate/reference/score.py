@@ -88,9 +88,13 @@ def entropy_from_top(logprobs: Iterable[float]) -> float:
     (a server's top alternatives and the token itself): -sum p log p over them, and the mass
     they leave counted as one more outcome. A lower bound of the true entropy, exact when the
     known outcomes hold all the mass."""
-    probs = [math.exp(lp) for lp in logprobs if math.isfinite(lp)]
-    known = -sum(p * math.log(p) for p in probs if p > 0)
-    rest = 1.0 - sum(probs)
+    exp, known, mass = math.exp, 0.0, 0.0
+    for lp in logprobs:
+        if lp > -700.0:  # exp underflows below: no mass, no entropy (and nan, -inf skipped)
+            p = exp(lp)
+            known -= p * lp
+            mass += p
+    rest = 1.0 - mass
     return known - rest * math.log(rest) if rest > 1e-12 else known
 
 
