@@ -19,7 +19,7 @@ from soakgate.mockserver.metrics import Metrics
 from soakgate.mockserver.plan import (
     BadRequest,
     Plan,
-    check_model_length,
+    check_limits,
     make_plan,
     parse_sampling,
 )
@@ -121,7 +121,7 @@ class MockServer:
         self._arrive()
         try:
             sampling = parse_sampling(endpoint, json.loads(await request.read()))
-            check_model_length(self.config, sampling)
+            check_limits(self.config, sampling)
         except (ValueError, BadRequest) as exc:
             message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"
             return _json_response(error_body(message, "BadRequestError", 400), 400)

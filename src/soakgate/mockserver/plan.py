@@ -161,7 +161,7 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
     )
 
 
-def check_model_length(config: MockConfig, sampling: Sampling) -> None:
+def check_limits(config: MockConfig, sampling: Sampling) -> None:
     """BadRequest (HTTP 400), worded as vLLM words it, when prompt + max_tokens exceeds the
     model length (the mock never builds an answer longer than the model it pretends to be), or
     more prompt log-probability alternatives are asked for than `--max-logprobs`."""

@@ -121,9 +121,8 @@ def calibrate(
             "or a larger --false-flag-rate)"
         )
     ordered = sorted(scores)
-    joint = None
-    if len(typicals) == n and all(t is not None for t in typicals):
-        joint = joint_rank(scores, typicals, false_flag_rate)  # type: ignore[arg-type]
+    both = len(typicals) == n and all(t is not None for t in typicals)
+    joint = joint_rank(scores, typicals, false_flag_rate) if both else None  # type: ignore[arg-type]
     typical_threshold = flagged = None
     if joint is not None:
         rank, flagged = joint
@@ -139,7 +138,7 @@ def calibrate(
             f"{false_flag_rate:g} only loosely (the threshold's own rate may be up to "
             f"{upper:.2%}, 95% bound); more --calibration samples tighten it"
         )
-    if len(typicals) == n and joint is None and all(t is not None for t in typicals):
+    if both and joint is None:
         need_joint = math.ceil(JOINT_SCORES / false_flag_rate) - 1
         warning = ((warning + "; ") if warning else "reference calibration: ") + (
             f"the whole-generation typicality needs {need_joint} samples at a false-flag rate "
