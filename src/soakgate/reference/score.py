@@ -78,9 +78,11 @@ def mean_surprisal(tokens: Sequence[TokenScore]) -> float:
 def typical_surprisal(tokens: Sequence[TokenScore]) -> float | None:
     """The whole generation's typicality: mean over its tokens of (surprisal - the reference's
     entropy there), nats; None when a token's entropy is unknown or there are no tokens."""
-    if not tokens or any(t.entropy is None for t in tokens):
+    entropies = [t.entropy for t in tokens]
+    if not tokens or None in entropies:
         return None
-    return sum(t.surprisal - t.entropy for t in tokens) / len(tokens)  # type: ignore[operator]
+    total = sum(t.surprisal - h for t, h in zip(tokens, entropies, strict=True) if h is not None)
+    return total / len(tokens)
 
 
 def entropy_from_top(logprobs: Iterable[float]) -> float:
