@@ -373,7 +373,7 @@ def sequential_verdict(plan: Plan, a: Bools, b: Bools) -> tuple[str, int]:
     """Walk the plan's looks over two arms' sequences (each at least the plan's maximum per arm)
     as the soak's monitor does (its own `judge_look`): the verdict and the generations per arm
     it was reached at."""
-    from soakgate.load.preregistration import judge_look, look_due
+    from soakgate.stats.decision import judge_look, look_due
 
     rule = plan.sequential
     assert rule is not None, "the plan is not sequential"

@@ -297,3 +297,55 @@ def test_an_hmm_bootstrap_that_cannot_count_is_a_one_line_usage_error(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "1/60, cannot fall below alpha/3" in err and err.count("\n") == 1
+
+
+def _look_then_overrun(db: Path, tmp_path: Path, recorded: str | None) -> Path:
+    """A sequential plan whose first look sees B collapse far more (DIFFER), then rows stored
+    past that look (the soak went on) in which B collapses no more than A over the whole run;
+    `recorded`: the verdict a `look` event stored during the soak says look 1 reached."""
+    from soakgate.records import Event
+
+    plan = make_plan("h", ("eager", "graph"), 0.004, 2.0, looks=4)
+    assert plan.sequential is not None and plan.sequential.n_max_per_arm == 9120
+    path = tmp_path / "plan.toml"
+    store = open_store(db)
+    store.append_ledger("plan", {"sha256": write_plan(plan, path)}, at=1.0)
+    graph = [*bernoulli(2280, 0.06, 2), *([False] * 6840)]
+    looks = [] if recorded is None else [
+        Event("graph-gpu0-1700001000", 1_700_001_200.0, "look", "gpu0",
+              {"look": 1, "fraction": 0.25, "verdict": recorded})
+    ]  # fmt: skip
+    add_run(store, "eager", "gpu0", bernoulli(9120, 0.015, 1))
+    add_run(store, "graph", "gpu0", graph, start=1_700_001_000.0, events=looks)
+    store.close()
+    return path
+
+
+def test_a_sequential_plan_is_decided_at_its_deciding_look_not_on_rows_stored_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "seq.sqlite"
+    path = _look_then_overrun(db, tmp_path, "differ")
+    store = open_analysis(db)
+    try:
+        whole = compare_units(analyze(store, clustering=False), "eager", "graph")
+    finally:
+        store.close()
+    assert whole.comparison.verdict.verdict != "differ"  # all rows together: no difference
+    argv = ["compare", str(db), "--plan", str(path), "--fail-on-differ", *FAST_ARGS]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "plan verdict: DIFFER" in out and "plan deviations: none" in out
+    assert "look 1 of 4 at n=2,280 per arm" in out
+    assert "6,840 generations per arm stored after it" in out
+
+
+def test_a_look_recorded_during_the_soak_that_the_rows_contradict_is_a_deviation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "seq.sqlite"
+    path = _look_then_overrun(db, tmp_path, "continue")
+    assert main(["compare", str(db), "--plan", str(path), *FAST_ARGS]) == 0
+    out = capsys.readouterr().out
+    assert "plan verdict: DIFFER" in out
+    assert "look 1 recorded continue during the soak; the stored rows give differ" in out

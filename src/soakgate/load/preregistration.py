@@ -4,20 +4,17 @@ and a sequential plan's looks are judged while the soak runs."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 from soakgate.errors import PlanError, UsageError
 from soakgate.records import Event, Generation, Run
-from soakgate.stats.compare import Comparison
+from soakgate.stats.decision import judge_look, look_due
 from soakgate.stats.plan import Decision, Plan, plan_sha256, plan_to_dict, read_plan
-from soakgate.stats.sequential import SequentialRule
 from soakgate.store import LedgerEntry, Store
 from soakgate.store.base import LEDGER_ANCHOR
 
@@ -45,25 +42,6 @@ def planned_requests(plan: Plan) -> int:
     if plan.n_per_arm is None:
         raise UsageError("the plan fixes no n per arm; give --requests or --duration")
     return plan.n_per_arm
-
-
-def look_due(rule: SequentialRule, look: int) -> int:
-    """Generations per arm at which the 1-based `look` of the rule is judged."""
-    return math.ceil(look / rule.looks * rule.n_max_per_arm - 1e-9)
-
-
-def judge_look(
-    plan: Plan, seq_a: npt.NDArray[np.bool_], seq_b: npt.NDArray[np.bool_], earlier: list[float]
-) -> tuple[Decision, Comparison]:
-    """One look of a sequential plan on both arms' flags so far (the calibration bench calls
-    this too): the verdict's own statistic against the boundary, with the earlier looks'
-    information fractions. The descriptive clustering tests are for reports, not looks."""
-    from soakgate.stats.compare import Arm, compare_arms
-    from soakgate.stats.decision import apply_decision
-
-    arm_a, arm_b = (Arm.from_sequence(plan.arms[0], seq_a), Arm.from_sequence(plan.arms[1], seq_b))
-    comparison = compare_arms(arm_a, arm_b, alpha=plan.alpha, gap_permutations=0, seed=len(earlier))
-    return apply_decision(plan, comparison, earlier), comparison
 
 
 @dataclass(slots=True)

@@ -7,8 +7,9 @@ asks for it, and then every output says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from soakgate.errors import UnitMismatchError, UsageError
@@ -195,7 +196,6 @@ def compare_baseline(
 def _clustered(arm: Arm, alpha: float, options: ClusteringOptions) -> Arm:
     """The arm with its clustering verdict computed once, as `compare_arms` computes it for arm
     A (a baseline is arm A of every comparison of its family)."""
-    from dataclasses import replace
 
     from soakgate.stats.clustering import clustering_verdict
 
@@ -219,15 +219,55 @@ def _first_generations(analysis: Analysis, units: Sequence[Unit]) -> dict[str, f
     return firsts
 
 
-def _earlier_looks(analysis: Analysis, plan: Plan, units: Sequence[Unit]) -> list[float]:
-    """Information fractions of looks before now, from `look` events (sequential plans only)."""
-    if plan.sequential is None:
-        return []
-    now = min(u.n for u in units) / plan.sequential.n_max_per_arm
+def _sequential_decision(
+    analysis: Analysis, plan: Plan, units: tuple[Unit, Unit], comparison: Comparison
+) -> tuple[Decision, list[str]]:
+    """A sequential plan's verdict on stored rows: its scheduled looks replayed over each arm's
+    clean generations in stored order, exactly as the soak's monitor judged them (one look of
+    one set of rows has one verdict), with the full comparison's deviations; and notes on rows
+    past the deciding look and on looks recorded during the soak that the replay contradicts."""
+    from soakgate.stats.decision import apply_decision, plan_deviations, replay_looks
+
+    rule = plan.sequential
+    assert rule is not None
+    a, b = units
+    if a.sequence is None or b.sequence is None:
+        return apply_decision(plan, comparison), []
+    replay = replay_looks(plan, a.sequence, b.sequence)
+    if replay is None:
+        full = apply_decision(plan, comparison)
+        n_first = math.ceil(rule.n_max_per_arm / rule.looks - 1e-9)
+        reason = (
+            f"no look reached: look 1 of {rule.looks} is due at n={n_first:,} per arm, the arms "
+            f"have {min(a.n, b.n):,}"
+        )
+        return replace(full, verdict="continue", reason=reason), []
+    d = replay.decision
+    deviations = plan_deviations(plan, comparison)  # of all the rows: arms, alpha, blocks, test
+    deviations += [x for x in d.deviations if x not in deviations]
+    reason = f"look {replay.look} of {rule.looks} at n={replay.n_per_arm:,} per arm: {d.reason}"
+    notes = []
+    past = min(a.n, b.n) - replay.n_per_arm
+    if d.verdict != "continue" and past > 0:
+        notes.append(
+            f"the plan decided at look {replay.look} (n={replay.n_per_arm:,} per arm); up to "
+            f"{past:,} generations per arm stored after it (requests in flight when it stopped, "
+            "or a soak that went on) are described above but are not part of the plan's verdict"
+        )
     run_ids = {r for u in units for r in u.run_ids}
-    looks = [e for e in analysis.events if e.kind == "look" and e.run_id in run_ids]
-    fractions = {float(e.data["fraction"]) for e in looks if "fraction" in e.data}
-    return sorted(f for f in fractions if 0.0 < f < min(now, 1.0))
+    recorded = [e.data for e in analysis.events if e.kind == "look" and e.run_id in run_ids]
+    for data in recorded:
+        index = data.get("look")
+        if not isinstance(index, int) or not 1 <= index <= len(replay.verdicts):
+            continue
+        again = replay.verdicts[index - 1]
+        if data.get("verdict") != again:
+            deviations.append(
+                f"look {index} recorded {data.get('verdict')} during the soak; the stored rows "
+                f"give {again}"
+            )
+    decision = replace(d, deviations=tuple(deviations), reason=reason)
+    return decision, notes
 
 
 def compare_with_plan(
@@ -263,8 +303,12 @@ def compare_with_plan(
         gap_permutations=options.gap_permutations, hmm_replicates=options.hmm_replicates,
         seed=options.seed,
     )  # fmt: skip
-    decision = apply_decision(plan, comparison, _earlier_looks(analysis, plan, (a, b)))
     notes = design_notes(analysis, (a, b), comparison)
+    if plan.sequential is None:
+        decision = apply_decision(plan, comparison)
+    else:
+        decision, looked = _sequential_decision(analysis, plan, (a, b), comparison)
+        notes.extend(looked)
     notes.append(f"plan {digest[:12]}... registered in ledger entries {[e.index for e in used]}")
     return ComparisonReport(comparison, (a, b), why, decision=decision, notes=notes)
 

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from soakgate.errors import PlanError
-from soakgate.stats.compare import Comparison
+from soakgate.stats.compare import Arm, Comparison, compare_arms
 from soakgate.stats.plan import Decision, Plan, plan_sha256
-from soakgate.stats.sequential import sequential_look
+from soakgate.stats.sequential import SequentialRule, sequential_look
 from soakgate.stats.verdict import INDETERMINATE
 
 
-def _deviations(plan: Plan, comparison: Comparison) -> list[str]:
+def plan_deviations(plan: Plan, comparison: Comparison) -> list[str]:
+    """Each way a comparison departs from the plan (arms, alpha, n, blocks, test)."""
     found = []
     labels = tuple(label.partition("@")[0] for label in comparison.labels)  # label@target
     if labels != plan.arms:
@@ -50,7 +56,7 @@ def apply_decision(
 
     With the tool's own test (`auto`), an indeterminate verdict (one run that cannot resolve its
     dependence) is never turned into `differ`: the plan's verdict is `indeterminate` too."""
-    deviations = _deviations(plan, comparison)
+    deviations = plan_deviations(plan, comparison)
     name = _planned_test(plan, comparison)
     result = comparison.tests[name]
     digest = plan_sha256(plan)
@@ -91,3 +97,63 @@ def _sequential(
         rule, plan.alpha, result, own and comparison.verdict, n_now, previous
     )
     return Decision(verdict, name, result.p_value, tuple(deviations), reason, digest)
+
+
+def look_due(rule: SequentialRule, look: int) -> int:
+    """Generations per arm at which the 1-based `look` of the rule is judged."""
+    return math.ceil(look / rule.looks * rule.n_max_per_arm - 1e-9)
+
+
+def judge_look(
+    plan: Plan, seq_a: npt.NDArray[np.bool_], seq_b: npt.NDArray[np.bool_], earlier: list[float]
+) -> tuple[Decision, Comparison]:
+    """One look of a sequential plan on both arms' flags so far, in time order: the verdict's
+    own statistic against the boundary, with the earlier looks' information fractions. The
+    soak's monitor, `compare --plan` (through `replay_looks`) and the plan's Monte Carlo all
+    judge a look here, so that one look of one set of rows has one verdict. The descriptive
+    clustering tests are for reports, not looks."""
+    arm_a, arm_b = (Arm.from_sequence(plan.arms[0], seq_a), Arm.from_sequence(plan.arms[1], seq_b))
+    comparison = compare_arms(arm_a, arm_b, alpha=plan.alpha, gap_permutations=0, seed=len(earlier))
+    return apply_decision(plan, comparison, earlier), comparison
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A sequential plan applied to stored rows look by look, as the soak's monitor did."""
+
+    decision: Decision
+    """The first look that stopped, else the last look the rows reached."""
+    comparison: Comparison
+    """The arms at that look (its first `n_per_arm` clean generations each)."""
+    look: int
+    """1-based index of that look."""
+    n_per_arm: int
+    """Generations per arm the look judged."""
+    verdicts: tuple[str, ...]
+    """Each look's verdict, in order (all `continue` but perhaps the last)."""
+
+
+def replay_looks(
+    plan: Plan, seq_a: npt.NDArray[np.bool_], seq_b: npt.NDArray[np.bool_]
+) -> Replay | None:
+    """Walk a sequential plan's scheduled looks over two arms' time-ordered flags and stop at
+    the first that decides: the plan's verdict on these rows whether or not anyone looked while
+    they were collected. Rows past the deciding look (requests in flight when it stopped the
+    soak) are not part of it. None when the rows reach no look."""
+    rule = plan.sequential
+    if rule is None:
+        raise PlanError("looks are replayed for a sequential plan only")
+    fractions: list[float] = []
+    verdicts: list[str] = []
+    found: Replay | None = None
+    for look in range(1, rule.looks + 1):
+        n = look_due(rule, look)
+        if min(len(seq_a), len(seq_b)) < n:
+            break
+        decision, comparison = judge_look(plan, seq_a[:n], seq_b[:n], fractions)
+        fractions.append(min(n / rule.n_max_per_arm, 1.0))
+        verdicts.append(decision.verdict)
+        found = Replay(decision, comparison, look, n, tuple(verdicts))
+        if decision.verdict != "continue":
+            break
+    return found

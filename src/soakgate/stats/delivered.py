@@ -134,7 +134,7 @@ def _sequential(
             parts = [arm[i, : look * SEGMENTS] for arm in (a, b)]
             runs = [compact_sequence(part, width) for part in parts]
             outcomes = [Outcomes(int(p.sum()), len(r), r) for p, r in zip(parts, runs, strict=True)]
-            # the monitor judges look k with seed k - 1 (`load.preregistration.judge_look`)
+            # the monitor judges look k with seed k - 1 (`stats.decision.judge_look`)
             verdict = decide(outcomes[0], outcomes[1], alpha, len(fractions))
             n_now = math.ceil(look / rule.looks * rule.n_max_per_arm - 1e-9)
             word, _ = sequential_look(rule, alpha, verdict.result, verdict, n_now, fractions)
