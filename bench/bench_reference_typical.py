@@ -53,8 +53,13 @@ import benchlib  # noqa: E402
 from soakgate.prompts import builtin_prompts  # noqa: E402
 from soakgate.reference.calibrate import calibrate  # noqa: E402
 from soakgate.reference.hf import HFReference  # noqa: E402
-from soakgate.reference.score import max_surprisal, typical_surprisal  # noqa: E402
+from soakgate.reference.score import (  # noqa: E402
+    max_surprisal,
+    mean_surprisal,
+    typical_surprisal,
+)
 from soakgate.stats.rates import clopper_pearson  # noqa: E402
+from soakgate.stats.shift import SHIFTED, score_shift  # noqa: E402
 from soakgate.targets import RequestSpec  # noqa: E402
 
 SPEC = RequestSpec()
@@ -159,13 +164,14 @@ class Candidate:
 
 def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,
          mode: str | None, seed: int, ratios: tuple[str, ...] = ()
-         ) -> list[tuple[float, float, dict[str, float]]]:  # fmt: skip
+         ) -> list[tuple[float, float, dict[str, float], float]]:  # fmt: skip
     """`count` generations under `mode`, scored by the clean reference: (worst token,
-    typicality, {control: log-likelihood ratio of its model to the clean one} for `ratios`)."""
+    typicality, {control: log-likelihood ratio of its model to the clean one} for `ratios`,
+    mean surprisal)."""
     torch = candidate.torch
     generator = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     prompts = builtin_prompts()
-    rows: list[tuple[float, float, dict[str, float]]] = []
+    rows: list[tuple[float, float, dict[str, float], float]] = []
     index = 0
     while len(rows) < count:
         ids = reference._tokenizer(prompts[(seed + index) % len(prompts)].text).input_ids
@@ -181,8 +187,51 @@ def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,
         for i, tokens_scored in enumerate(scored):
             llr = {r: ratio[r][i] - clean[i] for r in ratios}
             rows.append((max_surprisal(tokens_scored), typical_surprisal(tokens_scored) or 0.0,
-                         llr))  # fmt: skip
+                         llr, mean_surprisal(tokens_scored)))  # fmt: skip
     return rows[:count]
+
+
+SHARE, UNIT_REPS, UNIT_SIZE = 0.1, [1000], [2000]
+"""Unit level: scored generations per unit, the share a control changes, units per row."""
+
+
+def unit_verdicts(clean: list[Any], corrupted: list[Any] | None, calibration: int, seed: int
+                  ) -> tuple[float, float]:  # fmt: skip
+    """Shares of units judged SHIFTED by soakgate's unit-level verdict (`stats.shift`, as
+    `report` applies it) on the typicality and on the mean surprisal. Each unit: a calibration of
+    `calibration` samples and a unit of UNIT_SIZE scored generations, drawn without replacement from
+    the clean pool (calibration + holdout, so each unit's calibration is a fresh draw too), the
+    unit's rows replaced by the control's on 1 in 10 (Bernoulli) when `corrupted` is given.
+    Rows are reused across units (finite pools): the Monte Carlo error printed is that of the
+    units, not of the pools."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    pool = np.array([(w, t, m) for w, t, _, m in clean])
+    bad = None if corrupted is None else np.array([(w, t, m) for w, t, _, m in corrupted])
+    found = [0, 0]
+    for _ in range(UNIT_REPS[0]):
+        order = rng.permutation(len(pool))
+        cal, unit = (
+            pool[order[:calibration]],
+            pool[order[calibration : calibration + UNIT_SIZE[0]]].copy(),
+        )
+        if bad is not None:
+            hit = np.flatnonzero(rng.random(UNIT_SIZE[0]) < SHARE)
+            unit[hit] = bad[rng.choice(len(bad), len(hit), replace=len(hit) > len(bad))]
+        made = calibrate(list(cal[:, 0]), RATE[0], list(cal[:, 2]), list(cal[:, 1]))
+        for i, (column, quantiles) in enumerate(((1, made.typical_quantiles),
+                                                 (2, made.mean_quantiles))):  # fmt: skip
+            verdict = score_shift(unit[:, column], quantiles["p90"], calibration).verdict
+            found[i] += verdict == SHIFTED
+    return found[0] / UNIT_REPS[0], found[1] / UNIT_REPS[0]
+
+
+def _unit_share(share: float) -> str:
+    import math
+
+    error = math.sqrt(max(share * (1 - share), 1 / UNIT_REPS[0]) / UNIT_REPS[0])
+    return f"{100 * share:5.1f} ± {100 * error:3.1f}%"
 
 
 def _share(hits: int, n: int) -> str:
@@ -216,6 +265,8 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, nargs="+", default=[1.0, 0.95])
     parser.add_argument("--controls", nargs="+", default=list(CONTROLS), choices=CONTROLS)
     parser.add_argument("--time-calibration", type=int, default=0)
+    parser.add_argument("--unit-reps", type=int, default=1000, help="units per row (0: none)")
+    parser.add_argument("--unit-size", type=int, default=2000, help="scored generations per unit")
     parser.add_argument("--model", type=Path, default=MODEL)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rate", type=float, default=0.001, help="false-flag rate")
@@ -225,6 +276,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     BATCH[0], RATE[0], TOKENS[0] = args.batch, args.rate, args.max_tokens
+    UNIT_REPS[0], UNIT_SIZE[0] = args.unit_reps, args.unit_size
     reference = HFReference(args.model)
     reference._load()
     if args.device != "cpu":
@@ -240,13 +292,13 @@ def main() -> None:
         began = time.perf_counter()
         exact = top_p >= 1.0
         cal = draw(candidate, reference, args.calibration, top_p, None, 1)
-        made = calibrate([w for w, _, _ in cal], RATE[0], (), [t for _, t, _ in cal])
-        alone = calibrate([w for w, _, _ in cal], RATE[0]).threshold
+        made = calibrate([r[0] for r in cal], RATE[0], (), [r[1] for r in cal])
+        alone = calibrate([r[0] for r in cal], RATE[0]).threshold
         assert made.typical_threshold is not None
 
-        def flags(row: tuple[float, float, Any], made: Any = made, alone: float = alone
+        def flags(row: tuple[float, float, Any, float], made: Any = made, alone: float = alone
                   ) -> tuple[bool, bool, bool]:  # fmt: skip
-            worst, typical, _ = row
+            worst, typical = row[0], row[1]
             return (worst > made.threshold or typical > made.typical_threshold,
                     worst > alone, typical > made.typical_threshold)  # fmt: skip
 
@@ -265,14 +317,26 @@ def main() -> None:
             cuts = {r: calibrate([c[2][r] for c in clean], RATE[0]).threshold for r in ratios}
         work = [("clean holdout", None, args.holdout, 2)]
         work += [(c, c, args.generations, 10 + i) for i, c in enumerate(args.controls)]
+        drawn: dict[str, list[Any]] = {}
         for name, mode, count, seed in work:
             mine = (name,) if name in ratios else ()
-            rows = draw(candidate, reference, count, top_p, mode, seed, mine)
+            rows = drawn[name] = draw(candidate, reference, count, top_p, mode, seed, mine)
             hits = [sum(flags(r)[i] for r in rows) for i in range(3)]
             line = "   ".join(_share(h, len(rows)) for h in hits)
             if name in cuts:
                 line += "   " + _share(sum(r[2][name] > cuts[name] for r in rows), len(rows))
             print(f"  {name:<14} {line}", flush=True)
+        if args.unit_reps:
+            pool = [*cal, *drawn["clean holdout"]]
+            print(f"  unit level: {UNIT_REPS[0]} units of {UNIT_SIZE[0]:,} scored generations, the "
+                  f"control on 1 in {round(1 / SHARE)}, each against a fresh calibration of "
+                  f"{args.calibration:,} (stats.shift, one-sided 5%)")  # fmt: skip
+            print(f"  {'units':<14} {'SHIFTED by typicality':<22} SHIFTED by mean surprisal")
+            for index, (name, mode, _, _) in enumerate(work):
+                shares = unit_verdicts(pool, None if mode is None else drawn[name],
+                                       args.calibration, 50 + index)  # fmt: skip
+                print(f"  {name:<14} {_unit_share(shares[0]):<22} {_unit_share(shares[1])}",
+                      flush=True)  # fmt: skip
         print(f"  ({time.perf_counter() - began:.0f} s)")
 
 

@@ -193,12 +193,19 @@ def test_bench_reference_sharpness_reenacts_the_fluent_control_and_scores_it() -
 def test_bench_reference_typical_scores_a_real_control_with_both_scores() -> None:
     pytest.importorskip("transformers")
     out = run_bench("bench_reference_typical.py", "--top-p", "1.0", "--calibration", "49",
-                    "--rate", "0.08", "--holdout", "8", "--generations", "8", "--controls",
-                    "lost-mlp", "--batch", "8", "--max-tokens", "16", timeout_s=600)  # fmt: skip
+                    "--rate", "0.08", "--holdout", "128", "--generations", "8", "--controls",
+                    "lost-mlp", "--batch", "8", "--max-tokens", "16", "--unit-reps", "5",
+                    "--unit-size", "120", timeout_s=600)  # fmt: skip
     assert "typicality threshold" in out and "calibration samples flagged by either" in out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    lines = out.splitlines()
+    rows = {line.split()[0]: line for line in lines if line.startswith("  ") and "% [" in line}
     assert rows["clean"].count("% [") == 3, out  # three rules, no likelihood ratio for clean
     assert rows["lost-mlp"].count("% [") == 4, out  # and the control's likelihood ratio
+    # unit level: each row judged by both scores, as shares of 5 units with their MC error
+    assert "unit level: 5 units of 120 scored generations" in out
+    units = [line for line in lines[lines.index(next(x for x in lines if "unit level" in x)):]
+             if line.startswith(("  clean holdout", "  lost-mlp"))]  # fmt: skip
+    assert len(units) == 2 and all(line.count("%") == 2 for line in units), out
 
 
 def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> None:

@@ -72,6 +72,8 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
     document = json.loads(soakgate("report", str(db), "--format", "json", cwd=tmp_path).stdout)
     units = {u["unit"]: u for u in document["probes"]["reference"]}
     assert units["compiled@gpu0"]["shift"]["verdict"] == SHIFTED
+    # the mock reference returns 20 alternatives per position: the typicality is judged
+    assert units["compiled@gpu0"]["shift"]["score"] == "typicality"
     assert units["compiled@gpu0"]["shift"]["p_value"] < 1e-4
     # The clean arm is one draw of a 5%-level test whose calibration (the same samples on
     # every run: the mock keys them by request id) sits at its population's 88.9th percentile:
@@ -83,11 +85,11 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
     assert units["compiled@gpu0"]["suspect"] >= 40
     assert units["eager@gpu0"]["suspect"] <= 12
     table = soakgate("report", str(db), cwd=tmp_path, env={"COLUMNS": "250"}).stdout
-    assert "SHIFTED:" in table and "as a whole" in table
+    assert "SHIFTED by typicality:" in table and "as a whole" in table
     # The release gate hears it: the candidate's shifted share against the baseline's.
     gate = soakgate("compare", str(db), "eager", "compiled", "--fail-on-differ", cwd=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr
-    assert "gate FAIL" in gate.stdout and "shifted (mean surprisal above the reference's p90)" in (
+    assert "gate FAIL" in gate.stdout and "shifted (typicality above the reference's p90)" in (
         gate.stdout
     )
     alone = soakgate("compare", str(db), "eager", "compiled", "--outcome", "shifted", cwd=tmp_path)

@@ -105,3 +105,71 @@ def test_a_reference_that_refuses_the_alternatives_is_scored_by_the_worst_token(
     assert len(statuses) == 60 and all(s["status"] == "scored" for s in statuses)
     assert all(s["typical"] is None for s in statuses)
     assert calibration["typical_threshold"] is None and calibration["n"] >= 90
+
+
+def _scored_db(path: Path, label: str, means: np.ndarray, typicals: list[float | None]) -> None:
+    """One calibrated, reference-scored run of `label` (rows given their mean surprisal and
+    typicality; no row suspect), as `soakgate run --score-reference` stores it."""
+    from soakgate.records import Generation, Run
+    from soakgate.store import open_store
+
+    rng = np.random.default_rng(5)
+    calibration = calibrate(
+        list(rng.exponential(5.0, 5000)), 0.001, list(rng.normal(3.0, 1.0, 5000)),
+        list(rng.normal(0.0, 1.0, 5000)),
+    ).to_dict()  # fmt: skip
+    store = open_store(path)
+    start = 1_700_000_000.0 + (1000.0 if label == "compiled" else 0.0)
+    run_id = f"{label}-run"
+    store.save_run(Run(run_id, label, ["gpu0"], start, detectors={"reference": calibration},
+                       status="completed", ended_at=start + len(means)))  # fmt: skip
+    store.add([
+        Generation(run_id=run_id, request_id=f"{run_id}-{i}", target="gpu0", label=label, seq=i,
+                   prompt_id="p0", endpoint="completions", stream=True, started_at=start + i,
+                   ended_at=start + i + 0.5, completion_tokens=32, text="fine words",
+                   reference_score=1.0, suspect=False,
+                   details={"reference": {"mean": float(m), "typical": t}})
+        for i, (m, t) in enumerate(zip(means, typicals, strict=True))
+    ])  # fmt: skip
+    store.close()
+
+
+def test_the_unit_verdict_judges_the_typicality_and_the_mean_where_a_row_has_none(
+    tmp_path: Path,
+) -> None:
+    """A unit whose typicality is shifted on 1 row in 10 (one calibration SD and a half) while
+    its mean surprisal, which the prompt's own uncertainty spreads, is not: SHIFTED by the
+    typicality in `report` and `compare --outcome shifted`. The same rows with one typicality
+    missing are judged on the mean surprisal, and are not."""
+    rng = np.random.default_rng(11)
+    means = rng.normal(3.0, 1.0, 2000)
+    moved = rng.normal(0.0, 1.0, 2000) + (rng.random(2000) < 0.1) * 2.5
+    typicals: list[float | None] = [float(t) for t in moved]
+    _scored_db(tmp_path / "a.sqlite", "compiled", means, typicals)
+    _scored_db(tmp_path / "b.sqlite", "compiled", means, [*typicals[:-1], None])
+    _scored_db(tmp_path / "a.sqlite", "eager", rng.normal(3.0, 1.0, 2000),
+               [float(t) for t in rng.normal(0.0, 1.0, 2000)])  # fmt: skip
+    shifts = {}
+    for name in ("a", "b"):
+        made = soakgate("report", f"{name}.sqlite", "--format", "json", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+        units = json.loads(made.stdout)["probes"]["reference"]
+        shifts[name] = {u["unit"]: u["shift"] for u in units}
+    assert shifts["a"]["compiled@gpu0"]["score"] == "typicality"
+    assert shifts["a"]["compiled@gpu0"]["verdict"] == "shifted"
+    assert shifts["a"]["eager@gpu0"]["verdict"] == "like the reference"
+    assert shifts["b"]["compiled@gpu0"]["score"] == "mean surprisal"
+    assert shifts["b"]["compiled@gpu0"]["verdict"] == "like the reference"
+    table = soakgate("report", "a.sqlite", cwd=tmp_path).stdout
+    assert "SHIFTED by typicality" in table
+    gate = soakgate("compare", "a.sqlite", "eager", "compiled", "--outcome", "shifted",
+                    "--fail-on-differ", cwd=tmp_path)  # fmt: skip
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "whose typicality" in gate.stdout and "verdict: DIFFER" in gate.stdout
+
+
+def test_the_calibration_records_the_typicalitys_quantiles() -> None:
+    values = list(np.random.default_rng(4).normal(size=5000))
+    made = calibrate(values, 0.001, values, values)
+    assert made.typical_quantiles == made.mean_quantiles and made.typical_quantiles["p90"] > 1
+    assert calibrate(values, 0.001, values, [None] * 5000).typical_quantiles == {}

@@ -65,6 +65,9 @@ class Calibration:
     reference gave no entropies (the worst token alone, at the whole rate)."""
     flagged: int | None = None
     """Calibration samples flagged by either threshold (E(k)); None for one score."""
+    typical_quantiles: dict[str, float] = field(default_factory=dict)
+    """The same quantiles of the samples' typicality, when every sample has one: the report's
+    unit-level verdict judges a unit's typicality against their 90th percentile."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (event data / run metadata)."""
@@ -146,5 +149,7 @@ def calibrate(
             f"{max(need_joint, 5000)})"
         )
     means_found = _quantiles(means) if len(means) == n else {}
+    typical_found = _quantiles(typicals) if both else {}  # type: ignore[arg-type]
     return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning,
-                       _quantiles(scores), means_found, typical_threshold, flagged)  # fmt: skip
+                       _quantiles(scores), means_found, typical_threshold, flagged,
+                       typical_found)  # fmt: skip

@@ -184,8 +184,9 @@ def compare(
         )
     if outcome == SHIFTED:
         text = (
-            "outcome: shifted (reference scoring): scored generations whose mean surprisal is "
-            "above the calibration's 90th percentile / scored generations per arm (a "
+            "outcome: shifted (reference scoring): scored generations whose typicality (mean "
+            "surprisal where the reference gave no entropies) is above the calibration's 90th "
+            "percentile / scored generations per arm (a "
             "reference-like unit has 10%), in place of collapses / clean generations\n" + text
         )
     if baseline is not None:

@@ -37,7 +37,7 @@ from soakgate.stats.verdict import CONFIGURATIONS, SCOPE_WORDS, decide
 
 NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
-    SHIFTED: "shifted (mean surprisal above the reference's p90)", DIVERGENCE: "divergence",
+    SHIFTED: "shifted (typicality above the reference's p90)", DIVERGENCE: "divergence",
     ANY_FAILURE: "any failure",
 }  # fmt: skip
 

@@ -87,14 +87,16 @@ def reference_cells(unit: ReferenceUnit) -> list[str]:
 
 
 def shift_words(unit: ReferenceUnit) -> str:
-    """`SHIFTED: 17.2% vs 10.0% expected (t 5.1, p 1e-05)`, or why there is no such verdict."""
+    """`SHIFTED by typicality: 17.2% vs 10.0% expected (t 5.1, p 1e-05)`, or why there is no
+    such verdict."""
     shift = unit.shift
     if shift is None:
         return "-"
     if shift.verdict == TOO_FEW:
         return f"{TOO_FEW} ({shift.scored} < {MIN_ROWS})"
     word = "SHIFTED" if shift.verdict == SHIFTED else shift.verdict
-    return (f"{word}: {percent(shift.share, 1)} vs {percent(shift.expected, 1)} expected "
+    share, expected = percent(shift.share, 1), percent(shift.expected, 1)
+    return (f"{word} by {shift.score}: {share} vs {expected} expected "
             f"(t {shift.statistic:.2f}, p {shift.p_value:.3g})")  # fmt: skip
 
 
@@ -111,7 +113,7 @@ def reference_dict(unit: ReferenceUnit) -> dict[str, Any]:
             "verdict": unit.shift.verdict, "above": unit.shift.above, "scored": unit.shift.scored,
             "share": unit.shift.share if unit.shift.scored else None,
             "expected": unit.shift.expected, "p_value": _finite(unit.shift.p_value),
-            "statistic": _finite(unit.shift.statistic),
+            "statistic": _finite(unit.shift.statistic), "score": unit.shift.score,
         },
         "worst": [
             {"request_id": g.request_id, "score": g.reference_score,

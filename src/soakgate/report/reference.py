@@ -17,7 +17,12 @@ import numpy.typing as npt
 
 from soakgate.records import Generation, Run
 from soakgate.report.model import RunSlice, Unit
-from soakgate.report.reference_load import ReferenceSlices, scored_runs, worst_ids
+from soakgate.report.reference_load import (
+    ReferenceSlice,
+    ReferenceSlices,
+    scored_runs,
+    worst_ids,
+)
 from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.stats.shift import ShiftResult, score_shift
 
@@ -73,27 +78,40 @@ def reference_units(
             label, target, summarize_rate(int(suspect.sum()), len(suspect)) if len(suspect)
             else None, dict(unscored), quantiles, calibration,
             [rows[i] for i in worst_ids(group) if i in rows], score,
-            _shift(np.concatenate([s.mean for s in group]),
-                   [calibrations.get(s.run_id, {}) for s in group]),
+            _shift(group, [calibrations.get(s.run_id, {}) for s in group]),
         ))  # fmt: skip
     return units
 
 
+SHIFT_SCORES = (("typical", "typical_quantiles", "typicality"),
+                ("mean", "mean_quantiles", "mean surprisal"))  # fmt: skip
+"""The scores the unit-level verdict can judge, best first: (slice attribute, calibration key,
+name). The typicality (surprisal less the reference's entropy) takes out what the prompt makes
+uncertain; the mean surprisal is judged where the reference gave no entropies."""
+
+
+def _cutoff(calibration: dict[str, Any], key: str) -> float | None:
+    """The calibration's 90th percentile of one score (None when it did not record it)."""
+    quantiles = calibration.get(key)
+    cutoff = quantiles.get("p90") if isinstance(quantiles, dict) else None
+    return float(cutoff) if isinstance(cutoff, int | float) else None
+
+
 def _shift(
-    means: npt.NDArray[np.float64], calibrations: list[dict[str, Any]]
+    group: Sequence[ReferenceSlice], calibrations: list[dict[str, Any]]
 ) -> ShiftResult | None:
-    """The unit-level verdict on the rows' mean surprisal, when every run of the unit was
-    calibrated alike and recorded it."""
+    """The unit-level verdict on its rows' typicality (else their mean surprisal), when every
+    run of the unit was calibrated alike, recorded that score's 90th percentile and every
+    scored row has the score."""
     first = calibrations[0] if calibrations else {}
-    cutoff = first.get("mean_quantiles", {}).get("p90")
     n = first.get("n")
-    same = all(c.get("mean_quantiles", {}).get("p90") == cutoff and c.get("n") == n
-               for c in calibrations)  # fmt: skip
-    if not same or not isinstance(cutoff, int | float) or not isinstance(n, int):
-        return None
-    if np.isnan(means).any():
-        return None
-    return score_shift(means, float(cutoff), n)
+    for attribute, key, name in SHIFT_SCORES:
+        cutoff = _cutoff(first, key)
+        same = all(_cutoff(c, key) == cutoff and c.get("n") == n for c in calibrations)
+        values = np.concatenate([getattr(piece, attribute) for piece in group])
+        if same and cutoff is not None and isinstance(n, int) and not np.isnan(values).any():
+            return score_shift(values, cutoff, n, score=name)
+    return None
 
 
 def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
@@ -105,20 +123,21 @@ def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
 def shifted_units(
     units: Sequence[Unit], slices: ReferenceSlices, runs: Sequence[Run]
 ) -> list[Unit]:
-    """The units as `compare` sees them for outcome `shifted`: scored rows whose mean surprisal
-    is above their run's calibration's 90th percentile (one in ten of a reference-like unit's),
-    per run and in time order; runs that recorded no mean surprisal are left out."""
-    cutoffs = {}
-    for run in scored_runs(runs):
-        cutoff = run.detectors["reference"].get("mean_quantiles", {}).get("p90")
-        if isinstance(cutoff, int | float):
-            cutoffs[run.run_id] = float(cutoff)
+    """The units as `compare` sees them for outcome `shifted`: scored rows whose typicality
+    (else mean surprisal: `SHIFT_SCORES`) is above their run's calibration's 90th percentile (one
+    in ten of a reference-like unit's), per run and in time order; runs that recorded neither
+    are left out."""
+    calibrations = {run.run_id: run.detectors["reference"] for run in scored_runs(runs)}
     shifted: ReferenceSlices = {}
     for key, group in slices.items():
         for piece in group:
-            if piece.run_id in cutoffs and not np.isnan(piece.mean).any():
-                flags = piece.mean > cutoffs[piece.run_id]
-                shifted.setdefault(key, []).append(dataclasses.replace(piece, suspect=flags))
+            calibration = calibrations.get(piece.run_id, {})
+            for attribute, quantiles, _ in SHIFT_SCORES:
+                cutoff, values = _cutoff(calibration, quantiles), getattr(piece, attribute)
+                if cutoff is not None and not np.isnan(values).any():
+                    flags = values > cutoff
+                    shifted.setdefault(key, []).append(dataclasses.replace(piece, suspect=flags))
+                    break
     return _flagged_units(units, shifted)
 
 

@@ -45,6 +45,8 @@ class ShiftResult:
     """One-sided p-value (the unit scores higher than the reference)."""
     verdict: str
     """`shifted`, `like the reference` or `too few scored rows`."""
+    score: str = "mean surprisal"
+    """The per-generation score judged (`typicality` or `mean surprisal`)."""
 
     @property
     def share(self) -> float:
@@ -61,8 +63,9 @@ def expected_share(calibration_n: int, quantile: float = SHIFT_QUANTILE) -> tupl
 
 
 def score_shift(
-    scores: npt.NDArray[np.float64], cutoff: float, calibration_n: int, alpha: float = 0.05
-) -> ShiftResult:
+    scores: npt.NDArray[np.float64], cutoff: float, calibration_n: int, alpha: float = 0.05,
+    score: str = "mean surprisal",
+) -> ShiftResult:  # fmt: skip
     """The unit-level verdict on a unit's scores in time order, given the calibration's 90th
     percentile `cutoff` and its sample count."""
     from scipy.special import stdtr
@@ -71,11 +74,11 @@ def score_shift(
     scored, count = len(scores), int(above.sum())
     expected, calibration_variance = expected_share(calibration_n)
     if scored < MIN_ROWS:
-        return ShiftResult(count, scored, expected, math.nan, math.nan, TOO_FEW)
+        return ShiftResult(count, scored, expected, math.nan, math.nan, TOO_FEW, score)
     share, variance, _ = _batch_variance(above, BATCHES)
     if variance == 0.0:
         variance = expected * (1 - expected) / scored
     statistic = (share - expected) / math.sqrt(variance + calibration_variance)
     p_value = float(stdtr(BATCHES - 1, -statistic))
     return ShiftResult(count, scored, expected, statistic, p_value,
-                       SHIFTED if p_value < alpha else LIKE_REFERENCE)  # fmt: skip
+                       SHIFTED if p_value < alpha else LIKE_REFERENCE, score)  # fmt: skip
