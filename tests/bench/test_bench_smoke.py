@@ -173,9 +173,11 @@ def test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_sha
 
 def test_bench_reference_prints_the_scoring_cost_and_the_reference_load() -> None:
     out = run_bench("bench_reference.py", "--requests", "60", "--rounds", "1", "--concurrency",
-                    "4", timeout_s=300)  # fmt: skip
-    assert "client CPU of scoring:" in out and "µs per generation" in out
-    assert "tokens sent per scored generation" in out and "60 rows scored" in out
+                    "4", "--alternatives", "0", "20", timeout_s=300)  # fmt: skip
+    for name in ("scored-a0", "scored-a20"):  # each value its own scored pair, side by side
+        assert f"client CPU of scoring, {name}:" in out and "µs per generation" in out
+        assert f"round 1, {name}: plain" in out
+    assert "tokens sent per scored generation" in out and out.count("60 rows scored") == 2
 
 
 def test_bench_reference_sharpness_reenacts_the_fluent_control_and_scores_it() -> None:

@@ -173,3 +173,50 @@ def test_the_calibration_records_the_typicalitys_quantiles() -> None:
     made = calibrate(values, 0.001, values, values)
     assert made.typical_quantiles == made.mean_quantiles and made.typical_quantiles["p90"] > 1
     assert calibrate(values, 0.001, values, [None] * 5000).typical_quantiles == {}
+
+
+def test_reference_alternatives_sets_what_each_score_request_asks_for(tmp_path: Path) -> None:
+    """`--reference-alternatives 0`: every scoring request asks for no alternatives (the worst
+    token alone, at the old cost), no row has a typicality and the run records the setting;
+    `--reference-alternatives 5` asks for 5 and the typicality is computed from them."""
+    asked: dict[int, list[int | None]] = {}
+    typicals: dict[int, list[float | None]] = {}
+    for n in (0, 5):
+        db, truth = tmp_path / f"a{n}.sqlite", tmp_path / f"truth{n}.jsonl"
+        with MockProcess(["--seed", "5"]) as candidate, MockProcess(
+            ["--seed", "6"], ground_truth_path=truth
+        ) as reference:  # fmt: skip
+            result = soakgate(
+                "run", "--target", candidate.url, "--score-reference", reference.url,
+                "--reference-alternatives", str(n), "--requests", "40", "--false-flag-rate",
+                "0.05", "--calibration", "100", "--max-tokens", "16", "--db", str(db), "--quiet",
+                "--no-watch-metrics", cwd=tmp_path, timeout=600,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            asked[n] = [r["prompt_logprobs"] for r in reference.ground_truth()]
+        with sqlite3.connect(db) as connection:
+            typicals[n] = [json.loads(d)["reference"]["typical"] for (d,) in connection.execute(
+                "SELECT details FROM generations")]  # fmt: skip
+            (calibration,) = [json.loads(d) for (d,) in connection.execute(
+                "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
+        assert calibration["reference"]["alternatives"] == n
+    scoring = [a for a in asked[0] if a is not None]  # sampling requests ask none
+    assert len(scoring) >= 140 and set(scoring) == {0}  # 100 calibration + 40 rows (+ probe)
+    assert asked[5].count(5) >= 140 and set(a for a in asked[5] if a is not None) == {0, 5}
+    assert len(typicals[0]) == 40 and all(t is None for t in typicals[0])
+    assert len(typicals[5]) == 40 and all(t is not None for t in typicals[5])
+
+
+def test_reference_alternatives_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    for argv, message in (
+        (["--score-reference", "http://127.0.0.1:9", "--reference-alternatives", "-1"],
+         "--reference-alternatives must be between 0 and 1000"),
+        (["--reference-model", str(tmp_path), "--reference-alternatives", "5"],
+         "--reference-alternatives is for --score-reference"),
+        (["--reference-alternatives", "0"], "--reference-alternatives needs --score-reference"),
+    ):  # fmt: skip
+        result = soakgate("run", "--target", "http://127.0.0.1:9", "--requests", "1", *argv,
+                          "--db", str(tmp_path / "x.sqlite"), cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -9,6 +9,10 @@ from typing import Any
 
 from soakgate.cli.args import fraction, positive_float, positive_int
 
+MAX_ALTERNATIVES = 1000
+"""The most alternatives a position may ask for (a server caps them lower: vLLM's
+--max-logprobs; a refused number falls back to none, the worst token alone)."""
+
 
 def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --score-reference, --reference-model and their settings."""
@@ -21,6 +25,12 @@ def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--reference-model", metavar="PATH",
         help="score under a Hugging Face transformers model loaded here (in-process reference)",
+    )  # fmt: skip
+    add(
+        "--reference-alternatives", type=int, metavar="N",
+        help="top alternatives asked of --score-reference per position, for the entropy behind "
+        "the typicality score (default 20, vLLM's --max-logprobs default; 0: the worst token "
+        "alone, at a fraction of the client's and the reference's cost)",
     )  # fmt: skip
     add(
         "--score-fraction", action="append", default=[], metavar="[NAME=]F",
@@ -72,9 +82,18 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
     from soakgate.errors import UsageError
 
     url, model_path = args.score_reference, args.reference_model
+    alternatives = args.reference_alternatives
+    if alternatives is not None and not 0 <= alternatives <= MAX_ALTERNATIVES:
+        raise UsageError(
+            f"--reference-alternatives must be between 0 and {MAX_ALTERNATIVES}, got {alternatives}"
+        )
+    if alternatives is not None and url is None and model_path is not None:
+        raise UsageError("--reference-alternatives is for --score-reference: --reference-model "
+                         "computes the exact entropy")  # fmt: skip
     if url is None and model_path is None:
-        for flag in ("score_fraction", "score_backlog", "recalibrate"):
-            if getattr(args, flag):
+        for flag in ("score_fraction", "score_backlog", "recalibrate", "reference_alternatives"):
+            value = getattr(args, flag)
+            if value is not None and value is not False and value != []:
                 raise UsageError(f"--{flag.replace('_', '-')} needs --score-reference or "
                                  "--reference-model")  # fmt: skip
         return None
@@ -101,14 +120,17 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
         recalibrate=args.recalibrate,
     )  # fmt: skip
     if url is not None:
-        from soakgate.reference.http import HttpReference
+        from soakgate.reference.http import TOP_ALTERNATIVES, HttpReference
         from soakgate.reference.sampling import ServerSampler
         from soakgate.targets import TargetSpec
 
         api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
         spec = TargetSpec.parse(url, api_key, args.model)
         connections = config.load.concurrency * len(config.targets)
-        reference = HttpReference(spec.url, spec.model, api_key, args.score_timeout, connections)
+        reference = HttpReference(
+            spec.url, spec.model, api_key, args.score_timeout, connections,
+            TOP_ALTERNATIVES if alternatives is None else alternatives,
+        )  # fmt: skip
         return ReferenceScorer(reference, settings, ServerSampler(spec))
     from pathlib import Path
 

@@ -160,6 +160,7 @@ class MockServer:
                 "stream": plan.sampling.stream,
                 "max_tokens": plan.sampling.max_tokens,
                 "temperature": plan.sampling.temperature,
+                "prompt_logprobs": plan.sampling.prompt_logprobs,
                 "injected": decision.injected,
                 "fault": decision.fault,
                 "perturbed": plan.perturbed,

@@ -107,7 +107,7 @@ class HttpReference:
 
     def __init__(
         self, url: str, model: str | None = None, api_key: str | None = None,
-        timeout_s: float = 30.0, connections: int = 64,
+        timeout_s: float = 30.0, connections: int = 64, alternatives: int = TOP_ALTERNATIVES,
     ) -> None:  # fmt: skip
         self.url = url.rstrip("/")
         self.model = model
@@ -117,13 +117,16 @@ class HttpReference:
         self._session: aiohttp.ClientSession | None = None
         self.prefill_tokens = 0
         """Tokens sent to the reference for scoring (its prefill load)."""
-        self.top = TOP_ALTERNATIVES
+        self.top = alternatives
         """Alternatives asked for per position; 0 once the server refused them (HTTP 400: a
         vLLM started with a smaller `--max-logprobs`): the worst token then judges alone."""
+        self.alternatives = alternatives
+        """Alternatives asked for at the start (`--reference-alternatives`)."""
 
     def describe(self) -> dict[str, Any]:
         """What is stored with the run about this reference."""
-        return {"kind": "http", "url": self.url, "model": self.model}
+        return {"kind": "http", "url": self.url, "model": self.model,
+                "alternatives": self.alternatives}  # fmt: skip
 
     async def start(self) -> None:
         """Open the session and learn the model (the first of /v1/models when not given)."""

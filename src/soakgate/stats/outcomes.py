@@ -1,8 +1,8 @@
 """Every kind of failure soakgate observes, judged between two arms as one family.
 
 - **per request** (server errors, collapses, suspect generations, shifted generations (a scored
-  row whose typicality, else mean surprisal, is above its calibration's 90th percentile: one in ten of a
-  reference-like unit's; `stats/shift.py`), any failure): the two arms'
+  row whose typicality, else mean surprisal, is above its calibration's 90th percentile: one in
+  ten of a reference-like unit's; `stats/shift.py`), any failure): the two arms'
   time-ordered 0/1 sequences go through `verdict.decide`, the design-driven verdict collapses
   have always had (replicate blocks, one run per arm, counts only; INDETERMINATE where one run
   cannot resolve its own dependence, unless the episodes decide: `verdict._episode_verdict`);
