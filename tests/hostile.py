@@ -431,6 +431,28 @@ async def garbage(server: Hostile, request: Request, writer: Writer) -> bool:
     return True
 
 
+BUDGET_COLLAPSES = ("^" * 16, "-" * 16, "=" * 16, "~" * 16, "\n\n" + "_" * 16, "A " + "*" * 24)
+"""Separator runs that fill a 16-token cut output (one token a character): collapses."""
+BUDGET_ORDINARY = (
+    "Results\n" + "=" * 12, "| a | b |\n|---|---|\n| 1 | 2 |\n|---", "```python\ndef f(x):",
+    "Step 1\n" + "-" * 10 + "\nInstall", "Hmm" + "." * 20, "Chapter 1 " + "." * 30,
+    "Title: soak\n" + "~" * 14, "┌" + "─" * 40,
+)  # fmt: skip
+"""Ordinary outputs a 16-token budget cuts at a rule, an underline or leader dots."""
+
+
+async def budget_fill(server: Hostile, request: Request, writer: Writer) -> bool:
+    """Every third request a separator run that fills the cut output (`BUDGET_COLLAPSES` in
+    turn), the others an ordinary output cut at a rule (`BUDGET_ORDINARY` in turn); every answer
+    `finish_reason` `length`, 16 completion tokens."""
+    turn, kind = divmod(server.count - 1, 3)
+    pool = BUDGET_COLLAPSES if kind == 0 else BUDGET_ORDINARY
+    text = pool[(turn * 2 + kind) % len(pool)]
+    server.saw(request, text)
+    writer.write(answer(request, text))
+    return True
+
+
 BEHAVIOURS: dict[str, Handler] = {
     "ok": ok, "drop-after-work": drop_after_work, "bom": bom, "lone-cr": lone_cr,
     "two-choices": two_choices, "error-event": error_event, "gzip": _encoded("gzip"),
@@ -438,6 +460,7 @@ BEHAVIOURS: dict[str, Handler] = {
     "endless-header": endless_header, "rate-limit": rate_limit, "overloaded": overloaded,
     **{kind: _unstorable(kind) for kind in UNSTORABLE}, "echo-key": echo_key,
     "markup": markup, "trigger": trigger, "hang": hang, "reset": reset, "garbage": garbage,
+    "budget-fill": budget_fill,
 }  # fmt: skip
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -264,3 +265,35 @@ def test_budget_warning_names_each_detector_that_needs_more_tokens() -> None:
     assert budget_warning(only, 8) is None  # only the enabled detectors count
     looser = DetectorConfig(tail_min_run=4, tail_min_words=4, token0_run_threshold=8)
     assert budget_warning(looser, 8) is None
+
+
+def test_a_separator_run_that_fills_a_cut_output_is_flagged_as_punctuation_runs_are() -> None:
+    # issue 29: `^^^^`, `----`, `====`, `~~~~` to the budget were left to the 160 threshold
+    for char in "^-=~_*#":
+        for budget in (16, 24, 32):
+            flagged = char_run(cut(char * budget, budget), CONFIG)
+            assert flagged.flagged and flagged.evidence["class"] == "separator", (char, budget)
+            assert flagged.evidence["tail"] is True
+            assert char_run(cut("\n" + char * budget + "\n", budget), CONFIG).flagged is False
+        assert char_run(cut("\n\n" + char * 24, 24), CONFIG).flagged  # whitespace around aside
+        assert char_run(cut("A " + char * 24, 24), CONFIG).flagged  # 24 of 26: nearly whole
+        # a rule or underline cut by the budget follows text: left to the thresholds
+        assert not char_run(cut("Results\n" + char * 24, 24), CONFIG).flagged, char
+        assert not char_run(cut(char * 24, 24)._replace(finish_reason="stop"), CONFIG).flagged
+    # box drawing ends cut tables, dots lead and think (`Hmm....`): never judged by the tail
+    assert not char_run(cut("─" * 24, 24), CONFIG).flagged
+    assert not char_run(cut("." * 24, 24), CONFIG).flagged
+
+
+@pytest.mark.parametrize("name", ["table", "wide_table", "code", "markdown_rules", "box_drawing",
+                                  "leader_dots", "ellipsis", "csv"])  # fmt: skip
+def test_ordinary_output_cut_anywhere_by_the_budget_is_not_a_separator_collapse(name: str) -> None:
+    """Every prefix of an ordinary output, as if the budget cut it there (about 4 characters a
+    token, the budget at least 16): no separator run is flagged by the tail rule."""
+    from tests.detectors.ordinary_corpus import CORPUS
+
+    text = CORPUS[name]
+    for end in range(1, len(text) + 1):
+        piece = text[:end]
+        found = char_run(cut(piece, max(16, end // 4)), CONFIG)
+        assert not (found.flagged and found.evidence.get("class") == "separator"), (end, piece)

@@ -101,8 +101,10 @@ def test_a_documented_pytest_command_selects_tests(text: str) -> None:
         env[name] = value
     assert words[:3] == ["python", "-m", "pytest"], text
     args = [a for a in words[3:] if a not in ("-s", "-q")]
+    # collected once, in this process (-n 0): xdist's workers would each collect the suite again
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args,
+         "-n", "0"],
         capture_output=True, text=True, timeout=600, cwd=REPO, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

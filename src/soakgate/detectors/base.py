@@ -51,6 +51,10 @@ class DetectorConfig:
     """... a run of one ordinary character must also be at least this long,"""
     tail_min_words: int = 8
     """... and a loop must also cover at least this many words and repeat its phrase twice."""
+    tail_separator_whole: float = 0.9
+    """... and a run of an ASCII separator (`^`, `-`, `=`, `~`: tokenizers merge their runs,
+    and rules and underlines end cut outputs) must also be at least this fraction of the cut
+    output's text, surrounding whitespace aside: it fills (nearly) the whole output."""
     enabled: tuple[str, ...] = ("char_run", "token_run", "word_loop", "empty")
     """Names of the detectors to apply."""
 

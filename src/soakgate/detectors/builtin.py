@@ -80,18 +80,26 @@ def _tail_char_run(text: str, budget_tokens: int | None, config: DetectorConfig)
     cut output and fills at least `tail_fraction` of its tokens counted as one per character;
     {} when there is none. Letters and digits are left out (tokenizers merge their runs, `xx`,
     `0000`, so counting characters overstates their tokens, and hex and URLs repeat them), and
-    so are whitespace and separators (indentation and rules cut by the budget are ordinary):
-    their runs are judged by the thresholds alone."""
+    so are whitespace, box drawing and dots (indentation, tables, leader dots and a thinking
+    `Hmm.....` cut by the budget are ordinary): their runs are judged by the thresholds alone.
+    Another ASCII separator (`^`, `-`, `=`, ...) is judged so only when its run is also (nearly)
+    the whole output (`tail_separator_whole`): a rule or an underline cut by the budget follows
+    text, a collapse fills the budget."""
     if budget_tokens is None or len(text) < config.tail_min_run:
         return {}
     last = text[-1]
-    if text[-config.tail_min_run] != last or last.isalnum() or char_class(last) != "other":
+    if text[-config.tail_min_run] != last or last.isalnum():
+        return {}
+    klass = char_class(last)
+    if klass == "whitespace" or (klass == "separator" and (not last.isascii() or last == ".")):
         return {}
     length = len(text) - len(text.rstrip(last))
     if length < config.tail_min_run or length < config.tail_fraction * budget_tokens:
         return {}
+    if klass == "separator" and length < config.tail_separator_whole * len(text.strip()):
+        return {}
     start = len(text) - length
-    return {"char": last, "length": length, "start": start, "class": "other", "tail": True,
+    return {"char": last, "length": length, "start": start, "class": klass, "tail": True,
             "budget_tokens": budget_tokens}  # fmt: skip
 
 
