@@ -62,6 +62,10 @@ class TargetTally:
     """Scored rows the reference flagged `suspect`."""
     unscored: int = 0
     """Rows chosen for reference scoring that could not be scored."""
+    shift_judged: int = 0
+    """Scored rows judged against the calibration's 90th percentile (`above_p90`)."""
+    shifted: int = 0
+    """Of them, rows above it (one in ten of a reference-like unit's)."""
     streams: StreamTiming = field(default_factory=StreamTiming)
     """Whether its streamed answers come whole (a buffering proxy: `load.streamcheck`)."""
 
@@ -79,6 +83,10 @@ class TargetTally:
         if generation.suspect is not None:
             self.scored += 1
             self.suspects += generation.suspect
+            above = generation.details["reference"].get("above_p90")
+            if above is not None:
+                self.shift_judged += 1
+                self.shifted += above
         elif "reference" in generation.details:
             self.unscored += 1
         if generation.collapsed:

@@ -107,21 +107,32 @@ def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenSco
 
 def evidence(
     tokens: Sequence[TokenScore], threshold: float, alignment: str,
-    typical_threshold: float | None = None,
+    typical_threshold: float | None = None, shift_cutoffs: tuple[float | None, float | None] = (
+        None, None),
 ) -> tuple[float, bool, dict[str, Any]]:  # fmt: skip
     """Score, flag and the `details["reference"]` payload of a scored generation: the first
     implausible token with the text around it, and up to KEEP_IMPLAUSIBLE of them; the whole
     generation's typicality, and `flagged_by` (`token`, `whole`) when a score crossed its
-    threshold. The typicality flags only where the calibration set its threshold."""
+    threshold. The typicality flags only where the calibration set its threshold.
+    `shift_cutoffs` (the calibration's 90th percentiles of the typicality and of the mean
+    surprisal) add `above_p90`: the row's typicality (else its mean surprisal) is above its
+    percentile, which one in ten of the reference's own rows is (the live metrics' shifted
+    share; the report's unit-level verdict recomputes it per run from the stored scores)."""
     score = max_surprisal(tokens)
     bad = implausible(tokens, threshold)
     typical = typical_surprisal(tokens)
     whole = typical is not None and typical_threshold is not None and typical > typical_threshold
+    mean = mean_surprisal(tokens)
     payload: dict[str, Any] = {
         "status": "scored", "score": round(score, 4), "threshold": round(threshold, 4),
-        "mean": mean_surprisal(tokens),  # unrounded: judged against a calibration quantile
+        "mean": mean,  # unrounded: judged against a calibration quantile
         "typical": typical, "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
+    typical_cutoff, mean_cutoff = shift_cutoffs
+    if typical is not None and typical_cutoff is not None:
+        payload["above_p90"] = typical > typical_cutoff
+    elif mean_cutoff is not None:
+        payload["above_p90"] = mean > mean_cutoff
     if typical_threshold is not None:
         payload["typical_threshold"] = round(typical_threshold, 6)
     by = [name for name, hit in (("token", bool(bad)), ("whole", whole)) if hit]

@@ -137,8 +137,9 @@ class ReferenceScorer:
             self.seconds += time.perf_counter() - began
         calibration = self.calibration
         score, flagged, payload = evidence(
-            tokens, calibration.threshold, alignment, calibration.typical_threshold
-        )
+            tokens, calibration.threshold, alignment, calibration.typical_threshold,
+            (calibration.typical_quantiles.get("p90"), calibration.mean_quantiles.get("p90")),
+        )  # fmt: skip
         payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency
         generation.reference_score, generation.suspect = score, flagged
         generation.details["reference"] = payload

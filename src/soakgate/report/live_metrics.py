@@ -49,6 +49,9 @@ SERIES = {
     "soakgate_suspect_rate": "gauge: suspect / reference-scored generations",
     "soakgate_suspect_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
     "bound of the suspect rate",
+    "soakgate_shifted_share": "gauge: share of reference-scored generations whose typicality "
+    "(else mean surprisal) is above the calibration's 90th percentile (a reference-like unit's "
+    "is 0.1, less 1/(calibration samples + 1) at most)",
 }
 """Every series exported, with its type and meaning (README, *Live metrics*)."""
 
@@ -64,6 +67,8 @@ class _Totals:
     scored: int = 0
     suspects: int = 0
     unscored: int = 0
+    shift_judged: int = 0
+    shifted: int = 0
 
     def add(self, tally: Any) -> None:
         """Add one soak's tally of this unit."""
@@ -76,6 +81,8 @@ class _Totals:
         self.scored += getattr(tally, "scored", 0)
         self.suspects += getattr(tally, "suspects", 0)
         self.unscored += getattr(tally, "unscored", 0)
+        self.shift_judged += getattr(tally, "shift_judged", 0)
+        self.shifted += getattr(tally, "shifted", 0)
 
 
 def _latest(a: float | None, b: float | None) -> float | None:
@@ -149,7 +156,7 @@ class LiveMetrics:
         """Totals per (label, target): ended soaks plus the current one's live tallies."""
         with self._lock:
             units = {k: _Totals(v.clean, v.collapsed, dict(v.errors), v.last_collapse_at,
-                                v.scored, v.suspects, v.unscored)
+                                v.scored, v.suspects, v.unscored, v.shift_judged, v.shifted)
                      for k, v in self._done.items()}  # fmt: skip
             in_flight: dict[tuple[str, str], int] = {}
             for tally in list((self._current or {}).values()):
@@ -212,8 +219,10 @@ class LiveMetrics:
         counts = CounterMetricFamily(
             name, SERIES[f"{name}_total"], labels=["label", "target", "outcome"]
         )
-        rate, upper = (GaugeMetricFamily(n, SERIES[n], labels=["label", "target"]) for n in (
-            "soakgate_suspect_rate", "soakgate_suspect_rate_upper_bound"))  # fmt: skip
+        rate, upper, shifted = (
+            GaugeMetricFamily(n, SERIES[n], labels=["label", "target"]) for n in (
+                "soakgate_suspect_rate", "soakgate_suspect_rate_upper_bound",
+                "soakgate_shifted_share"))  # fmt: skip
         for (label, target), totals in sorted(chosen.items()):
             unit = [label, target]
             counts.add_metric([*unit, "suspect"], totals.suspects)
@@ -222,7 +231,9 @@ class LiveMetrics:
             if totals.scored:
                 rate.add_metric(unit, totals.suspects / totals.scored)
                 upper.add_metric(unit, self._upper_bound(totals.suspects, totals.scored))
-        yield from (counts, rate, upper)
+            if totals.shift_judged:
+                shifted.add_metric(unit, totals.shifted / totals.shift_judged)
+        yield from (counts, rate, upper, shifted)
 
 
 def linger(seconds: float, announce: Iterable[str] = ()) -> None:
