@@ -1,4 +1,5 @@
-"""Vectorised random k-subsets of positions: the permutation null of a 0/1 sequence."""
+"""Vectorised random k-subsets of positions: the permutation null of a 0/1 sequence; and the
+Monte Carlo p-value of a statistic against such a null."""
 
 from __future__ import annotations
 
@@ -6,6 +7,15 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+TIES = 1e-12
+"""A replicate within this of the observed statistic counts as reaching it (float noise)."""
+
+
+def monte_carlo_p(null: npt.ArrayLike, observed: float) -> float:
+    """(1 + replicates at or above `observed`) / (1 + replicates): the exact p-value of a
+    Monte Carlo test (the observed statistic counted as one of the null's draws)."""
+    replicated = np.asarray(null, dtype=np.float64)
+    return (1 + int((replicated >= observed - TIES).sum())) / (1 + replicated.size)
 
 
 def random_subsets(rng: np.random.Generator, n: int, k: int, replicates: int) -> IntArray:

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from soakgate.errors import UsageError
-from soakgate.stats._sampling import IntArray, random_subsets
+from soakgate.stats._sampling import IntArray, monte_carlo_p, random_subsets
 from soakgate.stats.dependence import LongRangeEstimate, long_range_design_effect
 from soakgate.stats.hmm import HmmTest, hmm_test
 
@@ -139,7 +139,7 @@ def gap_test(seq: BoolArray, permutations: int = 199, seed: int = 0) -> TestOutc
         return TestOutcome("gap", 0.0, 1.0, "fewer than 3 events")
     observed = float(_gap_distance(positions[None, :], n)[0])
     null = _gap_distance(random_subsets(np.random.default_rng(seed), n, k, permutations), n)
-    p_value = (1 + int((null >= observed - 1e-12).sum())) / (1 + permutations)
+    p_value = monte_carlo_p(null, observed)
     return TestOutcome("gap", observed, p_value)
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from soakgate.stats._sampling import monte_carlo_p
+
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -200,8 +202,7 @@ def long_range_check(
     if permutations < 1:
         return LongRangeCheck(statistic, 1.0, False, CHECK_BINS, level)
     replicated = _autocorrelation_sum(null, CHECK_LAGS)
-    exceed = int((replicated >= statistic - 1e-12).sum())
-    p_value = (1 + exceed) / (1 + permutations)
+    p_value = monte_carlo_p(replicated, statistic)
     return LongRangeCheck(statistic, p_value, p_value <= level, CHECK_BINS, level)
 
 

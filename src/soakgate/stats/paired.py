@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from soakgate.stats._sampling import monte_carlo_p
 from soakgate.stats.dependence import (
     CHECK_BINS,
     CHECK_LAGS,
@@ -152,7 +153,7 @@ def _cross_p(
     observed = float((excess[0] * excess[1]).sum())
     shuffled = np.array([rng.permutation(excess[1]) for _ in range(PERMUTATIONS)])
     null = (shuffled * excess[0][None, :]).sum(axis=1)
-    return (1 + int((null >= observed - 1e-12).sum())) / (1 + PERMUTATIONS)
+    return monte_carlo_p(null, observed)
 
 
 def _residual_p(
@@ -169,7 +170,7 @@ def _residual_p(
     p_values = []
     for null in (redrawn.astype(np.float64), shuffled):
         replicated = _autocorrelation_sum([null], CHECK_LAGS)
-        p_values.append((1 + int((replicated >= observed - 1e-12).sum())) / (1 + PERMUTATIONS))
+        p_values.append(monte_carlo_p(replicated, observed))
     return min(p_values)
 
 
