@@ -210,6 +210,15 @@ def test_bench_reference_typical_scores_a_real_control_with_both_scores() -> Non
     assert len(units) == 2 and all(line.count("%") == 2 for line in units), out
 
 
+def test_bench_calibration_speed_prints_each_configuration() -> None:
+    pytest.importorskip("transformers")
+    out = run_bench("bench_calibration_speed.py", "--samples", "2", "--threads", "1", "2",
+                    "--batch", "2", "--busy", "0", "1", "--max-tokens", "4", timeout_s=300)  # fmt: skip
+    lines = [line for line in out.splitlines() if line.startswith("busy ")]
+    assert len(lines) == 4 and all("samples/s; 5,000 samples" in line for line in lines), out
+    assert {line.split(",")[0] for line in lines} == {"busy 0", "busy 1"}
+
+
 def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> None:
     out = run_bench("bench_replay.py", "--sessions", "5")
     assert out.count("sessions with a wrong cause: new") == 6

@@ -84,3 +84,53 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
     # 5% calibrated: 2 expected of 40 (the threshold's own rate is random: below ~12%, 95%)
     assert counts["same-model"] <= 12, counts
     assert counts["two-layers"] >= 24, counts  # 183/200 (92%) in a longer run (README)
+
+
+PHASES = """
+import asyncio, sys, torch
+from soakgate.prompts import builtin_prompts
+from soakgate.reference.hf import HFReference
+from soakgate.reference.http import ScoreRequest
+from soakgate.targets import RequestSpec
+
+reference = HFReference(sys.argv[1])
+seen = []
+
+def spied(method):  # torch's thread count is per thread: read it where the work ran
+    def run(*args):
+        out = method(*args)
+        seen.append(f"{method.__name__}={torch.get_num_threads()}")
+        return out
+    return run
+
+reference._sample_all = spied(reference._sample_all)
+reference._forward = spied(reference._forward)
+
+async def main() -> None:
+    answers = await reference.sample(list(builtin_prompts()[:2]), RequestSpec(max_tokens=4), 2)
+    outcome = answers[0][1]
+    request = ScoreRequest(outcome.prompt_token_ids, outcome.token_ids, None, "")
+    await reference.score(request)
+    reference.calibrated()
+    await reference.score(request)
+    print(*seen)
+
+asyncio.run(main())
+"""
+
+
+def test_the_calibration_uses_every_core_and_the_soak_leaves_one_to_the_client() -> None:
+    """The calibration is drawn before the soak starts, on every usable core; once it is drawn
+    the reference scores on every core but one (the soak's client needs it): in process, with
+    the real model, torch's process-wide thread count in each phase."""
+    cores = len(os.sched_getaffinity(0))
+    result = subprocess.run(
+        [sys.executable, "-c", PHASES, str(MODEL)], cwd=REPO, capture_output=True, text=True,
+        timeout=600, env={k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        f"_sample_all={cores}",
+        f"_forward={cores}",
+        f"_forward={max(1, cores - 1)}",
+    ]

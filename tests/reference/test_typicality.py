@@ -160,7 +160,7 @@ def test_the_unit_verdict_judges_the_typicality_and_the_mean_where_a_row_has_non
     assert shifts["a"]["eager@gpu0"]["verdict"] == "like the reference"
     assert shifts["b"]["compiled@gpu0"]["score"] == "mean surprisal"
     assert shifts["b"]["compiled@gpu0"]["verdict"] == "like the reference"
-    table = soakgate("report", "a.sqlite", cwd=tmp_path).stdout
+    table = soakgate("report", "a.sqlite", cwd=tmp_path, env={"COLUMNS": "250"}).stdout
     assert "SHIFTED by typicality" in table
     gate = soakgate("compare", "a.sqlite", "eager", "compiled", "--outcome", "shifted",
                     "--fail-on-differ", cwd=tmp_path)  # fmt: skip
@@ -207,16 +207,34 @@ def test_reference_alternatives_sets_what_each_score_request_asks_for(tmp_path: 
     assert len(typicals[5]) == 40 and all(t is not None for t in typicals[5])
 
 
-def test_reference_alternatives_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_reference_flags_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     for argv, message in (
         (["--score-reference", "http://127.0.0.1:9", "--reference-alternatives", "-1"],
          "--reference-alternatives must be between 0 and 1000"),
         (["--reference-model", str(tmp_path), "--reference-alternatives", "5"],
          "--reference-alternatives is for --score-reference"),
         (["--reference-alternatives", "0"], "--reference-alternatives needs --score-reference"),
+        (["--score-reference", "http://127.0.0.1:9", "--reference-threads", "2"],
+         "--reference-threads is for --reference-model"),
+        (["--reference-batch", "8"], "--reference-batch is for --reference-model"),
+        (["--reference-model", str(tmp_path), "--reference-threads", "0"],
+         "--reference-threads"),
     ):  # fmt: skip
         result = soakgate("run", "--target", "http://127.0.0.1:9", "--requests", "1", *argv,
                           "--db", str(tmp_path / "x.sqlite"), cwd=tmp_path)  # fmt: skip
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_the_in_process_reference_leaves_a_core_to_the_soak() -> None:
+    import os
+
+    from soakgate.reference.hf import HFReference, default_threads
+
+    cores = len(os.sched_getaffinity(0))
+    assert default_threads() == max(1, cores - 1)
+    assert HFReference("/nonexistent").threads == default_threads()
+    assert HFReference("/nonexistent").calibration_threads == cores  # before the soak starts
+    assert HFReference("/nonexistent", 8, 3).threads == 3
+    assert HFReference("/nonexistent", 8, 3).calibration_threads == 3

@@ -33,6 +33,15 @@ def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
         "alone, at a fraction of the client's and the reference's cost)",
     )  # fmt: skip
     add(
+        "--reference-threads", type=positive_int, metavar="N",
+        help="torch threads of --reference-model (default: every core but one, at least one)",
+    )  # fmt: skip
+    add(
+        "--reference-batch", type=positive_int, metavar="N",
+        help="generations per forward pass of --reference-model, sampling and scoring "
+        "(default 16)",
+    )  # fmt: skip
+    add(
         "--score-fraction", action="append", default=[], metavar="[NAME=]F",
         help="share of generations scored, for all targets or one (repeatable; default 1.0)",
     )  # fmt: skip
@@ -90,6 +99,9 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
     if alternatives is not None and url is None and model_path is not None:
         raise UsageError("--reference-alternatives is for --score-reference: --reference-model "
                          "computes the exact entropy")  # fmt: skip
+    for flag in ("reference_threads", "reference_batch"):
+        if getattr(args, flag) is not None and model_path is None:
+            raise UsageError(f"--{flag.replace('_', '-')} is for --reference-model")
     if url is None and model_path is None:
         for flag in ("score_fraction", "score_backlog", "recalibrate", "reference_alternatives"):
             value = getattr(args, flag)
@@ -134,9 +146,9 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
         return ReferenceScorer(reference, settings, ServerSampler(spec))
     from pathlib import Path
 
-    from soakgate.reference.hf import HFReference
+    from soakgate.reference.hf import BATCH, HFReference
 
     if not (Path(model_path) / "config.json").is_file():  # refused before any load
         raise UsageError(f"--reference-model {model_path}: no config.json (not a model folder)")
-    hf = HFReference(model_path)
+    hf = HFReference(model_path, args.reference_batch or BATCH, args.reference_threads)
     return ReferenceScorer(hf, settings, hf)

@@ -26,6 +26,22 @@ BATCH = 16
 """Generations scored (or sampled) per forward pass."""
 
 
+def usable_cores() -> int:
+    """Cores this process may run on."""
+    import os
+
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def default_threads() -> int:
+    """torch threads for the in-process reference while the soak runs: every usable core but
+    one (at least one). The soak's own client needs a core, and torch's threads spin: on a
+    2-core machine beside one busy process, 2 threads drew samples 3.0x slower than 1 (2.57
+    against 1.05 samples/s at batch 16; `bench/bench_calibration_speed.py`, BENCHMARKS.md
+    section 17). The calibration, drawn before the soak starts, uses every core."""
+    return max(1, usable_cores() - 1)
+
+
 class HFReference:
     """A transformers causal LM on the CPU (or the device torch picks), scoring and sampling."""
 
@@ -34,8 +50,12 @@ class HFReference:
     ) -> None:
         self.path = Path(path)
         self.batch_size = batch_size
-        self.threads = threads
-        """torch's intra-op threads (None: torch's default)."""
+        self.threads = threads or default_threads()
+        """torch's intra-op threads while the soak runs (default: every usable core but one)."""
+        self.calibration_threads = threads or usable_cores()
+        """torch's intra-op threads while the calibration is drawn, before the soak (default:
+        every usable core)."""
+        self._calibrating = False
         self.prefill_tokens = 0
         self._model: Any = None
         self._tokenizer: Any = None
@@ -82,8 +102,7 @@ class HFReference:
             raise UsageError(
                 "--reference-model needs torch and transformers (pip install -e '.[torch]')"
             ) from None
-        if self.threads:
-            torch.set_num_threads(self.threads)
+        torch.set_num_threads(self._threads_now())
         transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
         transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         try:
@@ -96,6 +115,20 @@ class HFReference:
             self._model = model.eval()  # type: ignore[no-untyped-call]
         except (OSError, ValueError) as exc:
             raise UsageError(f"--reference-model {self.path}: cannot load it ({exc})") from None
+
+    def _threads_now(self) -> int:
+        return self.calibration_threads if self._calibrating else self.threads
+
+    def _set_threads(self) -> None:
+        """Apply the phase's thread count (torch's setting is process-wide)."""
+        import torch
+
+        if torch.get_num_threads() != self._threads_now():
+            torch.set_num_threads(self._threads_now())
+
+    def calibrated(self) -> None:
+        """The calibration is drawn: from now on score with the soak's thread count."""
+        self._calibrating = False
 
     async def close(self) -> None:
         """Stop any sampling after its batch (the model goes with the process)."""
@@ -155,6 +188,7 @@ class HFReference:
         """One padded forward pass: each sequence's generated tokens' logprobs and ranks."""
         import torch
 
+        self._set_threads()
         longest = max(len(ids) for ids, _ in batch)
         pad = self._tokenizer.pad_token_id or 0
         inputs = torch.tensor([ids + [pad] * (longest - len(ids)) for ids, _ in batch])
@@ -182,6 +216,7 @@ class HFReference:
     ) -> list[tuple[Prompt, Outcome]]:
         """The model's own samples at the soak's settings (calibration), in batches; `first` is
         the number of the first sample (each chunk of a calibration draws from its own seed)."""
+        self._calibrating = True  # until calibrated(): every core, the soak has not started
         await self.start()
         return await asyncio.to_thread(self._sample_all, prompts, spec, first)
 
@@ -190,6 +225,7 @@ class HFReference:
     ) -> list[tuple[Prompt, Outcome]]:
         import torch
 
+        self._set_threads()
         torch.manual_seed((spec.seed or 0) * 1_000_003 + first)
         answers = []
         for start in range(0, len(prompts), self.batch_size):

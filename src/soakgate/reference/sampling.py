@@ -15,6 +15,9 @@ class ServerSampler:
     def __init__(self, target: TargetSpec) -> None:
         self.target = target
 
+    def calibrated(self) -> None:
+        """Nothing to give back: the reference server runs elsewhere."""
+
     async def sample(
         self, prompts: list[Prompt], spec: RequestSpec, concurrency: int, first: int = 0
     ) -> list[tuple[Prompt, Outcome]]:

@@ -48,6 +48,9 @@ class Sampler(Protocol):
     async def sample(
         self, prompts: list[Prompt], spec: RequestSpec, concurrency: int, first: int = 0
     ) -> list[tuple[Prompt, Outcome]]: ...
+    def calibrated(self) -> None:
+        """The calibration is drawn; the soak comes next (a sampler in this process gives the
+        soak back the core it used)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +200,7 @@ class ReferenceScorer:
             drawn += len(answers)
             if progress is not None:
                 progress(drawn, settings.calibration, time.perf_counter() - began)
+        self.sampler.calibrated()
         if drawn - failures < 0.9 * settings.calibration:
             raise TargetError(
                 f"reference calibration: only {drawn - failures} of "
