@@ -219,6 +219,14 @@ def test_bench_calibration_speed_prints_each_configuration() -> None:
     assert {line.split(",")[0] for line in lines} == {"busy 0", "busy 1"}
 
 
+def test_bench_latency_prints_level_power_and_coverage_with_errors() -> None:
+    out = run_bench("bench_latency.py", "--reps", "40", "--n", "200")
+    lines = [line for line in out.splitlines() if "% ± " in line]
+    assert len(lines) == 8, out
+    assert sum(line.startswith("false alarms") for line in lines) == 3
+    assert sum("covers" in line for line in lines) == 3
+
+
 def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> None:
     out = run_bench("bench_replay.py", "--sessions", "5")
     assert out.count("sessions with a wrong cause: new") == 6

@@ -330,6 +330,9 @@ COMMANDS: dict[str, Entry] = {
         "tests/bench/test_bench_smoke.py::"
         "test_bench_capacity_prints_cpu_per_request_in_flight_and_memory_for_each_shape"
     ),
+    "python bench/bench_latency.py": Covered(
+        "tests/bench/test_bench_smoke.py::test_bench_latency_prints_level_power_and_coverage_with_errors"
+    ),
     "python bench/bench_audit.py [--macros]": Covered(
         "tests/bench/test_bench_smoke.py::test_bench_audit_prints_the_scan_time_and_finds_every_op"
     ),

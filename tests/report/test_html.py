@@ -46,7 +46,8 @@ def test_report_is_self_contained_and_escapes_model_text() -> None:
     assert "&lt;b&gt;y&lt;/b&gt;" in page  # event data escaped too
     # No network reference of any kind: every image is an inline data URI.
     assert not re.search(r"(?:src|href)\s*=\s*[\"']?(?:https?:|//)", page)
-    assert re.findall(r"<img[^>]*src=\"([^\"]{0,26})", page) == ["data:image/svg+xml;base64,"] * 4
+    # four figures, and the latency distributions (issue 30)
+    assert re.findall(r"<img[^>]*src=\"([^\"]{0,26})", page) == ["data:image/svg+xml;base64,"] * 5
     assert "Content-Security-Policy" in page
 
 

@@ -54,7 +54,7 @@ def test_report_renders_without_errors_and_runs_no_injected_script(
     assert values["title"] == "safe" and values["pwned"] is False
     assert values["scripts"] == 0 and values["handlers"] == 0
     assert values["summary_rows"] == len(analysis.units)
-    assert values["images"] == values["figures"] == 4  # forest, two timelines, throughput
+    assert values["images"] == values["figures"] == 5  # forest, two timelines, throughput, latency
     assert values["exemplar"].startswith(PAYLOAD)  # shown as text, verbatim
 
 
@@ -80,7 +80,7 @@ def test_probe_sections_render_without_errors(browser: Chromium, tmp_path: Path)
     assert values["pwned"] is False and values["scripts"] == 0 and values["handlers"] == 0
     assert values["sections"] == 5 and values["look_rows"] == 2
     # forest, two timelines, throughput, the sweep and one acceptance plot: all decoded
-    assert values["images"] == values["figures"] == 6
+    assert values["images"] == values["figures"] == 7  # and the latency distributions
 
 
 def test_harness_sees_script_execution_and_console_errors(
@@ -121,5 +121,5 @@ def test_a_million_generation_report_renders_with_the_verdict_in_the_first_scree
     top, bottom, height = values["verdict"]
     assert height > 0 and top >= 0 and bottom <= values["screen"][1], values
     assert values["word"] in ("DIFFER", "no significant difference", "INDETERMINATE")
-    assert values["images"] == values["figures"] == 6  # forest, four timelines, throughput
+    assert values["images"] == values["figures"] == 7  # forest, four timelines, throughput, latency
     assert values["sideways"] is False and values["scripts"] == 0

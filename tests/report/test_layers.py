@@ -12,9 +12,10 @@ import soakgate.report
 PACKAGE = Path(soakgate.report.__file__).parent
 STAGES = {
     "formatting": 0,  # a leaf every stage may use: it imports no report module
-    "load": 1, "collapse": 1, "reference_load": 1,
+    "load": 1, "collapse": 1, "reference_load": 1, "latency_load": 1,
     "model": 2, "checks": 2, "probes": 2, "comparisons": 2, "bins": 2, "analyze": 2,
     "replays": 2, "placement": 2, "reference": 2, "outcomes": 2, "gate": 2, "uptime": 2,
+    "latency": 2,
     "compare_text": 3, "verdicts": 3, "tables": 3, "probe_tables": 3, "figures": 3, "html": 3,
     "outcome_table": 3,
     "api": 4, "export": 4, "parquet": 4, "live": 4, "live_metrics": 4, "metrics_server": 4,

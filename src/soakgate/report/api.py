@@ -157,6 +157,7 @@ def compare(
     from soakgate.report.compare_text import render_comparison
     from soakgate.report.comparisons import attach_differential, attach_gates
     from soakgate.report.gate import gate_lines
+    from soakgate.report.latency import compare_latency
 
     if outcome not in COMPARE_OUTCOMES:
         raise UsageError(f"--outcome must be one of {', '.join(COMPARE_OUTCOMES)}, not {outcome!r}")
@@ -166,6 +167,8 @@ def compare(
     reports = _compare_reports(detail, a, b, baseline, plan, allow_unit_mismatch, alpha, options)
     if not scoring:
         attach_differential(analysis, reports, options)
+        for item in reports:
+            item.latency = compare_latency(analysis, *item.units)
     judged = tuple(o for o in OUTCOMES if outcome in ("all", o))
     if plan is not None:  # the registered collapse decision stands on its own, as registered
         judged = tuple(o for o in judged if o != COLLAPSE)

@@ -129,6 +129,8 @@ def render_comparison(report: ComparisonReport) -> str:
     lines += [f"  {note}" for note in report.notes]
     if report.differential is not None:
         lines += differential_lines(report.differential)
+    if report.latency is not None:
+        lines += [f"  {line}" for line in report.latency.lines(c.alpha)]
     if report.mismatch:
         lines.append(f"*** {MISMATCH_LABEL} ***")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from soakgate.errors import UnitMismatchError, UsageError
 from soakgate.report.gate import Gate, GateOptions
+from soakgate.report.latency import LatencyComparison
 from soakgate.report.model import Analysis, ClusteringOptions, Unit
 from soakgate.stats.compare import AdjustedComparison, Arm, Comparison
 from soakgate.stats.plan import Decision, Plan
@@ -53,6 +54,8 @@ class ComparisonReport:
     """The arms' differential-check divergence rates compared, when both have compared rows."""
     gate: Gate | None = None
     """Every outcome of B judged against A's (report/gate.py), when attached."""
+    latency: LatencyComparison | None = None
+    """B's latencies against A's (report/latency.py), when attached."""
 
 
 def rates_differ(report: ComparisonReport) -> bool:

@@ -262,3 +262,29 @@ def reference_plot(unit: ReferenceUnit) -> str:
     axes.set_title(f"{unit.name}: scored generations against the calibration", fontsize=10)
     axes.legend(loc="upper right", fontsize=8)
     return to_data_uri(figure)
+
+
+def latency_plot(series: list[tuple[str, dict[str, Any]]]) -> str:
+    """Each unit's distribution of end-to-end latency and time to first token: empirical CDFs
+    on a log time axis, one line per unit (units in the palette's order). `series` holds
+    (unit name, measure -> values in seconds)."""
+    figure = _figure(10.0, 3.0)
+    panels = [("end_to_end", "end-to-end latency (s)"), ("ttft", "time to first token (s)")]
+    for index, (measure, label) in enumerate(panels, 1):
+        axes = figure.add_subplot(1, 2, index)
+        for number, (name, values) in enumerate(series):
+            finite = np.sort(values[measure][np.isfinite(values[measure])])
+            finite = finite[finite > 0]  # a log axis
+            if not len(finite):
+                continue
+            share = np.arange(1, len(finite) + 1) / len(finite)
+            axes.step(finite, share, where="post", label=name,
+                      color=_PALETTE[number % len(_PALETTE)], linewidth=1.2)  # fmt: skip
+        axes.set_xscale("log")
+        axes.set_xlabel(label)
+        axes.set_ylabel("share of clean generations")
+        axes.set_ylim(0, 1.0)
+        axes.grid(True, alpha=0.3)
+        if index == 1 and series:
+            axes.legend(loc="lower right", fontsize=8)
+    return to_data_uri(figure)

@@ -266,6 +266,7 @@ def render_html(
     with matplotlib.rc_context({"text.parse_math": False}):
         figures = _figures(analysis)
         probes = _probe_context(analysis)
+        latency = _latency(analysis)
     return template.render(
         title=title or "soakgate report",
         version=__version__,
@@ -290,7 +291,45 @@ def render_html(
         exemplars=exemplars(analysis),
         units=[u for u in analysis.units if not u.aggregate],
         probes=probes,
+        latency=latency,
     )
+
+
+def _latency(analysis: Analysis) -> dict[str, Any]:
+    """The latency table (each quantile with its interval) and the units' distributions."""
+    from soakgate.report import figures
+    from soakgate.report.latency import (
+        MEASURES,
+        NAMES,
+        NOTE,
+        TITLE,
+        seconds_text,
+        unit_arrays,
+        unit_latencies,
+    )  # fmt: skip
+    from soakgate.stats.latency import QUANTILES
+
+    rows = unit_latencies(analysis)
+    if not rows:
+        return {"rows": [], "figure": None}
+
+    def shown(q: Any) -> str:
+        return f"{seconds_text(q.value)} [{seconds_text(q.low)}, {seconds_text(q.high)}]"
+
+    headers = ["unit", "clean", "streamed"] + [
+        f"{NAMES[m]} p{round(q * 100)} [95%]" for m in MEASURES for q in QUANTILES
+    ]
+    cells = []
+    for row in rows:
+        values = [row.name, f"{row.clean:,}", f"{row.streamed:,}"]
+        for m in MEASURES:
+            found = row.measure(m)
+            values += [shown(q) for q in found.quantiles] if found else ["-"] * len(QUANTILES)
+        cells.append(values)
+    units = {(u.label, u.target): u for u in analysis.units if not u.aggregate}
+    series = [(row.name, unit_arrays(analysis, units[(row.label, row.target)])) for row in rows]
+    return {"title": TITLE, "note": NOTE, "headers": headers, "rows": cells,
+            "figure": figures.latency_plot(series)}  # fmt: skip
 
 
 def _outcomes(analysis: Analysis) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from soakgate.store.base import LedgerEntry, Store
 from soakgate.store.columns import NO_DIVERGENCE, ColumnBatch, ColumnReader
 
 if TYPE_CHECKING:
+    from soakgate.report.latency_load import LatencySlices
     from soakgate.report.reference_load import ReferenceSlices
     from soakgate.store.sqlite import SqliteStore
 
@@ -140,6 +141,8 @@ class Columns:
     """The highest-scoring suspect rows of each (label, target), whole, by row id."""
     gateway: dict[tuple[str, str], GatewayTally] = field(default_factory=dict)
     """(label, target) -> the rows a gateway retried upstream (only units that have some)."""
+    latency: LatencySlices = field(default_factory=dict)
+    """(label, target) -> its runs' clean rows' timings (warm-ups and replays left out)."""
     warmups: dict[tuple[str, str], list[SliceColumns]] = field(default_factory=dict)
     """(label, target) -> the warm-up of each of its runs that declares one (`warmup_requests`
     in the run's load: its first requests per target, soaked and stored, never counted)."""
@@ -336,6 +339,7 @@ def exemplar_ids(columns: Columns, per_unit: int = EXEMPLARS_PER_UNIT) -> list[i
 def load_store(store: Store, contexts: bool = False) -> Columns:
     """Columns of an open store: on a SQLite store's own connection, else from its rows; with
     `contexts`, what surrounded each exemplar (a SQLite store only)."""
+    from soakgate.report.latency_load import load_latency, store_batches
     from soakgate.report.reference_load import load_reference, suspect_ids
     from soakgate.store.columns import reader_for
     from soakgate.store.sqlite import SqliteStore
@@ -352,6 +356,7 @@ def load_store(store: Store, contexts: bool = False) -> Columns:
     rows = (store.gateway_counts() if isinstance(store, SqliteStore)
             else _gateway_rows(store.generations()))  # fmt: skip
     columns.gateway = gateway_tallies(rows, _probe_runs(columns.runs))
+    columns.latency = load_latency(store_batches(store), runs, _probe_runs(runs))
     if contexts and isinstance(store, SqliteStore):
         _add_contexts(store, columns)
     return columns
@@ -362,6 +367,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     Arrow reader once sqlite3 has closed the file (two SQLite libraries must not hold one file
     open in a process), or through sqlite3 where Arrow cannot be used; with `contexts`, what
     surrounded each exemplar (sqlite3 again, once Arrow has closed the file)."""
+    from soakgate.report.latency_load import load_latency, store_batches
     from soakgate.report.reference_load import load_reference, suspect_ids
     from soakgate.store.columns import ArrowReader, arrow_available
     from soakgate.store.sqlite import open_analysis, read_only_uri
@@ -373,9 +379,10 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
         suspects = suspect_ids(reference[0])
         gateway = gateway_tallies(store.gateway_counts(), _probe_runs(runs))
         if not arrow_available() or store.shared_in_process:
+            latency = load_latency(store_batches(store), runs, _probe_runs(runs))
             columns = load_columns(store.column_reader(), runs, events, ledger, suspects)
             columns.reference, columns.reference_rows = reference
-            columns.gateway = gateway
+            columns.gateway, columns.latency = gateway, latency
             if contexts:
                 _add_contexts(store, columns)
             return columns
@@ -384,10 +391,13 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
     reader = ArrowReader(read_only_uri(Path(path)), str(path))
     try:
         columns = load_columns(reader, runs, events, ledger, suspects)
+        upto = reader.max_row_id()
+        latency = load_latency(lambda run_id: reader.latency(run_id, upto), runs,
+                               _probe_runs(runs))  # fmt: skip
     finally:
         reader.close()
     columns.reference, columns.reference_rows = reference
-    columns.gateway = gateway
+    columns.gateway, columns.latency = gateway, latency
     if contexts and columns.exemplars:
         store = open_analysis(path)
         try:

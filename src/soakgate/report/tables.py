@@ -220,12 +220,32 @@ def render_table(
             f"({', '.join(dropped)} and errors by class: --format json or csv, or a "
             f"terminal of {NARROW}+ columns)",
         )  # fmt: skip
+    _print_latency(analysis, console)
     if analysis.probes is not None:
         _print_probes(analysis, console)
     _print_placement(analysis, console)
     for line in uptime_lines(analysis):
         console.print(line, markup=False, highlight=False)  # wrapped to the width
     return console.export_text()
+
+
+def _print_latency(analysis: Analysis, console: Any) -> None:
+    """Latency, TTFT and TPOT per unit (report/latency.py), when any clean row was timed."""
+    from rich.table import Table
+
+    from soakgate.report.latency import HEADERS as LATENCY_HEADERS
+    from soakgate.report.latency import NOTE, TITLE, table_rows, unit_latencies
+
+    rows = unit_latencies(analysis)
+    if not rows:
+        return
+    table = Table(title=TITLE)
+    for header in LATENCY_HEADERS:
+        table.add_column(header, overflow="fold")
+    for cells in table_rows(rows):
+        table.add_row(*cells)
+    console.print(table)
+    console.print(NOTE, markup=False, highlight=False)
 
 
 def _print_outcomes(analysis: Analysis, console: Any) -> None:
@@ -279,6 +299,7 @@ def _print_probes(analysis: Analysis, console: Any) -> None:
 
 def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
     """Verdicts, rows, warnings, probe findings and events as one JSON document."""
+    from soakgate.report.latency import latency_json
     from soakgate.report.outcome_table import gate_dict, outcome_dict
     from soakgate.report.outcomes import analysis_outcomes
     from soakgate.report.placement import placements
@@ -294,6 +315,7 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
         "warnings": analysis.warnings,
         "probes": probes_json(analysis.probes) if analysis.probes is not None else None,
         "uptime": uptime_json(analysis),
+        "latency": latency_json(analysis),
         "events": [
             {"run_id": e.run_id, "at": e.at, "kind": e.kind, "target": e.target, "data": e.data}
             for e in analysis.events
@@ -305,12 +327,18 @@ def render_json(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()
 
 
 def render_csv(analysis: Analysis, comparisons: Sequence[ComparisonReport] = ()) -> str:
-    """One CSV row per unit and aggregate; errors_by_class as JSON in its cell."""
+    """One CSV row per unit and aggregate; errors_by_class as JSON in its cell; each unit's
+    latency quantiles in seconds (empty for aggregates and untimed units)."""
+    from soakgate.report.latency import csv_columns, csv_values, unit_latencies
+
+    timed = {(u.label, u.target): u for u in unit_latencies(analysis)}
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, (*COLUMNS, *OUTCOME_COLUMNS), lineterminator="\n")
+    writer = csv.DictWriter(buffer, (*COLUMNS, *OUTCOME_COLUMNS, *csv_columns()),
+                            lineterminator="\n")  # fmt: skip
     writer.writeheader()
     for row in summary_rows(analysis):
-        writer.writerow({**row, "errors_by_class": json.dumps(row["errors_by_class"])})
+        latency = csv_values(timed.get((row["label"], row["target"])))
+        writer.writerow({**row, "errors_by_class": json.dumps(row["errors_by_class"]), **latency})
     return buffer.getvalue()
 
 
@@ -352,12 +380,28 @@ def render_markdown(analysis: Analysis, comparisons: Sequence[ComparisonReport] 
         lines += [f"- {markdown_text(w)}" for w in analysis.warnings]
     if analysis.probes is not None:
         lines += _markdown_probes(analysis)
+    lines += _markdown_latency(analysis)
     uptime = uptime_lines(analysis)
     if uptime:
         lines += ["", f"**{markdown_text(uptime[0])}**", ""] + [
             f"- {markdown_text(u.strip())}" for u in uptime[1:]
         ]
     return "\n".join(lines) + "\n"
+
+
+def _markdown_latency(analysis: Analysis) -> list[str]:
+    from soakgate.report.latency import HEADERS as LATENCY_HEADERS
+    from soakgate.report.latency import NOTE, TITLE, table_rows, unit_latencies
+
+    rows = unit_latencies(analysis)
+    if not rows:
+        return []
+    lines = ["", f"**{markdown_text(TITLE)}**", "", "| " + " | ".join(LATENCY_HEADERS) + " |"]
+    lines.append("|" + "---|" * len(LATENCY_HEADERS))
+    lines += [
+        "| " + " | ".join(markdown_text(c) for c in cells) + " |" for cells in table_rows(rows)
+    ]
+    return [*lines, "", markdown_text(NOTE)]
 
 
 def _markdown_outcomes(analysis: Analysis) -> list[str]:

@@ -87,6 +87,60 @@ def numeric_select(targets: Sequence[str], labels: Sequence[str], reference: boo
     )
 
 
+LATENCY_SELECT = (
+    "SELECT COALESCE(label, ''), COALESCE(target, ''), CAST(error_class IS NULL AS INTEGER), "
+    "CAST(ended_at - started_at AS REAL), "
+    "CAST(CASE WHEN stream THEN COALESCE(ttft_s, -1.0) ELSE -1.0 END AS REAL), "
+    "CAST(COALESCE(completion_tokens, -1) AS INTEGER) "
+    "FROM generations WHERE run_id = ? AND id <= ? ORDER BY seq"
+)
+"""A run's rows' timings in seq order (report/latency_load.py): -1 where there is no time to
+first token (not streamed, or none came) or no token count."""
+
+
+@dataclass(slots=True)
+class LatencyBatch:
+    """Consecutive rows of one run, in seq order: what latency is computed from."""
+
+    label: tuple[CodeArray, list[str]]
+    target: tuple[CodeArray, list[str]]
+    clean: BoolArray
+    """The request completed without an error."""
+    seconds: FloatArray
+    """End-to-end: `ended_at - started_at`."""
+    ttft: FloatArray
+    """Time to first token (NaN: not streamed, or no token came)."""
+    tokens: FloatArray
+    """Completion tokens (NaN: not reported)."""
+
+
+def _missing(values: Any) -> FloatArray:
+    found = np.asarray(values, np.float64)
+    return np.where(found < 0, np.nan, found)
+
+
+def latency_from_tuples(rows: Sequence[tuple[Any, ...]]) -> LatencyBatch:
+    """A batch from rows in LATENCY_SELECT's column order."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 6
+    return LatencyBatch(
+        _codes(columns[0]), _codes(columns[1]), np.array(columns[2], bool),
+        np.array(columns[3], np.float64), _missing(columns[4]), _missing(columns[5]),
+    )  # fmt: skip
+
+
+def latency_from_arrow(batch: Any) -> LatencyBatch:
+    """A batch from an Arrow record batch of LATENCY_SELECT (strings encoded in C)."""
+    columns = batch.columns
+
+    def numbers(index: int) -> Any:
+        return columns[index].to_numpy(zero_copy_only=False)
+
+    return LatencyBatch(
+        _dictionary(columns[0]), _dictionary(columns[1]), numbers(2).astype(bool),
+        numbers(3).astype(np.float64), _missing(numbers(4)), _missing(numbers(5)),
+    )  # fmt: skip
+
+
 class UnexpectedValues(Exception):
     """A numeric scan met a target, label or error class it was not told to expect."""
 
@@ -233,6 +287,12 @@ class Sqlite3Reader:
         while rows := cursor.fetchmany(BATCH_ROWS):
             yield _batch_from_tuples(run_id, rows)
 
+    def latency(self, run_id: str, upto: int) -> Iterator[LatencyBatch]:
+        """The run's rows' timings with id <= upto, in seq order, BATCH_ROWS at a time."""
+        cursor = self._db.execute(LATENCY_SELECT, (run_id, upto))
+        while rows := cursor.fetchmany(BATCH_ROWS):
+            yield latency_from_tuples(rows)
+
     def rows(self, row_ids: Sequence[int]) -> dict[int, Generation]:
         """Whole rows by id."""
         present = {row[1] for row in self._db.execute("PRAGMA table_info(generations)")}
@@ -315,6 +375,11 @@ class ArrowReader:
                    batch.error[0].min(initial=0)) < 0:  # fmt: skip
                 raise UnexpectedValues(run_id)
             yield batch
+
+    def latency(self, run_id: str, upto: int) -> Iterator[LatencyBatch]:
+        """The run's rows' timings with id <= upto, in seq order, as Arrow batches."""
+        for batch in self.raw_batches(LATENCY_SELECT, (run_id, upto)):
+            yield latency_from_arrow(batch)
 
     def _decoded(self, convert: Callable[..., ColumnBatch], *args: Any) -> ColumnBatch:
         """A batch converted to numpy; text that is not UTF-8 (a damaged page) as one
