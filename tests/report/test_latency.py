@@ -4,6 +4,7 @@ known amounts, and checked against the stored rows."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -106,6 +107,9 @@ def test_every_format_shows_the_latency_section(timed: Path) -> None:
     html = page.read_text()
     assert 'id="latency"' in html and 'id="latency-table"' in html
     assert 'id="latency-plot"' in html and "data:image/svg+xml;base64," in html
+    uri = html.split('id="latency-plot"')[1].split('src="data:image/svg+xml;base64,')[1]
+    svg = base64.b64decode(uri.split('"')[0]).decode()
+    assert "mathdefault" not in svg and "$" not in svg  # tick labels as text, not mathtext
 
 
 def test_compare_tests_the_difference_in_medians_outside_the_gate(timed: Path) -> None:
