@@ -283,8 +283,8 @@ def latency_plot(series: list[tuple[str, dict[str, Any]]]) -> str:
             axes.step(finite, share, where="post", label=name,
                       color=_PALETTE[number % len(_PALETTE)], linewidth=1.2)  # fmt: skip
         spread = [v[measure][np.isfinite(v[measure]) & (v[measure] > 0)] for _, v in series]
-        values = np.concatenate(spread) if spread else np.zeros(0)
-        if len(values) and values.max() > 10 * values.min():  # a log axis where it spans decades
+        pooled = np.concatenate(spread) if spread else np.zeros(0)
+        if len(pooled) and pooled.max() > 10 * pooled.min():  # a log axis where it spans decades
             axes.set_xscale("log")
             axes.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             axes.xaxis.set_minor_formatter(NullFormatter())
