@@ -265,6 +265,8 @@ def main(args: argparse.Namespace) -> int:
         config.label = " vs ".join(dict.fromkeys(labels.values()))
     observers = live_report(args)
     metrics = start_metrics(args)  # a port in use is refused here, before any load
+    if metrics is not None:  # every unit's series from the first scrape, at 0
+        metrics.expect((labels.get(t.name, config.label), t.name) for t in config.targets)
     try:
         result = execute(config, args.quiet, [*observers, *([metrics] if metrics else [])])
     except BaseException:

@@ -68,10 +68,13 @@ class TargetTally:
     """Of them, rows above it (one in ten of a reference-like unit's)."""
     streams: StreamTiming = field(default_factory=StreamTiming)
     """Whether its streamed answers come whole (a buffering proxy: `load.streamcheck`)."""
+    last_at: float | None = None
+    """When the last counted generation ended, error or not (Unix time)."""
 
     def count(self, generation: Generation) -> None:
         """Add one finished generation."""
         self.requests += 1
+        self.last_at = generation.ended_at
         self.streams.count(generation)
         if not generation.ok:
             self.errors += 1

@@ -16,6 +16,7 @@ CollectorRegistry: nothing enters prometheus-client's global one.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +25,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
+from soakgate import __version__
 from soakgate.errors import UsageError
-from soakgate.records import Event
+from soakgate.records import ERROR_CLASSES, Event
 from soakgate.report.metrics_server import BoundedServer, CachedPage
 from soakgate.stats.rates import clopper_pearson
 
@@ -33,7 +35,8 @@ CONFIDENCE = 0.95
 """Confidence of the one-sided upper bound exported with each collapse rate."""
 SERIES = {
     "soakgate_generations_total": "counter: generations stored, by label, target, outcome "
-    "(clean, collapsed, error) and error_class (empty unless outcome is error)",
+    "(clean, collapsed, error) and error_class (empty unless outcome is error; every class is "
+    "served from the first scrape, at 0 until it happens)",
     "soakgate_collapse_rate": "gauge: collapsed / scored (clean + collapsed) generations",
     "soakgate_collapse_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
     "bound of the collapse rate",
@@ -41,6 +44,11 @@ SERIES = {
     "soakgate_requests_in_flight": "gauge: requests sent and not yet answered",
     "soakgate_last_collapse_timestamp_seconds": "gauge: Unix time the last collapsed answer "
     "ended (absent before the first collapse)",
+    "soakgate_last_progress_timestamp_seconds": "gauge: Unix time the unit's last generation "
+    "ended (error or not), or the current soak (run, campaign block) began sending load if "
+    "later: a stall alert's clock",
+    "soakgate_info": "gauge: 1, with soakgate's version and the serving process's start time "
+    "as labels",
     "soakgate_guard_faults_total": "counter: engine faults the campaign guard recorded",
     "soakgate_soak_active": "gauge: 1 while a soak sends load, 0 once it has ended",
     "soakgate_reference_generations_total": "counter: generations chosen for reference scoring, "
@@ -64,6 +72,7 @@ class _Totals:
     collapsed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     last_collapse_at: float | None = None
+    last_at: float | None = None
     scored: int = 0
     suspects: int = 0
     unscored: int = 0
@@ -78,6 +87,7 @@ class _Totals:
         for kind, count in list(tally.errors_by_class.items()):
             self.errors[kind] = self.errors.get(kind, 0) + count
         self.last_collapse_at = _latest(self.last_collapse_at, tally.last_collapse_at)
+        self.last_at = _latest(self.last_at, getattr(tally, "last_at", None))
         self.scored += getattr(tally, "scored", 0)
         self.suspects += getattr(tally, "suspects", 0)
         self.unscored += getattr(tally, "unscored", 0)
@@ -104,6 +114,16 @@ class LiveMetrics:
         self._bounds: dict[tuple[int, int], float] = {}
         self.page = CachedPage(lambda: generate_latest(self.registry))
         self._server: BoundedServer | None = None
+        self._expected: set[tuple[str, str]] = set()
+        self._started_at = time.time()
+        self._began = self._started_at
+
+    def expect(self, units: Iterable[tuple[str, str]]) -> None:
+        """The (label, target) units the soak will send to: their series are served from the
+        first scrape, at 0, so that `increase()` sees the first collapse or error."""
+        with self._lock:
+            self._expected.update(units)
+        self.page.stale()
 
     def start(self) -> str:
         """Bind and serve (a port in use is a UsageError: exit 2 before any load); the URL."""
@@ -131,6 +151,7 @@ class LiveMetrics:
         with self._lock:
             self._fold()
             self._current, self._active = tallies, True
+            self._began = time.time()  # a new soak (run, block or segment) sends load from now
         self.page.stale()
 
     def close(self, stopped_by: str | None) -> None:
@@ -156,8 +177,11 @@ class LiveMetrics:
         """Totals per (label, target): ended soaks plus the current one's live tallies."""
         with self._lock:
             units = {k: _Totals(v.clean, v.collapsed, dict(v.errors), v.last_collapse_at,
-                                v.scored, v.suspects, v.unscored, v.shift_judged, v.shifted)
+                                v.last_at, v.scored, v.suspects, v.unscored, v.shift_judged,
+                                v.shifted)
                      for k, v in self._done.items()}  # fmt: skip
+            for key in self._expected:
+                units.setdefault(key, _Totals())
             in_flight: dict[tuple[str, str], int] = {}
             for tally in list((self._current or {}).values()):
                 key = (tally.label, tally.target)
@@ -182,19 +206,20 @@ class LiveMetrics:
         names = ["label", "target"]
         generations = CounterMetricFamily("soakgate_generations", SERIES[
             "soakgate_generations_total"], labels=[*names, "outcome", "error_class"])  # fmt: skip
-        rate, upper, scored, flying, last = (
+        rate, upper, scored, flying, last, progress = (
             GaugeMetricFamily(n, SERIES[n], labels=names) for n in (
                 "soakgate_collapse_rate", "soakgate_collapse_rate_upper_bound",
                 "soakgate_scored_generations", "soakgate_requests_in_flight",
-                "soakgate_last_collapse_timestamp_seconds"))  # fmt: skip
+                "soakgate_last_collapse_timestamp_seconds",
+                "soakgate_last_progress_timestamp_seconds"))  # fmt: skip
         faults = CounterMetricFamily("soakgate_guard_faults", SERIES[
             "soakgate_guard_faults_total"], labels=names)  # fmt: skip
         for (label, target), totals in sorted(units.items()):
             unit = [label, target]
             generations.add_metric([*unit, "clean", ""], totals.clean)
             generations.add_metric([*unit, "collapsed", ""], totals.collapsed)
-            for kind, count in sorted(totals.errors.items()):
-                generations.add_metric([*unit, "error", kind], count)
+            for kind in sorted({*ERROR_CLASSES, *totals.errors}):
+                generations.add_metric([*unit, "error", kind], totals.errors.get(kind, 0))
             n = totals.clean + totals.collapsed
             scored.add_metric(unit, n)
             if n:
@@ -203,11 +228,15 @@ class LiveMetrics:
             flying.add_metric(unit, in_flight.get((label, target), 0))
             if totals.last_collapse_at is not None:
                 last.add_metric(unit, totals.last_collapse_at)
+            progress.add_metric(unit, _latest(self._began, totals.last_at) or 0.0)
             if self.guarded:
                 faults.add_metric(unit, self._faults.get((label, target), 0))
         active = GaugeMetricFamily("soakgate_soak_active", SERIES["soakgate_soak_active"])
         active.add_metric([], 1.0 if self._active else 0.0)
-        yield from (generations, rate, upper, scored, flying, last, faults, active)
+        info = GaugeMetricFamily("soakgate_info", SERIES["soakgate_info"],
+                                 labels=["version", "started"])  # fmt: skip
+        info.add_metric([__version__, f"{self._started_at:.0f}"], 1.0)
+        yield from (generations, rate, upper, scored, flying, last, progress, faults, active, info)
         yield from self._reference(units)
 
     def _reference(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
