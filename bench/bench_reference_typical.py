@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import benchlib  # noqa: E402
+from bench_calibration_speed import timed  # noqa: E402
 
 from soakgate.prompts import builtin_prompts  # noqa: E402
 from soakgate.reference.calibrate import calibrate  # noqa: E402
@@ -240,16 +241,7 @@ def _share(hits: int, n: int) -> str:
 
 
 def time_calibration(reference: HFReference, count: int) -> None:
-    prompts = [builtin_prompts()[i % len(builtin_prompts())] for i in range(count)]
-    began = time.perf_counter()
-    answers = reference._sample_all(prompts, SPEC)
-    sampled = time.perf_counter() - began
-    began = time.perf_counter()
-    for start in range(0, len(answers), reference.batch_size):
-        chunk = answers[start : start + reference.batch_size]
-        reference._forward([([*o.prompt_token_ids, *o.token_ids], len(o.prompt_token_ids))
-                            for _, o in chunk if o.token_ids])  # fmt: skip
-    scored = time.perf_counter() - began
+    sampled, scored, _ = timed(reference, count, SPEC)
     per = (sampled + scored) / count
     print(f"calibration sampler (HFReference, batch {reference.batch_size}, temperature "
           f"{TEMPERATURE}, {SPEC.max_tokens} tokens): {count} samples drawn in {sampled:.1f} s and "
@@ -278,6 +270,7 @@ def main() -> None:
     BATCH[0], RATE[0], TOKENS[0] = args.batch, args.rate, args.max_tokens
     UNIT_REPS[0], UNIT_SIZE[0] = args.unit_reps, args.unit_size
     reference = HFReference(args.model)
+    reference.threads = reference.calibration_threads  # nothing else runs: every core
     reference._load()
     if args.device != "cpu":
         import torch

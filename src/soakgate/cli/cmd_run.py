@@ -82,6 +82,16 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         )
         parser.add_argument("--requests", type=positive_int, help="requests per target")
         parser.add_argument("--duration", type=duration, help="how long to soak, e.g. 30m or 2h")
+        parser.add_argument(
+            "--rate", type=positive_float, metavar="R",
+            help="open loop: R requests per second arrive at each target on a schedule of "
+            "their own (--concurrency is then the cap in flight; arrivals over it are counted, "
+            "not sent); default: closed loop, a new request as soon as one finishes",
+        )  # fmt: skip
+        parser.add_argument(
+            "--arrivals", choices=("poisson", "constant"),
+            help="the arrival process of --rate (default poisson: exponential gaps, seeded)",
+        )  # fmt: skip
     parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")
     parser.add_argument(
         "--allow-foreign-tables", action="store_true",
@@ -159,10 +169,16 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     connections = args.concurrency * len(targets) * (2 if references else 1)
     given = "concurrency" in explicit_options(args)
     check_concurrency(args.concurrency, args.requests, connections, given)
+    rate, arrivals = getattr(args, "rate", None), getattr(args, "arrivals", None)
+    if arrivals is not None and rate is None:
+        from soakgate.errors import UsageError
+
+        raise UsageError("--arrivals needs --rate (the closed loop has no arrival process)")
     return SoakConfig(
         targets=[TargetSpec.parse(t, api_key, args.model) for t in targets],
         label=args.label, request=request,
-        load=LoadSpec(args.concurrency, args.requests, getattr(args, "duration", None)),
+        load=LoadSpec(args.concurrency, args.requests, getattr(args, "duration", None),
+                      rate=rate, arrivals=arrivals or "poisson"),
         db=Path(args.db), prompts=prompts, prompt_order=args.prompt_order,
         seed=args.prompt_seed, detectors=DetectorConfig(char_run_threshold=args.char_run_threshold),
         store_text=args.store_text, resume=getattr(args, "resume", None),

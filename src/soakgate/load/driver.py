@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import StoreError
+from soakgate.load.arrivals import Arrivals
 from soakgate.load.backoff import TargetBackoff
 from soakgate.load.lease import SendLease, open_lease
 from soakgate.load.record import score_generation, unscored_generation
@@ -78,6 +80,8 @@ class _Shared:
     """Told (target, seq) of each request just before it is sent."""
     lease: SendLease | None = None
     """The stored lease on request numbers (a local soak; a Ray unit keeps its own)."""
+    arrivals: dict[str, Arrivals] = field(default_factory=dict)
+    """Target name -> its open-loop arrival schedule (`--rate`; empty: closed loop)."""
 
 
 async def soak(
@@ -163,7 +167,29 @@ async def soak(
     elapsed = time.monotonic() - started
     if shared.store_failure is not None:
         stopped_by = "store_failed"
-    return SoakResult(run, shared.tallies, elapsed, stopped_by)
+    return SoakResult(run, shared.tallies, elapsed, stopped_by, _arrival_warnings(shared))
+
+
+def _arrival_warnings(shared: _Shared) -> list[str]:
+    """Each open-loop schedule's counts as an `arrivals` event (stored), and a warning line for
+    a target whose arrivals overflowed its cap on requests in flight."""
+    warnings = []
+    for target, schedule in shared.arrivals.items():
+        counts = schedule.counts
+        shared.writer.add_event(dataclasses.replace(
+            note(shared.run, "arrivals", rate=schedule.rate, process=schedule.kind,
+                 arrived=counts.arrived, overflowed=counts.overflowed,
+                 cap=shared.load.concurrency), target=target,
+        ))  # fmt: skip
+        if counts.overflowed:
+            warnings.append(
+                f"{target}: {counts.overflowed:,} of {counts.arrived:,} arrivals at "
+                f"{schedule.rate:g}/s found all {shared.load.concurrency} requests in flight and "
+                "were not sent (stored as an `arrivals` event; raise --concurrency or lower "
+                "--rate)"
+            )
+    shared.writer.flush()
+    return warnings
 
 
 def _store_failed(shared: _Shared, error: StoreError) -> None:
@@ -190,7 +216,17 @@ async def _reference_clients(
 
 
 async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
-    """Run every worker; at the deadline or stop, give in-flight requests a grace period."""
+    """Run every worker (and, with --rate, each target's arrival schedule); at the deadline or
+    stop, give in-flight requests a grace period."""
+    schedules = []
+    if shared.load.rate:
+        for client in clients:
+            name = client.target.name
+            schedule = Arrivals(shared.load.rate, shared.load.arrivals,
+                                f"{shared.run.run_id}:{name}:{shared.next_seq}")  # fmt: skip
+            shared.arrivals[name] = schedule
+            finished = functools.partial(_finished, shared, name)
+            schedules.append(asyncio.create_task(schedule.run(finished, shared.stop)))
     workers = [
         asyncio.create_task(_worker(shared, client))
         for client in clients
@@ -213,6 +249,9 @@ async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
     await _drain(pending, grace, shared.abort)
     await _drain(set(shared.scoring), grace, shared.abort)  # rows still waiting for a score
     waiter.cancel()
+    for task in schedules:
+        task.cancel()
+    await asyncio.gather(*schedules, return_exceptions=True)
     for task in workers:
         if task.done() and not task.cancelled() and (error := task.exception()) is not None:
             raise error  # a bug in the driver, not a failed request: those are records
@@ -236,12 +275,17 @@ async def _drain(pending: set[asyncio.Future[Any]], grace_s: float, abort: async
     await asyncio.gather(*pending, return_exceptions=True)
 
 
-def _take_seq(shared: _Shared, target: str) -> int | None:
-    """Claim the next request slot for a target, or None when the soak should stop."""
+def _finished(shared: _Shared, target: str) -> bool:
+    """The target's soak is over: stopped, past the deadline, or its count reached."""
     limit = shared.load.requests
     if shared.stop.is_set() or time.monotonic() >= shared.deadline:
-        return None
-    if limit is not None and shared.issued[target] >= limit + shared.credit(target):
+        return True
+    return limit is not None and shared.issued[target] >= limit + shared.credit(target)
+
+
+def _take_seq(shared: _Shared, target: str) -> int | None:
+    """Claim the next request slot for a target, or None when the soak should stop."""
+    if _finished(shared, target):
         return None
     shared.issued[target] += 1
     seq, shared.next_seq = shared.next_seq, shared.next_seq + 1
@@ -264,9 +308,12 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
     tally = shared.tallies[name]
     limiter = shared.backoffs.setdefault(name, TargetBackoff())
     backoff = 0.0
-    while (shared.gate is None or await shared.gate(name)) and (
-        seq := _take_seq(shared, name)
-    ) is not None:
+    schedule = shared.arrivals.get(name)
+    while (
+        (shared.gate is None or await shared.gate(name))
+        and (schedule is None or await schedule.wait(shared.stop))
+        and (seq := _take_seq(shared, name)) is not None
+    ):
         if shared.on_dispatch is not None:
             shared.on_dispatch(name, seq)
         prompt = shared.picker.pick(seq)

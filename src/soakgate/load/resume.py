@@ -61,6 +61,10 @@ SETTINGS: dict[str, Setting] = {
     "concurrency": Setting("--concurrency", _load("concurrency"), lambda c: c.load.concurrency),
     "requests": Setting("--requests", _load("requests_per_target"), lambda c: c.load.requests),
     "duration": Setting("--duration", _load("duration_s"), lambda c: c.load.duration_s),
+    "rate": Setting("--rate", _load("rate"), lambda c: c.load.rate),
+    "arrivals": Setting(
+        "--arrivals", _load("arrivals"), lambda c: c.load.arrivals if c.load.rate else None
+    ),
     "prompt_order": Setting("--prompt-order", _load("prompt_order"), lambda c: c.prompt_order),
     "prompt_seed": Setting("--prompt-seed", _load("seed"), lambda c: c.seed),
     "store_text": Setting("--store-text", _load("store_text"), lambda c: c.store_text),
@@ -126,6 +130,8 @@ def apply_stored_settings(run: Run, config: Any, elapsed_s: float) -> None:
         concurrency=load.get("concurrency", config.load.concurrency),
         requests=load.get("requests_per_target", config.load.requests),
         duration_s=duration,
+        rate=load.get("rate", config.load.rate),
+        arrivals=load.get("arrivals") or config.load.arrivals,
     )
     config.prompt_order = load.get("prompt_order", config.prompt_order)
     config.seed = load.get("seed", config.seed)

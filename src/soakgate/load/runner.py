@@ -114,6 +114,7 @@ def new_run(config: SoakConfig) -> Run:
     load = {
         **config.request.to_dict(), "concurrency": config.load.concurrency,
         "requests_per_target": config.load.requests, "duration_s": config.load.duration_s,
+        "rate": config.load.rate, "arrivals": config.load.arrivals if config.load.rate else None,
         "prompt_order": config.prompt_order, "seed": config.seed,
         "sampling_seed": config.request.seed, "prompts": len(config.prompts),
         "prompts_sha256": prompts_digest(config.prompts), "store_text": config.store_text,

@@ -38,6 +38,11 @@ class LoadSpec:
     """Seconds to soak (None: until the request count is reached)."""
     grace_s: float = 30.0
     """At the end, how long in-flight requests may finish before they are cancelled."""
+    rate: float | None = None
+    """Open-loop arrivals per second per target (`load.arrivals`); None: closed loop, a new
+    request the moment one finishes. `concurrency` is then the cap on requests in flight."""
+    arrivals: str = "poisson"
+    """The arrival process with `rate`: `poisson` or `constant`."""
 
 
 @dataclass(slots=True)
