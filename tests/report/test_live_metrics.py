@@ -331,3 +331,39 @@ def test_scrapes_beyond_the_bound_wait_for_a_free_worker_and_the_soak_loses_noth
     assert soak.end() == 0
     counts = stored(tmp_path / "b.sqlite")
     assert counted(final) == counts and sum(counts.values()) == 400
+
+
+def test_latency_histograms_and_tokens_equal_the_database_at_the_end(
+    tmp_path: Path, soaks: list[Soak]
+) -> None:
+    """Per unit: the end-to-end latency histogram counts every clean row in the bucket its
+    stored times put it, with their sum; the time-to-first-token one every clean streamed row;
+    the token counter their completion tokens (issue 30)."""
+    from soakgate.load.spec import LATENCY_BUCKETS
+
+    with MockProcess(["--latency-ms", "30", "--fault-rate", "http_500=0.1"]) as mock:
+        soak = Soak(["run", "--target", f"gpu0={mock.url}", "--label", "baseline",
+                     "--requests", "60", "--concurrency", "4", "--max-tokens", "8", "--db",
+                     "h.sqlite", "--quiet", "--no-watch-metrics", "--metrics-port", "0",
+                     "--metrics-linger", "60"], tmp_path)  # fmt: skip
+        soaks.append(soak)
+        soak.wait_for("soak ended")
+        final = scrape(soak.url)
+    assert soak.end() == 0
+    with sqlite3.connect(tmp_path / "h.sqlite") as connection:
+        rows = connection.execute(
+            "SELECT ended_at - started_at, ttft_s, stream, completion_tokens FROM generations "
+            "WHERE error_class IS NULL"
+        ).fetchall()
+    unit = (("label", "baseline"), ("target", "gpu0"))
+    seconds = [r[0] for r in rows]
+    assert of(final, "soakgate_request_latency_seconds_count")[unit] == len(seconds) > 0
+    assert of(final, "soakgate_request_latency_seconds_sum")[unit] == pytest.approx(sum(seconds))
+    buckets = of(final, "soakgate_request_latency_seconds_bucket")
+    for bound in LATENCY_BUCKETS:
+        expected = sum(s <= bound for s in seconds)
+        assert buckets[(*unit[:1], ("le", f"{bound:g}"), *unit[1:])] == expected, bound
+    ttft = [r[1] for r in rows if r[2] and r[1] is not None]
+    assert of(final, "soakgate_time_to_first_token_seconds_count")[unit] == len(ttft)
+    assert of(final, "soakgate_time_to_first_token_seconds_sum")[unit] == pytest.approx(sum(ttft))
+    assert of(final, "soakgate_output_tokens_total")[unit] == sum(r[3] or 0 for r in rows)

@@ -351,6 +351,10 @@ def _merge(total: dict[str, TargetTally], part: dict[str, TargetTally]) -> None:
         into.clean_tokens += tally.clean_tokens
         for key, n in tally.errors_by_class.items():
             into.errors_by_class[key] = into.errors_by_class.get(key, 0) + n
+        into.latency.add(tally.latency)
+        into.ttft.add(tally.ttft)
+        if tally.last_at is not None:
+            into.last_at = max(into.last_at or tally.last_at, tally.last_at)
 
 
 def _event(run: Run, kind: str, block: Block, **data: object) -> Event:

@@ -3,6 +3,7 @@ hooks it calls, and the per-target tallies (shared by the driver, the campaign a
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -45,6 +46,37 @@ class LoadSpec:
     """The arrival process with `rate`: `poisson` or `constant`."""
 
 
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
+"""Upper bounds (seconds) of the latency histograms served with --metrics-port (+Inf after)."""
+
+
+@dataclass(slots=True)
+class Buckets:
+    """A latency histogram: observations per LATENCY_BUCKETS bucket (the last: above them all),
+    their count and their sum."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Add one observation."""
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def add(self, other: Buckets) -> None:
+        """Add another histogram's observations."""
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Prometheus's buckets: (upper bound, observations at or below it), +Inf last."""
+        found, running = [], 0
+        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts, strict=True):
+            running += count
+            found.append(("+Inf" if bound == float("inf") else f"{bound:g}", running))
+        return found
+
+
 @dataclass(slots=True)
 class TargetTally:
     """Running counts for one target, for progress and the final table."""
@@ -75,6 +107,10 @@ class TargetTally:
     """Whether its streamed answers come whole (a buffering proxy: `load.streamcheck`)."""
     last_at: float | None = None
     """When the last counted generation ended, error or not (Unix time)."""
+    latency: Buckets = field(default_factory=Buckets)
+    """End-to-end latency of its clean generations."""
+    ttft: Buckets = field(default_factory=Buckets)
+    """Time to first token of its clean streamed generations."""
 
     def count(self, generation: Generation) -> None:
         """Add one finished generation."""
@@ -88,6 +124,9 @@ class TargetTally:
             return
         tokens = generation.completion_tokens or 0
         self.tokens += tokens
+        self.latency.observe(generation.ended_at - generation.started_at)
+        if generation.stream and generation.ttft_s is not None:
+            self.ttft.observe(generation.ttft_s)
         if generation.suspect is not None:
             self.scored += 1
             self.suspects += generation.suspect

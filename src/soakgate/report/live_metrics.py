@@ -15,6 +15,7 @@ CollectorRegistry: nothing enters prometheus-client's global one.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,11 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import generate_latest
 
 from soakgate import __version__
 from soakgate.errors import UsageError
+from soakgate.load.spec import Buckets
 from soakgate.records import ERROR_CLASSES, Event
 from soakgate.report.metrics_server import BoundedServer, CachedPage
 from soakgate.stats.rates import clopper_pearson
@@ -49,6 +56,10 @@ SERIES = {
     "later: a stall alert's clock",
     "soakgate_info": "gauge: 1, with soakgate's version and the serving process's start time "
     "as labels",
+    "soakgate_request_latency_seconds": "histogram: end-to-end latency of clean generations",
+    "soakgate_time_to_first_token_seconds": "histogram: time to first token of clean streamed "
+    "generations",
+    "soakgate_output_tokens_total": "counter: completion tokens of clean generations",
     "soakgate_guard_faults_total": "counter: engine faults the campaign guard recorded",
     "soakgate_soak_active": "gauge: 1 while a soak sends load, 0 once it has ended",
     "soakgate_reference_generations_total": "counter: generations chosen for reference scoring, "
@@ -73,6 +84,9 @@ class _Totals:
     errors: dict[str, int] = field(default_factory=dict)
     last_collapse_at: float | None = None
     last_at: float | None = None
+    tokens: int = 0
+    latency: Buckets = field(default_factory=Buckets)
+    ttft: Buckets = field(default_factory=Buckets)
     scored: int = 0
     suspects: int = 0
     unscored: int = 0
@@ -88,11 +102,22 @@ class _Totals:
             self.errors[kind] = self.errors.get(kind, 0) + count
         self.last_collapse_at = _latest(self.last_collapse_at, tally.last_collapse_at)
         self.last_at = _latest(self.last_at, getattr(tally, "last_at", None))
+        self.tokens += getattr(tally, "tokens", 0)
+        for mine, theirs in ((self.latency, getattr(tally, "latency", None)),
+                             (self.ttft, getattr(tally, "ttft", None))):  # fmt: skip
+            if theirs is not None:
+                mine.add(theirs)
         self.scored += getattr(tally, "scored", 0)
         self.suspects += getattr(tally, "suspects", 0)
         self.unscored += getattr(tally, "unscored", 0)
         self.shift_judged += getattr(tally, "shift_judged", 0)
         self.shifted += getattr(tally, "shifted", 0)
+
+    def copy(self) -> _Totals:
+        """A copy that later additions to this one do not change."""
+        latency, ttft = Buckets(list(self.latency.counts), self.latency.total), Buckets(
+            list(self.ttft.counts), self.ttft.total)  # fmt: skip
+        return dataclasses.replace(self, errors=dict(self.errors), latency=latency, ttft=ttft)
 
 
 def _latest(a: float | None, b: float | None) -> float | None:
@@ -176,10 +201,7 @@ class LiveMetrics:
     def _snapshot(self) -> tuple[dict[tuple[str, str], _Totals], dict[tuple[str, str], int]]:
         """Totals per (label, target): ended soaks plus the current one's live tallies."""
         with self._lock:
-            units = {k: _Totals(v.clean, v.collapsed, dict(v.errors), v.last_collapse_at,
-                                v.last_at, v.scored, v.suspects, v.unscored, v.shift_judged,
-                                v.shifted)
-                     for k, v in self._done.items()}  # fmt: skip
+            units = {key: done.copy() for key, done in self._done.items()}
             for key in self._expected:
                 units.setdefault(key, _Totals())
             in_flight: dict[tuple[str, str], int] = {}
@@ -231,6 +253,7 @@ class LiveMetrics:
             progress.add_metric(unit, _latest(self._began, totals.last_at) or 0.0)
             if self.guarded:
                 faults.add_metric(unit, self._faults.get((label, target), 0))
+        yield from self._speed(units)
         active = GaugeMetricFamily("soakgate_soak_active", SERIES["soakgate_soak_active"])
         active.add_metric([], 1.0 if self._active else 0.0)
         info = GaugeMetricFamily("soakgate_info", SERIES["soakgate_info"],
@@ -238,6 +261,22 @@ class LiveMetrics:
         info.add_metric([__version__, f"{self._started_at:.0f}"], 1.0)
         yield from (generations, rate, upper, scored, flying, last, progress, faults, active, info)
         yield from self._reference(units)
+
+    def _speed(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
+        """Latency and time-to-first-token histograms and the output token counter, per unit."""
+        names = ["label", "target"]
+        latency, ttft = (
+            HistogramMetricFamily(n, SERIES[n], labels=names)
+            for n in ("soakgate_request_latency_seconds", "soakgate_time_to_first_token_seconds")
+        )
+        tokens = CounterMetricFamily(
+            "soakgate_output_tokens", SERIES["soakgate_output_tokens_total"], labels=names
+        )
+        for (label, target), totals in sorted(units.items()):
+            for family, buckets in ((latency, totals.latency), (ttft, totals.ttft)):
+                family.add_metric([label, target], buckets.cumulative(), buckets.total)
+            tokens.add_metric([label, target], totals.tokens)
+        yield from (latency, ttft, tokens)
 
     def _reference(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
         """Reference scoring's series, for the units that had generations chosen for it."""
