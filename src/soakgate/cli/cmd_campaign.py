@@ -7,7 +7,13 @@ import sys
 from typing import Any
 
 from soakgate.cli.args import add_gate_arguments, gate_options
-from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
+from soakgate.cli.metrics import (
+    add_metrics_arguments,
+    add_progress_argument,
+    finish_metrics,
+    start_metrics,
+)
+from soakgate.load.progress import PlainProgress
 
 
 def register(subparsers: Any) -> None:
@@ -32,6 +38,7 @@ def register(subparsers: Any) -> None:
         "reference, else its first configuration)",
     )  # fmt: skip
     add_metrics_arguments(parser)
+    add_progress_argument(parser)
     parser.set_defaults(func=main)
 
 
@@ -56,11 +63,17 @@ def main(args: argparse.Namespace) -> int:
     campaign = load_campaign(args.file)
     warn_detector_budget(detector_config(campaign), campaign.load.max_tokens)
     metrics = start_metrics(args, guarded=True)  # a port in use is refused before any server
+    ticks = [*([metrics.on_tick] if metrics else []),
+             *([] if args.quiet else [PlainProgress(args.progress_every).on_tick])]  # fmt: skip
+
+    def on_tick(tallies: Any, elapsed_s: float) -> None:
+        for tick in ticks:
+            tick(tallies, elapsed_s)
+
     try:
         result = run_campaign(
             args.file, args.db, resume=args.resume, on_block=on_block,
-            allow_foreign_tables=args.allow_foreign_tables,
-            on_tick=metrics.on_tick if metrics else None,
+            allow_foreign_tables=args.allow_foreign_tables, on_tick=on_tick if ticks else None,
             on_event=metrics.on_event if metrics else None,
         )  # fmt: skip
     except BaseException:

@@ -20,7 +20,12 @@ from soakgate.cli.args import (
     top_p,
     track_explicit,
 )
-from soakgate.cli.metrics import add_metrics_arguments, finish_metrics, start_metrics
+from soakgate.cli.metrics import (
+    add_metrics_arguments,
+    add_progress_argument,
+    finish_metrics,
+    start_metrics,
+)
 from soakgate.cli.reference_args import add_reference_arguments, reference_scorer
 
 
@@ -62,6 +67,7 @@ def register(subparsers: Any) -> None:
         help="refresh the --html report this often during the soak, e.g. 10m",
     )  # fmt: skip
     add_metrics_arguments(parser)
+    add_progress_argument(parser)
     track_explicit(parser)  # --resume refuses explicit settings that differ from the stored run
     parser.set_defaults(func=main)
 
@@ -190,15 +196,21 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     )  # fmt: skip
 
 
-def execute(config: Any, quiet: bool, observers: Sequence[Any] = ()) -> Any:
-    """Run the soak with live progress, print the summary table; return the SoakResult."""
-    from soakgate.load.progress import LiveProgress, summary_table
+def execute(
+    config: Any, quiet: bool, observers: Sequence[Any] = (), progress_every: float = 60.0
+) -> Any:
+    """Run the soak with live progress (on a terminal; else a line every `progress_every` s),
+    print the summary table; return the SoakResult."""
+    from soakgate.load.progress import LiveProgress, PlainProgress, summary_table
     from soakgate.load.runner import run_soak
-    from soakgate.terminal import wide_console
+    from soakgate.terminal import TextConsole, wide_console
 
     warn_detector_budget(config.detectors, config.request.max_tokens)
     if quiet:
         result = run_soak(config, observers=observers)
+    elif not TextConsole(stderr=True).is_terminal:  # a log: a line now and then, not a redraw
+        plain = PlainProgress(progress_every, config.load.duration_s)
+        result = run_soak(config, observers=[*observers, plain])
     else:
         with LiveProgress(config.label, config.load.duration_s) as live:
             result = run_soak(config, on_tick=live.update, observers=observers)
@@ -284,7 +296,8 @@ def main(args: argparse.Namespace) -> int:
     if metrics is not None:  # every unit's series from the first scrape, at 0
         metrics.expect((labels.get(t.name, config.label), t.name) for t in config.targets)
     try:
-        result = execute(config, args.quiet, [*observers, *([metrics] if metrics else [])])
+        result = execute(config, args.quiet, [*observers, *([metrics] if metrics else [])],
+                         args.progress_every)  # fmt: skip
     except BaseException:
         finish_metrics(metrics, args, interrupted=True)
         raise

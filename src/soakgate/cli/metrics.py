@@ -1,4 +1,5 @@
-"""`--metrics-port` of `run` and `campaign`: serve the soak's own Prometheus metrics."""
+"""`--metrics-port` of `run` and `campaign`: serve the soak's own Prometheus metrics; and
+`--progress-every`, what an unattended soak prints to its log."""
 
 from __future__ import annotations
 
@@ -31,6 +32,20 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-linger", type=duration, metavar="DURATION",
         help="after the soak, keep serving the final metrics this long (a last scrape; "
         "Ctrl-C/SIGTERM ends it early)",
+    )  # fmt: skip
+
+
+def _every(text: str) -> float:
+    """A --progress-every value: a duration, or 0 for none."""
+    return 0.0 if text.strip() in ("0", "0s") else duration(text)
+
+
+def add_progress_argument(parser: argparse.ArgumentParser) -> None:
+    """--progress-every: the progress line of a soak whose stderr is not a terminal."""
+    parser.add_argument(
+        "--progress-every", type=_every, default=60.0, metavar="DURATION",
+        help="when stderr is not a terminal (a CI log, nohup), print a progress line this "
+        "often (default 60s; 0: none)",
     )  # fmt: skip
 
 

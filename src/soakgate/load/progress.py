@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from typing import Any
 
 from rich.live import Live
 from rich.table import Table
@@ -77,3 +79,45 @@ class LiveProgress:
     def update(self, tallies: Mapping[str, TargetTally], elapsed_s: float) -> None:
         """Redraw with the latest tallies."""
         self._live.update(progress_table(self.label, tallies, elapsed_s, self.total_s))
+
+
+PROGRESS_EVERY_S = 60.0
+"""How often a soak whose stderr is not a terminal prints a progress line (--progress-every)."""
+
+
+def progress_line(tallies: Mapping[str, TargetTally], elapsed_s: float,
+                  total_s: float | None) -> str:  # fmt: skip
+    """`soakgate: 120 s elapsed, 480 s left: baseline@gpu0 1,234 requests, 2 collapses, ...`."""
+    left = f", {max(0.0, total_s - elapsed_s):,.0f} s left" if total_s else ""
+    units = "; ".join(
+        f"{t.label + '@' if t.label else ''}{t.target} {t.requests:,} requests, "
+        f"{t.collapses:,} collapses, {t.errors:,} errors, {t.in_flight} in flight"
+        for t in tallies.values()
+    )
+    return f"soakgate: {elapsed_s:,.0f} s elapsed{left}: {units}"
+
+
+class PlainProgress:
+    """Progress for a log, not a terminal (a CI job, `nohup`, a pod): one line on stderr every
+    `every_s` of soaking, from the soak's own ticks (a soak observer: `run` and every campaign
+    block); nothing when `every_s` is 0."""
+
+    def __init__(self, every_s: float, total_s: float | None = None, stream: Any = None) -> None:
+        self.every_s, self.total_s = every_s, total_s
+        self.stream = stream if stream is not None else sys.stderr
+        self._next: float | None = None
+        self._tallies: object = None
+
+    def on_tick(self, tallies: dict[str, TargetTally], elapsed_s: float) -> None:
+        """Print a line when `every_s` has passed since the last (a new soak restarts the clock)."""
+        if not self.every_s:
+            return
+        if tallies is not self._tallies:
+            self._tallies, self._next = tallies, elapsed_s + self.every_s
+        assert self._next is not None
+        if elapsed_s >= self._next:
+            self._next = elapsed_s + self.every_s
+            print(progress_line(tallies, elapsed_s, self.total_s), file=self.stream, flush=True)
+
+    def close(self, stopped_by: str | None) -> None:
+        """Nothing to release."""
