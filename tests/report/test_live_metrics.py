@@ -367,3 +367,28 @@ def test_latency_histograms_and_tokens_equal_the_database_at_the_end(
     assert of(final, "soakgate_time_to_first_token_seconds_count")[unit] == len(ttft)
     assert of(final, "soakgate_time_to_first_token_seconds_sum")[unit] == pytest.approx(sum(ttft))
     assert of(final, "soakgate_output_tokens_total")[unit] == sum(r[3] or 0 for r in rows)
+
+
+def test_target_up_and_backoff_say_which_target_is_not_answering(
+    tmp_path: Path, soaks: list[Soak]
+) -> None:
+    """A target with nothing listening: every request refused, its workers back off (counted),
+    `soakgate_target_up` 0; the healthy one beside it: 1, no back-off (issue 30)."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    with MockProcess() as mock:
+        soak = Soak(["run", "--target", f"up={mock.url}", "--target", f"down={dead}",
+                     "--model", "soakgate-mock", "--requests", "12", "--concurrency", "2",
+                     "--max-tokens", "16", "--db", "u.sqlite", "--quiet", "--no-watch-metrics",
+                     "--metrics-port", "0", "--metrics-linger", "60"], tmp_path)  # fmt: skip
+        soaks.append(soak)
+        soak.wait_for("soak ended", timeout=300)
+        final = scrape(soak.url)
+    soak.end()
+    up = {dict(k)["target"]: v for k, v in of(final, "soakgate_target_up").items()}
+    assert up == {"up": 1.0, "down": 0.0}
+    holds = {dict(k)["target"]: v for k, v in of(final, "soakgate_backoffs_total").items()}
+    held = {dict(k)["target"]: v for k, v in of(final, "soakgate_backoff_seconds_total").items()}
+    assert holds["up"] == held["up"] == 0
+    assert holds["down"] >= 1 and held["down"] > 0

@@ -351,6 +351,9 @@ def _merge(total: dict[str, TargetTally], part: dict[str, TargetTally]) -> None:
         into.clean_tokens += tally.clean_tokens
         for key, n in tally.errors_by_class.items():
             into.errors_by_class[key] = into.errors_by_class.get(key, 0) + n
+        into.backoffs += tally.backoffs
+        into.backoff_s += tally.backoff_s
+        into.up = tally.up if tally.up is not None else into.up
         into.latency.add(tally.latency)
         into.ttft.add(tally.ttft)
         if tally.last_at is not None:

@@ -349,11 +349,11 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
             error_class = row.error_class
         backoff = _next_backoff(backoff, error_class)
         if backoff:
-            await _pause(shared, backoff)
+            await _held_back(tally, _pause(shared, backoff))
         if limiter.storm or outcome.error_class == "rate_limited":
             _rate_limit(shared, limiter, name, outcome)
         if limiter.until:  # a window is (or was, until looked at) open
-            await limiter.wait(shared.stop, shared.deadline)
+            await _held_back(tally, limiter.wait(shared.stop, shared.deadline))
 
 
 async def _score_then_store(
@@ -493,6 +493,16 @@ def _next_backoff(backoff: float, error_class: str | None) -> float:
     if error_class not in _CONNECTION_ERRORS:
         return 0.0
     return min(_BACKOFF_MAX_S, backoff * 2 if backoff else _BACKOFF_START_S)
+
+
+async def _held_back(tally: TargetTally, waiting: Awaitable[None]) -> None:
+    """Wait out a back-off, counting it and its seconds in the target's tally."""
+    began = time.monotonic()
+    await waiting
+    held = time.monotonic() - began
+    if held > 0:
+        tally.backoffs += 1
+        tally.backoff_s += held
 
 
 async def _pause(shared: _Shared, seconds: float) -> None:

@@ -46,6 +46,8 @@ class LoadSpec:
     """The arrival process with `rate`: `poisson` or `constant`."""
 
 
+UNREACHED = frozenset({"connection_refused", "connection_reset", "dropped", "timeout"})
+"""Error classes that say the server did not answer at all (`soakgate_target_up` 0)."""
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0)
 """Upper bounds (seconds) of the latency histograms served with --metrics-port (+Inf after)."""
 
@@ -111,11 +113,19 @@ class TargetTally:
     """End-to-end latency of its clean generations."""
     ttft: Buckets = field(default_factory=Buckets)
     """Time to first token of its clean streamed generations."""
+    up: bool | None = None
+    """Whether its last counted request reached the server (no connection error or timeout);
+    None before the first."""
+    backoff_s: float = 0.0
+    """Seconds its workers held back: after connection errors, and in rate-limit windows."""
+    backoffs: int = 0
+    """Times a worker held back."""
 
     def count(self, generation: Generation) -> None:
         """Add one finished generation."""
         self.requests += 1
         self.last_at = generation.ended_at
+        self.up = generation.error_class not in UNREACHED
         self.streams.count(generation)
         if not generation.ok:
             self.errors += 1

@@ -60,6 +60,11 @@ SERIES = {
     "soakgate_time_to_first_token_seconds": "histogram: time to first token of clean streamed "
     "generations",
     "soakgate_output_tokens_total": "counter: completion tokens of clean generations",
+    "soakgate_target_up": "gauge: 1 when the unit's last request reached its server, 0 when it "
+    "failed to connect, was reset, dropped or timed out (absent before the first answer)",
+    "soakgate_backoff_seconds_total": "counter: seconds the unit's workers held back (after "
+    "connection errors, and in rate-limit windows)",
+    "soakgate_backoffs_total": "counter: times a worker of the unit held back",
     "soakgate_guard_faults_total": "counter: engine faults the campaign guard recorded",
     "soakgate_soak_active": "gauge: 1 while a soak sends load, 0 once it has ended",
     "soakgate_reference_generations_total": "counter: generations chosen for reference scoring, "
@@ -85,6 +90,9 @@ class _Totals:
     last_collapse_at: float | None = None
     last_at: float | None = None
     tokens: int = 0
+    up: bool | None = None
+    backoff_s: float = 0.0
+    backoffs: int = 0
     latency: Buckets = field(default_factory=Buckets)
     ttft: Buckets = field(default_factory=Buckets)
     scored: int = 0
@@ -103,6 +111,10 @@ class _Totals:
         self.last_collapse_at = _latest(self.last_collapse_at, tally.last_collapse_at)
         self.last_at = _latest(self.last_at, getattr(tally, "last_at", None))
         self.tokens += getattr(tally, "tokens", 0)
+        if getattr(tally, "up", None) is not None:
+            self.up = tally.up  # the later soak's last answer is the latest
+        self.backoff_s += getattr(tally, "backoff_s", 0.0)
+        self.backoffs += getattr(tally, "backoffs", 0)
         for mine, theirs in ((self.latency, getattr(tally, "latency", None)),
                              (self.ttft, getattr(tally, "ttft", None))):  # fmt: skip
             if theirs is not None:
@@ -272,11 +284,21 @@ class LiveMetrics:
         tokens = CounterMetricFamily(
             "soakgate_output_tokens", SERIES["soakgate_output_tokens_total"], labels=names
         )
+        up = GaugeMetricFamily("soakgate_target_up", SERIES["soakgate_target_up"], labels=names)
+        held, holds = (
+            CounterMetricFamily(n.removesuffix("_total"), SERIES[n], labels=names)
+            for n in ("soakgate_backoff_seconds_total", "soakgate_backoffs_total")
+        )
         for (label, target), totals in sorted(units.items()):
+            unit = [label, target]
             for family, buckets in ((latency, totals.latency), (ttft, totals.ttft)):
-                family.add_metric([label, target], buckets.cumulative(), buckets.total)
-            tokens.add_metric([label, target], totals.tokens)
-        yield from (latency, ttft, tokens)
+                family.add_metric(unit, buckets.cumulative(), buckets.total)
+            tokens.add_metric(unit, totals.tokens)
+            if totals.up is not None:
+                up.add_metric(unit, 1.0 if totals.up else 0.0)
+            held.add_metric(unit, totals.backoff_s)
+            holds.add_metric(unit, totals.backoffs)
+        yield from (latency, ttft, tokens, up, held, holds)
 
     def _reference(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
         """Reference scoring's series, for the units that had generations chosen for it."""
