@@ -23,7 +23,13 @@ from soakgate.mockserver.plan import (
     make_plan,
     parse_sampling,
 )
-from soakgate.mockserver.render import DONE, EventWriter, error_body, response_body
+from soakgate.mockserver.render import (
+    DONE,
+    EventWriter,
+    error_body,
+    response_body,
+    unknown_model_body,
+)
 from soakgate.mockserver.text import detokenize
 
 _JSON = "application/json"
@@ -120,7 +126,11 @@ class MockServer:
         """Plan the answer, log the ground truth, then answer it (with its fault, if any)."""
         self._arrive()
         try:
-            sampling = parse_sampling(endpoint, json.loads(await request.read()))
+            body = json.loads(await request.read())
+            model = body.get("model") if isinstance(body, dict) else None
+            if model is not None and model != self.config.model_name:  # vLLM's answer
+                return _json_response(unknown_model_body(model), 404)
+            sampling = parse_sampling(endpoint, body)
             check_limits(self.config, sampling)
         except (ValueError, BadRequest) as exc:
             message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"

@@ -19,6 +19,12 @@ def error_body(message: str, kind: str, code: int) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
+def unknown_model_body(model: str) -> dict[str, Any]:
+    """vLLM's 404 for a model it does not serve (its OpenAI server's own wording)."""
+    return {"object": "error", "message": f"The model `{model}` does not exist.",
+            "type": "NotFoundError", "param": "model", "code": 404}  # fmt: skip
+
+
 def _usage(plan: Plan) -> dict[str, int]:
     completion = len(plan.token_ids)
     return {
@@ -116,7 +122,8 @@ def response_body(plan: Plan, model: str, created: int, chat_style: bool = False
     choice["finish_reason"] = plan.finish_reason
     if sampling.prompt_logprobs is not None:
         choice["prompt_logprobs"] = prompt_logprobs(_prompt_ids(sampling), sampling.prompt_logprobs)
-    body.update(created=created, model=model, choices=[choice], usage=_usage(plan))
+    body.update(created=created, model=model, system_fingerprint=None, choices=[choice],
+                usage=_usage(plan))  # fmt: skip
     if sampling.return_token_ids:
         choice["token_ids"] = ids
         # vLLM puts the prompt ids in the choice for completions and at the top level for chat.

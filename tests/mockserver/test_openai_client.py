@@ -1,0 +1,48 @@
+"""The mock as the official `openai` client sees it (issue 30 item 6): models, completions and
+chat, streamed and not, usage, and vLLM's 404 for a model it does not serve. The mock is what
+most of the suite soaks; a client built by the API's owners must read it as it reads vLLM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from soakgate.mockserver.process import MockProcess
+
+openai = pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[object]:
+    with MockProcess(["--seed", "7"]) as mock:
+        yield openai.OpenAI(base_url=f"{mock.url}/v1", api_key="unused", max_retries=0)
+
+
+def test_models_and_a_completion(client: object) -> None:
+    assert [m.id for m in client.models.list()] == ["soakgate-mock"]  # type: ignore[attr-defined]
+    done = client.completions.create(  # type: ignore[attr-defined]
+        model="soakgate-mock", prompt="Tell me about rivers.", max_tokens=8, temperature=0.8
+    )
+    (choice,) = done.choices
+    assert choice.index == 0 and choice.text and choice.finish_reason in ("length", "stop")
+    assert done.usage.completion_tokens <= 8 and done.usage.prompt_tokens > 0
+    assert done.system_fingerprint is None and done.model == "soakgate-mock"
+
+
+def test_a_streamed_chat_with_usage(client: object) -> None:
+    stream = client.chat.completions.create(  # type: ignore[attr-defined]
+        model="soakgate-mock", messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=8, stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert text and reasons[-1] in ("length", "stop") and not any(reasons[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens <= 8
+
+
+def test_an_unknown_model_is_not_found(client: object) -> None:
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.completions.create(model="gpt-unknown", prompt="hi", max_tokens=4)  # type: ignore[attr-defined]
+    assert raised.value.status_code == 404 and "gpt-unknown" in str(raised.value)
