@@ -94,10 +94,12 @@ def test_streams_end_with_finish_usage_and_done(endpoint: str) -> None:
     assert status == 200 and done
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 32
-    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
-    content = [c for c in chunks[:-2] if c["choices"][0].get("token_ids")]
+    content = [c for c in chunks[:-1] if c["choices"][0].get("token_ids")]
     assert len(content) == 32
     assert all(len(c["choices"][0]["token_ids"]) == 1 for c in content)
+    # as vLLM: the last token's own event carries the finish_reason, with no empty event after
+    assert content[-1] is chunks[-2] and content[-1]["choices"][0]["finish_reason"] == "length"
+    assert not any(c["choices"][0]["finish_reason"] for c in chunks[:-2])
     if endpoint == "chat":
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
         assert chunks[0]["object"] == "chat.completion.chunk"

@@ -307,8 +307,10 @@ class MockServer:
     async def _stream_end(
         self, response: web.StreamResponse, plan: Plan, events: EventWriter
     ) -> None:
-        """finish_reason event, usage event when asked, [DONE] unless quirk `no-done`."""
-        tail = events.finish()
+        """finish_reason event (only for an answer with no token: the last token's event
+        carries it otherwise, as vLLM's does), usage event when asked, [DONE] unless quirk
+        `no-done`."""
+        tail = b"" if plan.token_ids else events.finish()
         if plan.sampling.include_usage:
             tail += events.usage()
         if "no-done" not in self.config.quirks:

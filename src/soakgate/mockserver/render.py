@@ -152,11 +152,15 @@ class EventWriter:
         self._fast = plan.sampling.logprobs is None and not plan.sampling.return_token_ids
 
     def token(self, position: int) -> bytes:
-        """The event carrying output token number `position`."""
+        """The event carrying output token number `position`; the last one carries the
+        finish_reason too, as vLLM sends it (no separate empty event)."""
         token = self.plan.token_ids[position]
         text = _TOKEN_JSON[token].encode()
+        reason = b"null"
+        if position == len(self.plan.token_ids) - 1:
+            reason = json.dumps(self.plan.finish_reason).encode()
         if self._fast:
-            tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+            tail = b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
             return self._head + self._text_key + text + self._close_text + tail
         lp = _logprobs(self.plan, [token], position, self._offset, self._chat_style)
         self._offset += len(VOCAB[token])
@@ -165,8 +169,8 @@ class EventWriter:
             extra = f',"token_ids":[{token}]'
             if position == 0 and not self._chat:
                 extra += f',"prompt_token_ids":{_prompt_ids(self.plan.sampling)}'
-        tail = f',"logprobs":{json.dumps(lp)},"finish_reason":null{extra}}}]}}\n\n'.encode()
-        return self._head + self._text_key + text + self._close_text + tail
+        ending = f',"logprobs":{json.dumps(lp)},"finish_reason":{reason.decode()}{extra}}}]}}\n\n'
+        return self._head + self._text_key + text + self._close_text + ending.encode()
 
     def role(self) -> bytes:
         """Chat's first event, announcing the assistant role (carries prompt ids when asked)."""
@@ -182,7 +186,7 @@ class EventWriter:
         )
 
     def finish(self) -> bytes:
-        """The event carrying finish_reason (empty text / empty delta)."""
+        """The event carrying finish_reason of an answer with no token (empty text / delta)."""
         empty = b'"delta":{}' if self._chat else b'"text":""'
         reason = json.dumps(self.plan.finish_reason).encode()
         return self._head + empty + b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
