@@ -119,6 +119,9 @@ COMMANDS: dict[str, Entry] = {
     "soakgate plan --pilot runs.sqlite --label eager --ratio 1.5 --blocks 8": Covered(PILOT),
     "soakgate compare runs.sqlite eager compiled --plan plan.toml": Covered(PREREGISTERED),
     "soakgate export runs.sqlite --format parquet": Run(creates=("runs.parquet",)),
+    "soakgate export runs.sqlite --format csv --table runs --label compiled --out runs.csv": Run(
+        creates=("runs.csv",)
+    ),
     "soakgate export … \\| head": Covered(
         "tests/cli/test_ergonomics.py::test_export_into_a_closed_pipe_ends_quietly"
     ),
@@ -420,8 +423,9 @@ COMMANDS: dict[str, Entry] = {
     "soakgate plan ... --blocks 8": Names("soakgate plan "),
     "soakgate plan": Names("soakgate plan "),
     "soakgate plan --pilot": Names("soakgate plan "),
-    "soakgate export DB --format parquet|csv|jsonl [--out FILE]": Covered(
-        "tests/report/test_outputs.py::test_export_round_trips_in_every_format"
+    "soakgate export DB --format parquet|csv|jsonl [--table generations|runs|events] "
+    "[--run ID]... [--label L]... [--out FILE]": Covered(
+        "tests/report/test_export.py::test_run_and_label_filters_keep_only_those_runs"
     ),
     "soakgate plan ... --write plan.toml": Names("soakgate plan "),
     "soakgate run --plan plan.toml": Names("soakgate run --plan plan.toml"),

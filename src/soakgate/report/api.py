@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from soakgate.errors import StoreError, UsageError
 from soakgate.records import Run
+from soakgate.report.export import Selection
 from soakgate.report.gate import GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions
 from soakgate.stats.outcomes import COLLAPSE, OUTCOMES, SHIFTED, SUSPECT
@@ -264,23 +265,28 @@ def load_pilot(db: str | Path, label: str | None = None) -> PilotEstimate:
     return pilot_estimate(source, sequences)
 
 
-def export(db: str | Path, fmt: str, out: str | Path | None = None) -> int:
-    """Export every generation; returns the count written."""
+def export(
+    db: str | Path, fmt: str, out: str | Path | None = None, *, table: str = "generations",
+    selection: Selection | None = None,
+) -> int:  # fmt: skip
+    """Export one table (`generations`, `runs` or `events`) of the selected runs (None: all);
+    returns the count written."""
     from soakgate.report.export import export as export_rows
 
     if out is not None and Path(out).resolve() == Path(db).resolve():
         raise UsageError(f"refusing to export over the database itself ({db}); give --out FILE")
-    if fmt == "parquet" and out is not None:
-        written = _export_parquet(db, Path(out))
+    if fmt == "parquet" and out is not None and table == "generations":
+        written = _export_parquet(db, Path(out), selection or Selection())
         if written is not None:
             return written
     with existing_store(db) as store:
-        return export_rows(store, fmt, out)
+        return export_rows(store, fmt, out, table=table, selection=selection, db=db)
 
 
-def _export_parquet(db: str | Path, out: Path) -> int | None:
+def _export_parquet(db: str | Path, out: Path, selection: Selection) -> int | None:
     """Parquet straight from Arrow batches (`report.parquet`), or None where the Arrow reader
     cannot be used (not installed, or the file is open elsewhere in this process)."""
+    from soakgate.report.export import metadata, schema
     from soakgate.report.parquet import write_parquet
     from soakgate.store.columns import arrow_available
     from soakgate.store.sqlite import read_only_uri
@@ -289,8 +295,13 @@ def _export_parquet(db: str | Path, out: Path) -> int | None:
         if not arrow_available() or store.shared_in_process:
             return None
         present = store.generation_columns()
+        stored = store.runs()
+        chosen = selection.resolve(stored) if selection.filtered else None
+    runs = chosen if chosen is not None else sorted(stored, key=lambda r: r.run_id)
+    run_ids = None if chosen is None else [run.run_id for run in chosen]
+    arrow_schema = schema("generations", metadata("generations", db, selection, runs))
     try:
-        return write_parquet(db, read_only_uri(Path(db)), present, out)
+        return write_parquet(db, read_only_uri(Path(db)), present, out, arrow_schema, run_ids)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from soakgate.report.export import FIELDS, _schema
+from soakgate.report.export import FIELDS
 from soakgate.store import codec
 from soakgate.store.columns import ArrowReader
 
@@ -38,7 +38,7 @@ _COLUMNS: dict[str, tuple[str, bool]] = {
 _DEFAULTS = {_INTEGER: "0", _REAL: "0.0", _TEXT: "''", "BLOB": "X''"}
 
 
-def _select(present: set[str]) -> str:
+def _select(present: set[str], run_ids: list[str] | None) -> tuple[str, list[str]]:
     parts = []
     for name in FIELDS:
         kind, nullable = _COLUMNS[name]
@@ -50,7 +50,9 @@ def _select(present: set[str]) -> str:
             parts.append(column)
         else:
             parts.append(f"CAST(COALESCE({column}, {_DEFAULTS[kind]}) AS {kind})")
-    return f"SELECT {', '.join(parts)} FROM generations ORDER BY run_id, seq"
+    where = "" if run_ids is None else f" WHERE run_id IN ({', '.join('?' * len(run_ids))})"
+    sql = f"SELECT {', '.join(parts)} FROM generations{where} ORDER BY run_id, seq"
+    return sql, run_ids or []
 
 
 def _token_lists(blobs: Any, missing: Any) -> Any:
@@ -110,7 +112,11 @@ def _table(batch: Any, schema: Any) -> Any:
         encoded.get(d) or encoded.setdefault(d, json.dumps(_loads(d), sort_keys=True, default=str))
         for d in columns["details"].to_pylist()
     ]
-    columns["details"] = pa.array(details, pa.string())
+    json_type = schema.field("details").type
+    columns["details"] = pa.ExtensionArray.from_storage(json_type, pa.array(details, pa.string()))
+    for name in ("started_at", "ended_at"):  # unix seconds -> whole microseconds, half to even
+        micros = pc.round(pc.multiply(columns[name], 1_000_000.0), round_mode="half_to_even")
+        columns[name] = pc.cast(micros, pa.int64()).cast(schema.field(name).type)
     flags = columns["flags"]
     split = pc.split_pattern(flags, ",")
     columns["flags"] = pc.if_else(
@@ -118,24 +124,33 @@ def _table(batch: Any, schema: Any) -> Any:
     )
     columns["stream"] = pc.not_equal(columns["stream"], 0)
     columns["collapsed"] = pc.and_(pc.is_null(columns["error_class"]), pc.not_equal(flags, ""))
-    arrays = [columns[f.name].cast(f.type) for f in schema]
+    arrays = [
+        columns[f.name] if columns[f.name].type == f.type else columns[f.name].cast(f.type)
+        for f in schema
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def batches(reader: ArrowReader, present: set[str]) -> Iterator[Any]:
-    """Every row, in (run, seq) order, as record batches of the raw SELECT."""
-    yield from reader.raw_batches(_select(present))
+def batches(reader: ArrowReader, present: set[str], run_ids: list[str] | None) -> Iterator[Any]:
+    """Every row (of `run_ids`, None: all), in (run, seq) order, as record batches of the raw
+    SELECT."""
+    sql, params = _select(present, run_ids)
+    yield from reader.raw_batches(sql, params)
 
 
-def write_parquet(db: str | Path, uri: str, present: set[str], path: Path) -> int:
-    """Write every generation of the database at `uri` to `path`; returns how many."""
+def write_parquet(
+    db: str | Path, uri: str, present: set[str], path: Path, schema: Any,
+    run_ids: list[str] | None = None,
+) -> int:  # fmt: skip
+    """Write the generations (of `run_ids`, None: all) of the database at `uri` to `path` with
+    the export's `schema` (and its metadata); returns how many."""
     import pyarrow.parquet as pq
 
-    schema, count = _schema(), 0
+    count = 0
     reader = ArrowReader(uri, str(db))
     try:
         with pq.ParquetWriter(path, schema) as writer:
-            for batch in batches(reader, present):
+            for batch in batches(reader, present, run_ids):
                 table = _table(batch, schema)
                 writer.write_table(table)
                 count += table.num_rows
