@@ -27,6 +27,8 @@ from typing import Any
 
 import brotli
 
+from soakgate.targets.encoding import zstd
+
 REPO = Path(__file__).resolve().parents[1]
 COLLAPSE = "!" * 300  # what a broken kernel emits: caught by the default char_run detector
 BOM = b"\xef\xbb\xbf"
@@ -247,6 +249,7 @@ async def error_event(server: Hostile, request: Request, writer: Writer) -> bool
 def _encoded(coding: str) -> Handler:
     compress: dict[str, Callable[[bytes], bytes]] = {
         "gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress,
+        "zstd": zstd.compress,
     }  # fmt: skip
 
     async def encoded(server: Hostile, request: Request, writer: Writer) -> bool:
@@ -456,7 +459,7 @@ async def budget_fill(server: Hostile, request: Request, writer: Writer) -> bool
 BEHAVIOURS: dict[str, Handler] = {
     "ok": ok, "drop-after-work": drop_after_work, "bom": bom, "lone-cr": lone_cr,
     "two-choices": two_choices, "error-event": error_event, "gzip": _encoded("gzip"),
-    "deflate": _encoded("deflate"), "br": _encoded("br"), "stray": stray, "huge": huge,
+    "deflate": _encoded("deflate"), "br": _encoded("br"), "zstd": _encoded("zstd"), "stray": stray, "huge": huge,
     "endless-header": endless_header, "rate-limit": rate_limit, "overloaded": overloaded,
     **{kind: _unstorable(kind) for kind in UNSTORABLE}, "echo-key": echo_key,
     "markup": markup, "trigger": trigger, "hang": hang, "reset": reset, "garbage": garbage,

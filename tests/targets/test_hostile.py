@@ -148,7 +148,7 @@ def test_choices_not_asked_for_are_an_error_and_never_mixed_in(
 
 
 @pytest.mark.parametrize("stream", [True, False])
-@pytest.mark.parametrize("coding", ["gzip", "deflate", "br"])
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
 def test_answers_encoded_anyway_are_decoded(
     hostile: StartHostile, tmp_path: Path, coding: str, stream: bool
 ) -> None:

@@ -1,16 +1,23 @@
 """Decode an answer sent with a `Content-Encoding` although soakgate asks for `identity`.
 
 A proxy in front of the server may compress anyway. gzip and deflate are decoded by `zlib`,
-br by Google's `brotli` bindings; each step's output is bounded by the response cap, so a
-small compressed answer cannot unpack into gigabytes.
+br by Google's `brotli` bindings, zstd (RFC 8878) by the standard library's `compression.zstd`
+(Python 3.14; before it, its backport `backports.zstd`); each step's output is bounded by the
+response cap, so a small compressed answer cannot unpack into gigabytes.
 """
 
 from __future__ import annotations
 
+import sys
 import zlib
 from typing import Protocol
 
 import brotli
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 from soakgate.targets.http1 import Oversized
 from soakgate.targets.parse import ResponseFormatError
@@ -55,6 +62,8 @@ def _step(name: str) -> _Step:
         return _Zlib("deflate", 0)
     if name == "br":
         return _Brotli()
+    if name == "zstd":
+        return _Zstd()
     raise ResponseFormatError(f"the answer is encoded as {name!r}, which soakgate cannot decode")
 
 
@@ -120,3 +129,36 @@ class _Brotli:
     def close(self) -> None:
         if self._fed and not self._decompressor.is_finished():
             raise ResponseFormatError("the br-encoded answer stops before its end")
+
+
+class _Zstd:
+    """zstd frames one after another (each frame a decompressor, as gzip members are)."""
+
+    def __init__(self) -> None:
+        self._decompressor = zstd.ZstdDecompressor()
+        self._fed = False
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        out: list[bytes] = []
+        while data or (self._fed and not self._decompressor.needs_input):
+            self._fed = True
+            try:
+                piece = self._decompressor.decompress(data, room + 1)
+            except zstd.ZstdError as exc:
+                raise ResponseFormatError(f"the zstd-encoded answer is broken: {exc}") from None
+            room -= len(piece)
+            out.append(piece)
+            if room < 0:
+                break
+            data = b""
+            if self._decompressor.eof:
+                data = self._decompressor.unused_data
+                self._decompressor = zstd.ZstdDecompressor()
+                self._fed = bool(data)
+            elif self._decompressor.needs_input:
+                break
+        return b"".join(out)
+
+    def close(self) -> None:
+        if self._fed and not self._decompressor.eof:
+            raise ResponseFormatError("the zstd-encoded answer stops before its end")
