@@ -9,7 +9,7 @@
 # Pinned to versions checked together (pip check) with transformers 5.17. accelerate (and its
 # psutil) because serve passes --device as a device_map, which needs accelerate. The last line
 # holds what soakgate itself needs and the GPU image lacks: its HTTP/1.1 client (httptools),
-# compressed answers (brotli), the report's column reader (adbc-driver-*), audit's parser and
+# compressed answers (brotli, backports-zstd before Python 3.14), the report's column reader (adbc-driver-*), audit's parser and
 # preprocessor (tree-sitter*, pcpp) and pandas' time zones (tzdata). openai stays on 2.x:
 # 3.x depends on httpx2, which the GPU machine lacks; 2.x uses the httpx it has.
 #
@@ -28,7 +28,7 @@ wheels=(
     anyio==4.16.0 sniffio==1.3.1 openai==2.30.0 distro==1.9.0 jiter==0.19.0 tomli-w==1.2.0 orjson==3.11.5
     accelerate==1.15.0 psutil==7.2.2
     httptools==0.9.0 brotli==1.2.1 adbc-driver-manager==1.13.0 adbc-driver-sqlite==1.13.0
-    tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 pcpp==1.30 tzdata==2026.6
+    tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 pcpp==1.30 tzdata==2026.6 backports-zstd==1.8.0
 )
 # shellcheck disable=SC2034  # read by tests/realservers/test_gpu_wheels.py
 present_on_gpu_image=(
