@@ -137,7 +137,10 @@ class MockServer:
             return _json_response(error_body(message, "BadRequestError", 400), 400)
         request_id = request.headers.get("X-Request-Id") or f"mock-{self.pid}-{self.seq}"
         decision = self.injector.decide(self.metrics.in_flight + 1)
-        plan = make_plan(self.config, request_id, sampling, decision, self.injector.rng)
+        rng = self.injector.rng
+        plans = [make_plan(self.config, request_id, sampling, decision, rng, index)
+                 for index in range(sampling.n)]  # fmt: skip
+        plan = plans[0]
         self._log(plan, endpoint)
         if decision.crash:
             die_of_sigsegv()
@@ -153,8 +156,8 @@ class MockServer:
             if self.config.latency_ms:
                 await asyncio.sleep(self.config.latency_ms / 1000.0)
             if sampling.stream:
-                return await self._stream(request, plan)
-            return await self._answer(request, plan)
+                return await self._stream(request, plans)
+            return await self._answer(request, plans)
         finally:
             metrics.in_flight -= 1
 
@@ -171,6 +174,7 @@ class MockServer:
                 "max_tokens": plan.sampling.max_tokens,
                 "temperature": plan.sampling.temperature,
                 "prompt_logprobs": plan.sampling.prompt_logprobs,
+                "n": plan.sampling.n,
                 "injected": decision.injected,
                 "fault": decision.fault,
                 "perturbed": plan.perturbed,
@@ -204,19 +208,22 @@ class MockServer:
             await asyncio.sleep(batch * delay)
             tokens -= batch
 
-    async def _answer(self, request: web.Request, plan: Plan) -> web.StreamResponse:
-        """A non-streamed answer, with a body-level fault applied when one was decided."""
-        await self._pace_bulk(len(plan.token_ids))
+    async def _answer(self, request: web.Request, plans: list[Plan]) -> web.StreamResponse:
+        """A non-streamed answer (one choice per plan, generated side by side), with a
+        body-level fault applied when one was decided."""
+        plan = plans[0]
+        await self._pace_bulk(max(len(p.token_ids) for p in plans))
         fault = plan.decision.fault
         if fault == "server_error":
             return _json_response(error_body("injected server error", "InternalServerError", 500))
         if fault == "truncated_stream":
-            # A non-streamed "truncation": a shorter answer without a finish_reason.
-            plan.token_ids = plan.token_ids[: len(plan.token_ids) // 2]
-            plan.text, plan.finish_reason = detokenize(plan.token_ids), None
-        body = response_body(plan, self.config.model_name, int(time.time()), self._chat_style)
+            # A non-streamed "truncation": shorter answers without a finish_reason.
+            for cut in plans:
+                cut.token_ids = cut.token_ids[: len(cut.token_ids) // 2]
+                cut.text, cut.finish_reason = detokenize(cut.token_ids), None
+        body = response_body(plans, self.config.model_name, int(time.time()), self._chat_style)
         data = json.dumps(body, separators=(",", ":")).encode()
-        self.metrics.generated(len(plan.token_ids))
+        self.metrics.generated(sum(len(p.token_ids) for p in plans))
         if fault == "malformed_json":
             return web.Response(body=data[: len(data) * plan.fault_after // 10], content_type=_JSON)
         if fault == "reset":
@@ -229,23 +236,26 @@ class MockServer:
         self.metrics.finished[plan.finish_reason or "abort"] += 1
         return web.Response(body=data, content_type=_JSON)
 
-    async def _stream(self, request: web.Request, plan: Plan) -> web.StreamResponse:
-        """An SSE answer, paced per token, cut or broken as decided."""
+    async def _stream(self, request: web.Request, plans: list[Plan]) -> web.StreamResponse:
+        """An SSE answer, paced per token (the choices' events of each position together, as a
+        server generating them side by side sends them), cut or broken as decided."""
         response = web.StreamResponse(headers=_SSE_HEADERS)
         await response.prepare(request)
-        events = EventWriter(plan, self.config.model_name, int(time.time()), self._chat_style)
+        created, plan = int(time.time()), plans[0]
+        writers = [EventWriter(p, self.config.model_name, created, self._chat_style) for p in plans]
         fault = plan.decision.fault
+        longest = max(len(p.token_ids) for p in plans)
         # Clamped so that short outputs still show their fault.
-        fault_at = min(plan.fault_after, max(len(plan.token_ids) - 1, 0))
+        fault_at = min(plan.fault_after, max(longest - 1, 0))
         stop_at = fault_at if fault in ("reset", "truncated_stream", "server_error") else -1
         cut = _Cut()
         self.streams.add(cut)
         try:
-            sent = await self._stream_tokens(response, plan, events, stop_at, cut)
-            if sent < len(plan.token_ids):
-                await self._stream_break(request, response, events, fault, cut)
+            sent = await self._stream_tokens(response, writers, stop_at, cut)
+            if sent < longest:
+                await self._stream_break(request, response, writers[0], fault, cut)
             else:
-                await self._stream_end(response, plan, events)
+                await self._stream_end(response, writers)
         except ConnectionError:
             self.metrics.finished["abort"] += 1
         finally:
@@ -253,25 +263,33 @@ class MockServer:
         return response
 
     async def _stream_tokens(
-        self, response: web.StreamResponse, plan: Plan, events: EventWriter, stop_at: int, cut: _Cut
+        self, response: web.StreamResponse, writers: list[EventWriter], stop_at: int, cut: _Cut
     ) -> int:
-        """Write token events until the end, a fault point or a cut; returns how many were sent."""
-        count = len(plan.token_ids) if stop_at < 0 else min(stop_at, len(plan.token_ids))
+        """Write token events until the end, a fault point or a cut; returns how many positions
+        were sent."""
+        plan = writers[0].plan
+        longest = max(len(w.plan.token_ids) for w in writers)
+        count = longest if stop_at < 0 else min(stop_at, longest)
         malformed_at = -1
         if plan.decision.fault == "malformed_json":
-            malformed_at = min(plan.fault_after, max(len(plan.token_ids) - 1, 0))
-        first = events.role() if plan.sampling.endpoint == "chat" else b""
+            malformed_at = min(plan.fault_after, max(longest - 1, 0))
+        first = b"".join(w.role() for w in writers) if plan.sampling.endpoint == "chat" else b""
+
+        def position_events(position: int) -> bytes:
+            chunk = b"".join(w.token(position) for w in writers if position < len(w.plan.token_ids))
+            return writers[0].malformed() + chunk if position == malformed_at else chunk
+
+        def tokens_at(position: int) -> int:
+            return sum(position < len(w.plan.token_ids) for w in writers)
+
         buffered = "buffered-stream" in self.config.quirks
         if self._token_delay() == 0 or buffered:
             # Unpaced: one write for all events (real servers coalesce too); far cheaper. With
             # quirk `buffered-stream`, paced but held back and sent whole (a buffering proxy).
             if buffered:
                 await asyncio.sleep(self._token_delay() * count)
-            chunks = [events.token(i) for i in range(count)]
-            if 0 <= malformed_at < count:
-                chunks.insert(malformed_at, events.malformed())
-            await response.write(first + b"".join(chunks))
-            self.metrics.generated(count)
+            await response.write(first + b"".join(position_events(i) for i in range(count)))
+            self.metrics.generated(sum(tokens_at(i) for i in range(count)))
             return count
         if first:
             await response.write(first)
@@ -279,11 +297,8 @@ class MockServer:
             if cut.cut:
                 return position
             await asyncio.sleep(self._token_delay())
-            chunk = events.token(position)
-            if position == malformed_at:
-                chunk = events.malformed() + chunk
-            await response.write(chunk)
-            self.metrics.generated(1)
+            await response.write(position_events(position))
+            self.metrics.generated(tokens_at(position))
         return count
 
     async def _stream_break(
@@ -304,15 +319,14 @@ class MockServer:
             await response.write(events.error("injected server error") + DONE)
         await response.write_eof()
 
-    async def _stream_end(
-        self, response: web.StreamResponse, plan: Plan, events: EventWriter
-    ) -> None:
-        """finish_reason event (only for an answer with no token: the last token's event
+    async def _stream_end(self, response: web.StreamResponse, writers: list[EventWriter]) -> None:
+        """finish_reason event (only for a choice with no token: the last token's event
         carries it otherwise, as vLLM's does), usage event when asked, [DONE] unless quirk
         `no-done`."""
-        tail = b"" if plan.token_ids else events.finish()
+        plan = writers[0].plan
+        tail = b"".join(w.finish() for w in writers if not w.plan.token_ids)
         if plan.sampling.include_usage:
-            tail += events.usage()
+            tail += writers[0].usage([w.plan for w in writers])
         if "no-done" not in self.config.quirks:
             tail += DONE
         await response.write(tail)

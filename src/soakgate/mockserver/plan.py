@@ -21,6 +21,8 @@ from soakgate.mockserver.text import (
 
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's documented default for the completions endpoint; used for chat too."""
+MAX_CHOICES = 16
+"""The most choices (`n`) one request may ask for: bounds the mock's work per request."""
 
 
 class BadRequest(UsageError):
@@ -50,6 +52,8 @@ class Sampling:
     """vLLM's `prompt_logprobs`: top alternatives asked for at every prompt position."""
     echo: bool = False
     """Whether the prompt's text is to be put before the completion's (completions `echo`)."""
+    n: int = 1
+    """How many choices to answer with (OpenAI's `n`), generated side by side."""
 
     def prompt_token_count(self) -> int:
         """The prompt's length in mock tokens."""
@@ -80,6 +84,8 @@ class Plan:
     """Number of stream chunks (or body fraction in percent) sent before a fault strikes."""
     fluent_positions: list[int]
     """Output positions whose tokens fluent corruption replaced (ground truth)."""
+    index: int = 0
+    """Which choice of the request this is (OpenAI's `n`)."""
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -143,6 +149,9 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
         temperature = 1.0
     if not isinstance(temperature, int | float) or temperature < 0:
         raise BadRequest("temperature must be a number >= 0")
+    n = _integer(body, "n", 1)
+    if n is None or not 1 <= n <= MAX_CHOICES:
+        raise BadRequest(f"n must be between 1 and {MAX_CHOICES}")
     options = body.get("stream_options") or {}
     return Sampling(
         endpoint=endpoint,
@@ -158,6 +167,7 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
         prompt_ids=prompt_ids,
         prompt_logprobs=_integer(body, "prompt_logprobs", None) if endpoint != "chat" else None,
         echo=endpoint != "chat" and bool(body.get("echo", False)),
+        n=n,
     )
 
 
@@ -194,15 +204,24 @@ def _length(config: MockConfig, sampling: Sampling, key: int) -> tuple[int, str]
 
 
 def make_plan(
-    config: MockConfig, request_id: str, sampling: Sampling, decision: Decision, rng: random.Random
+    config: MockConfig,
+    request_id: str,
+    sampling: Sampling,
+    decision: Decision,
+    rng: random.Random,
+    index: int = 0,
 ) -> Plan:
-    """Decide the output: a corpus slice keyed by (prompt, seed) when greedy, else (server seed,
-    request id), continuing the prompt's last token; then apply the decided collapse,
-    perturbation or fluent corruption."""
+    """Decide the output of choice `index`: a corpus slice keyed by (prompt, seed) when greedy
+    (so every choice of a greedy request is the same, as a greedy server's are), else (server
+    seed, request id, choice), continuing the prompt's last token; then apply the decided
+    collapse, perturbation or fluent corruption (one decision for the request's choices: they
+    are generated side by side in the same state)."""
     if sampling.temperature == 0:
         key = request_hash("greedy", sampling.prompt, str(sampling.seed))
-    else:
+    elif index == 0:
         key = request_hash("sample", str(config.seed), request_id)
+    else:
+        key = request_hash("sample", str(config.seed), request_id, str(index))
     count, finish = _length(config, sampling, key)
     if decision.injected is not None:
         # A collapsed model never emits EOS: it runs to max_tokens.
@@ -232,4 +251,5 @@ def make_plan(
         perturbed=perturbed,
         fault_after=fault_after,
         fluent_positions=positions,
+        index=index,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
@@ -25,12 +26,14 @@ def unknown_model_body(model: str) -> dict[str, Any]:
             "type": "NotFoundError", "param": "model", "code": 404}  # fmt: skip
 
 
-def _usage(plan: Plan) -> dict[str, int]:
-    completion = len(plan.token_ids)
+def _usage(plans: Sequence[Plan]) -> dict[str, int]:
+    """Usage of a request: its prompt once, the tokens of every choice."""
+    completion = sum(len(plan.token_ids) for plan in plans)
+    prompt_tokens = plans[0].prompt_tokens
     return {
-        "prompt_tokens": plan.prompt_tokens,
+        "prompt_tokens": prompt_tokens,
         "completion_tokens": completion,
-        "total_tokens": plan.prompt_tokens + completion,
+        "total_tokens": prompt_tokens + completion,
     }
 
 
@@ -107,28 +110,42 @@ def _logprobs(plan: Plan, ids: list[int], first: int, offset: int, chat_style: b
     return completion_logprobs(ids, top_n, first, offset)
 
 
-def response_body(plan: Plan, model: str, created: int, chat_style: bool = False) -> dict[str, Any]:
-    """The non-streamed response object (completions or chat)."""
+def _choice(plan: Plan, chat_style: bool) -> dict[str, Any]:
+    """One choice of a non-streamed response."""
     ids, sampling = plan.token_ids, plan.sampling
-    choice: dict[str, Any] = {"index": 0}
-    body: dict[str, Any]
+    choice: dict[str, Any] = {"index": plan.index}
     if sampling.endpoint == "chat":
-        body = {"id": f"chatcmpl-{plan.request_id}", "object": "chat.completion"}
         choice["message"] = {"role": "assistant", "content": plan.text}
     else:
-        body = {"id": f"cmpl-{plan.request_id}", "object": "text_completion"}
         choice["text"] = (sampling.prompt if sampling.echo else "") + plan.text
     choice["logprobs"] = _logprobs(plan, ids, 0, 0, chat_style)
     choice["finish_reason"] = plan.finish_reason
     if sampling.prompt_logprobs is not None:
         choice["prompt_logprobs"] = prompt_logprobs(_prompt_ids(sampling), sampling.prompt_logprobs)
-    body.update(created=created, model=model, system_fingerprint=None, choices=[choice],
-                usage=_usage(plan))  # fmt: skip
     if sampling.return_token_ids:
         choice["token_ids"] = ids
-        # vLLM puts the prompt ids in the choice for completions and at the top level for chat.
-        target = body if sampling.endpoint == "chat" else choice
-        target["prompt_token_ids"] = _prompt_ids(sampling)
+        if sampling.endpoint != "chat":  # vLLM puts the prompt ids in the choice for completions
+            choice["prompt_token_ids"] = _prompt_ids(sampling)
+    return choice
+
+
+def response_body(
+    plans: Plan | Sequence[Plan], model: str, created: int, chat_style: bool = False
+) -> dict[str, Any]:
+    """The non-streamed response object (completions or chat) with one choice per plan."""
+    plans = [plans] if isinstance(plans, Plan) else list(plans)
+    first = plans[0]
+    sampling = first.sampling
+    body: dict[str, Any]
+    if sampling.endpoint == "chat":
+        body = {"id": f"chatcmpl-{first.request_id}", "object": "chat.completion"}
+    else:
+        body = {"id": f"cmpl-{first.request_id}", "object": "text_completion"}
+    choices = [_choice(plan, chat_style) for plan in plans]
+    body.update(created=created, model=model, system_fingerprint=None, choices=choices,
+                usage=_usage(plans))  # fmt: skip
+    if sampling.return_token_ids and sampling.endpoint == "chat":
+        body["prompt_token_ids"] = _prompt_ids(sampling)  # and at the top level for chat
     return body
 
 
@@ -136,6 +153,7 @@ class EventWriter:
     """Builds the SSE events of one streamed response; chunk templates are built once."""
 
     def __init__(self, plan: Plan, model: str, created: int, chat_style: bool = False) -> None:
+        """Events of `plan`'s choice (its `index`)."""
         self.plan = plan
         self._chat = plan.sampling.endpoint == "chat"
         self._chat_style = chat_style
@@ -145,7 +163,7 @@ class EventWriter:
         )
         self._head = (
             f'data: {{"id":{json.dumps(kind[0] + plan.request_id)},"object":"{kind[1]}",'
-            f'"created":{created},"model":{json.dumps(model)},"choices":[{{"index":0,'
+            f'"created":{created},"model":{json.dumps(model)},"choices":[{{"index":{plan.index},'
         ).encode()
         self._text_key = b'"delta":{"content":' if self._chat else b'"text":'
         self._close_text = b"}" if self._chat else b""
@@ -191,10 +209,12 @@ class EventWriter:
         reason = json.dumps(self.plan.finish_reason).encode()
         return self._head + empty + b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
 
-    def usage(self) -> bytes:
-        """The final usage event with empty choices (stream_options.include_usage)."""
+    def usage(self, plans: Sequence[Plan] = ()) -> bytes:
+        """The final usage event with empty choices (stream_options.include_usage), counting
+        every choice of the request (`plans`; this writer's own when none are given)."""
         head = self._head[: self._head.index(b'"choices"')]
-        return head + b'"choices":[],"usage":' + json.dumps(_usage(self.plan)).encode() + b"}\n\n"
+        usage = json.dumps(_usage(plans or [self.plan])).encode()
+        return head + b'"choices":[],"usage":' + usage + b"}\n\n"
 
     def error(self, message: str) -> bytes:
         """A server-declared error event inside a 200 stream."""
