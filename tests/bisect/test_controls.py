@@ -98,9 +98,14 @@ def model():
 @needs_torch
 def test_a_correctly_compiled_model_is_no_finding(tmp_path: Path) -> None:
     (tmp_path / "correct.py").write_text(CORRECT)
-    done = soakgate("bisect", "correct.py:model", cwd=tmp_path, timeout=600)
+    done = soakgate("bisect", "correct.py:model", "--progress-every", "1ms", cwd=tmp_path,
+                    timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().startswith("no divergence: compiled matches eager at every stage")
+    # progress on stderr while it compiles (issue 30 item 7), never in the finding on stdout
+    progress = [line for line in done.stderr.splitlines() if " elapsed, " in line]
+    assert progress and all(line.startswith("soakgate: ") for line in progress), done.stderr
+    assert "steps: bisect: " in progress[-1] and "elapsed" not in done.stdout
 
 
 @needs_torch

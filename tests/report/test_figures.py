@@ -11,7 +11,7 @@ import pytest
 from tests.cli.helpers import soakgate
 from tests.report.synth import add_run
 
-from soakgate.records import Event
+from soakgate.records import Event, Generation, Run
 from soakgate.report import bins, figures
 from soakgate.report.analyze import analyze
 from soakgate.report.model import ClusteringOptions
@@ -105,3 +105,38 @@ def test_the_html_report_does_not_grow_with_the_number_of_generations(tmp_path: 
         assert done.returncode == 0, done.stderr
         sizes[n] = page.stat().st_size
     assert sizes[150_000] < 1.3 * sizes[10_000] and sizes[150_000] < 2_000_000, sizes
+
+
+def test_throughput_of_steady_load_is_a_line_not_a_sawtooth() -> None:
+    """8 workers in step, each generation 10 s long (32 tokens), for 600 s: the server makes
+    25.6 tok/s all along. Counted where generations end, 5-second bins alternate between a spike
+    (a wave of 8 ends) and a gap (none); spread over each generation's time in flight, every bin
+    shows the steady 25.6 (issue 30 item 7)."""
+    store = MemoryStore()
+    start, workers, length, waves = 1_700_000_000.0, 8, 10.0, 60
+    run = Run("steady", "steady", ["gpu0"], start, load={}, status="completed",
+              ended_at=start + waves * length)  # fmt: skip
+    store.save_run(run)
+    rows = [
+        Generation(run_id="steady", request_id=f"steady-{i}", target="gpu0", label="steady",
+                   seq=i, prompt_id="p0", endpoint="completions", stream=True,
+                   started_at=start + (i // workers) * length,
+                   ended_at=start + (i // workers + 1) * length, completion_tokens=32,
+                   error_class=None, text="fine", flags=[], scores={}, details={})
+        for i in range(workers * waves)
+    ]  # fmt: skip
+    store.add(rows, [])
+    data = bins.throughput(analyze(store, FAST, clustering=False))
+    assert data is not None and len(data.centres) == bins.THROUGHPUT_BINS
+    line = data.clean["steady@gpu0"]
+    assert not np.isnan(line).any()
+    assert np.allclose(line, workers * 32 / length, rtol=1e-6), line[:6]
+
+
+def test_spread_puts_each_amount_where_it_was_in_flight() -> None:
+    edges = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    starts, ends = np.array([0.5, 1.0, 3.5]), np.array([2.5, 1.0, 3.5])
+    got = bins.spread(starts, ends, np.array([4.0, 7.0, 2.0]), edges)
+    # 4 over [0.5, 2.5]: 1, 2, 1; an instant 7 at 1.0 and 2 at 3.5 where they end
+    assert np.allclose(got, [1.0, 9.0, 1.0, 2.0])
+    assert got.sum() == pytest.approx(13.0)

@@ -102,7 +102,7 @@ def test_every_format_shows_every_outcome_per_unit_first(
     assert main(["report", str(crashed), "--no-clustering"]) == 0
     text = capsys.readouterr().out
     failures = text.index("failures per unit")
-    assert failures < text.index("soakgate report (n = clean generations")
+    assert failures < text.index("soakgate report (n = answered generations")
     assert "2 (" in text[failures:] and "14 lost" in text[failures:]
     assert text.index("gate FAIL") < failures
     assert main(["report", str(crashed), "--format", "json", "--no-clustering"]) == 0

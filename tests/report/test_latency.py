@@ -67,7 +67,7 @@ def test_report_json_holds_each_units_quantiles_as_the_stored_rows_give_them(tim
     for name, unit in units.items():
         label, target = name.split("@")
         stored = _stored(timed, label, target)
-        assert unit["clean"] == len(stored["end_to_end"]) > 0
+        assert unit["answered"] == len(stored["end_to_end"]) > 0
         assert unit["streamed"] == len(stored["ttft"])
         for measure, values in stored.items():
             found = unit[measure]

@@ -43,7 +43,7 @@ def test_the_terminal_report_opens_with_the_verdict_and_the_warnings(
     verdict = " ".join(lines[1:4])
     assert re.search(r"ratio \d[\d.]* \[\d[\d.]*, \d[\d.]*\]", verdict), verdict
     assert "one run per arm" in verdict and "batch_means" in verdict
-    table = next(i for i, line in enumerate(lines) if "soakgate report (n = clean" in line)
+    table = next(i for i, line in enumerate(lines) if "soakgate report (n = answered" in line)
     warning = next(i for i, line in enumerate(lines) if line.startswith("warning: run"))
     assert warning < table and "idle gap" in lines[warning]
     assert all(len(line) <= 100 for line in lines)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,26 @@ def run_compiled(
     return compare(expected, actual, tolerance)
 
 
-def log_to_stderr(line: str) -> None:
-    """The bisector's progress, for `--verbose`."""
-    print(line, file=sys.stderr)
+class StepLog:
+    """What `bisect` prints of its steps on stderr: every step with `--verbose`; otherwise a
+    progress line when `every_s` has passed since the last (`soakgate: bisect: 312 s elapsed,
+    41 steps: <the step>`), so a bisect that compiles for an hour is not silent in a CI log."""
+
+    def __init__(self, verbose: bool, every_s: float, stream: Any = None) -> None:
+        self.verbose, self.every_s = verbose, every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.steps = 0
+        self._start = time.monotonic()
+        self._next = self._start + every_s
+
+    def __call__(self, line: str) -> None:
+        self.steps += 1
+        if self.verbose:
+            print(line, file=self.stream, flush=True)
+            return
+        now = time.monotonic()
+        if self.every_s and now >= self._next:
+            self._next = now + self.every_s
+            elapsed = now - self._start
+            print(f"soakgate: {elapsed:.0f} s elapsed, {self.steps} steps: {line}",
+                  file=self.stream, flush=True)  # fmt: skip

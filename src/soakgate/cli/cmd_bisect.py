@@ -9,6 +9,7 @@ from typing import Any
 
 from soakgate.cli import exits
 from soakgate.cli.args import positive_float, positive_int
+from soakgate.cli.metrics import add_progress_argument
 
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog."
 
@@ -46,6 +47,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rtol", type=positive_float, default=1e-3, help="relative tolerance")
     parser.add_argument("--atol", type=positive_float, default=1e-3, help="absolute tolerance")
     parser.add_argument("--verbose", action="store_true", help="show the bisector's steps")
+    add_progress_argument(parser, always=True)
     parser.set_defaults(func=main)
 
 
@@ -58,14 +60,14 @@ def main(args: argparse.Namespace) -> int:
     from soakgate.bisect import bisect_model
     from soakgate.bisect.compare import Tolerance
     from soakgate.bisect.model import import_modules, load_subject
-    from soakgate.bisect.stages import log_to_stderr
+    from soakgate.bisect.stages import StepLog
 
     if (args.from_db is None) != (args.request is None):
         raise UsageError("--from-db and --request go together")
     prompt = _stored_prompt(Path(args.from_db), args.request) if args.from_db else args.prompt
     import_modules(args.imports)
     subject = load_subject(args.model, prompt, args.layers)
-    log = log_to_stderr if args.verbose else None
+    log = StepLog(args.verbose, args.progress_every)
     finding = bisect_model(subject, Tolerance(args.rtol, args.atol), log)
     print(finding.line())
     return exits.FINDING if finding.diverges else exits.OK

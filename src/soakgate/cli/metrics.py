@@ -40,12 +40,13 @@ def _every(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0s") else duration(text)
 
 
-def add_progress_argument(parser: argparse.ArgumentParser) -> None:
-    """--progress-every: the progress line of a soak whose stderr is not a terminal."""
+def add_progress_argument(parser: argparse.ArgumentParser, always: bool = False) -> None:
+    """--progress-every: the progress line of a soak whose stderr is not a terminal (`always`:
+    of a command that has no live display, on a terminal too)."""
+    when = "" if always else "when stderr is not a terminal (a CI log, nohup), "
     parser.add_argument(
         "--progress-every", type=_every, default=60.0, metavar="DURATION",
-        help="when stderr is not a terminal (a CI log, nohup), print a progress line this "
-        "often (default 60s; 0: none)",
+        help=f"{when}print a progress line on stderr this often (default 60s; 0: none)",
     )  # fmt: skip
 
 

@@ -184,14 +184,14 @@ def compare(
     if outcome == SUSPECT:
         text = (
             "outcome: suspect (reference scoring): suspect / scored generations per arm, in place "
-            "of collapses / clean generations\n" + text
+            "of collapses / answered generations\n" + text
         )
     if outcome == SHIFTED:
         text = (
             "outcome: shifted (reference scoring): scored generations whose typicality (mean "
             "surprisal where the reference gave no entropies) is above the calibration's 90th "
             "percentile / scored generations per arm (a "
-            "reference-like unit has 10%), in place of collapses / clean generations\n" + text
+            "reference-like unit has 10%), in place of collapses / answered generations\n" + text
         )
     if baseline is not None:
         text = (
@@ -247,7 +247,7 @@ def _scoring_view(analysis: Analysis, plan: str | Path | None, outcome: str) -> 
 
 def load_pilot(db: str | Path, label: str | None = None) -> PilotEstimate:
     """A pilot estimate for `soakgate plan --pilot`: every run of every target of `label` (or
-    of every label) as its own time-ordered sequence of clean generations."""
+    of every label) as its own time-ordered sequence of answered generations."""
     from soakgate.stats.pilot import pilot_estimate
 
     analysis = load_analysis(db, clustering=False)

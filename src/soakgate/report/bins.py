@@ -71,7 +71,7 @@ class Timeline:
     rolling: FloatArray
     """Peak, within each bin, of the rolling collapse rate (%); NaN for a bin without data."""
     window: int
-    """Clean generations in the rolling window."""
+    """Answered generations in the rolling window."""
     events: tuple[EventMark, ...]
 
 
@@ -149,8 +149,12 @@ def timeline(analysis: Analysis, unit: Unit, bins: int = TIMELINE_BINS) -> Timel
 
 @dataclass(frozen=True, slots=True)
 class Throughput:
-    """Completion tokens per second over time, per unit: of clean generations and of
-    collapsed ones (a server emitting degenerate output at full speed shows as the second)."""
+    """Completion tokens per second over time, per unit: of clean generations (answered and
+    flagged by no detector) and of
+    collapsed ones (a server emitting degenerate output at full speed shows as the second).
+    Each generation's tokens are spread evenly over its time in flight, so continuous load
+    draws a continuous line: counted where generations ended, workers that finish together
+    would make spikes and empty bins (a sawtooth with gaps) out of a steady server."""
 
     centres: FloatArray
     """Bin centres, in `unit_name` since the first request."""
@@ -162,7 +166,7 @@ class Throughput:
 
 
 def throughput(analysis: Analysis, bins: int = THROUGHPUT_BINS) -> Throughput | None:
-    """Binned throughput of every unit (None without a clean generation)."""
+    """Binned throughput of every unit (None without an answered generation)."""
     units = [(u, analysis.slices(u.label, u.target)) for u in analysis.units if not u.aggregate]
     ended = [p.ended[p.ok] for _, parts in units for p in parts if p.ok.any()]
     if not ended:
@@ -176,13 +180,41 @@ def throughput(analysis: Analysis, bins: int = THROUGHPUT_BINS) -> Throughput | 
     clean, collapsed = {}, {}
     for unit, parts in units:
         ok = _joined(parts, "ok").astype(bool)
-        bad = _joined(parts, "collapsed").astype(bool)
-        ends, tokens = _joined(parts, "ended")[ok], _joined(parts, "tokens")[ok].astype(float)
-        answered = np.histogram(ends, edges)[0]
-        good = np.histogram(ends, edges, weights=tokens * ~bad[ok])[0] / width
-        clean[unit.name] = np.where(answered > 0, good, np.nan)  # gaps stay gaps
+        bad = _joined(parts, "collapsed").astype(bool)[ok]
+        starts, ends = _joined(parts, "started")[ok], _joined(parts, "ended")[ok]
+        tokens = _joined(parts, "tokens")[ok].astype(float)
+        # something answered was in flight (a microsecond of it: above the sums' rounding)
+        busy = spread(starts, ends, ends - starts, edges) > 1e-6
+        good = spread(starts[~bad], ends[~bad], tokens[~bad], edges) / width
+        clean[unit.name] = np.where(busy, good, np.nan)  # gaps stay gaps
         if bad.any():
-            degenerate = np.histogram(ends, edges, weights=tokens * bad[ok])[0] / width
-            collapsed[unit.name] = np.where(answered > 0, degenerate, np.nan)
+            degenerate = spread(starts[bad], ends[bad], tokens[bad], edges) / width
+            collapsed[unit.name] = np.where(busy, degenerate, np.nan)
     centres = ((edges[:-1] + edges[1:]) / 2 - origin) / scale
     return Throughput(centres, unit_name, clean, collapsed)
+
+
+def spread(
+    starts: FloatArray, ends: FloatArray, amounts: FloatArray, edges: FloatArray
+) -> FloatArray:
+    """How much of `amounts` falls in each bin between `edges` when each is spread evenly over
+    its [start, end] (an instant one counted where it ends). Exact: the integral of the
+    piecewise-constant sum of rates, taken at its sorted breakpoints and interpolated (it is
+    linear between them) at the edges; O(n log n) for n items whatever the number of bins."""
+    if not len(starts):
+        return np.zeros(len(edges) - 1)
+    spans = ends - starts
+    timed = spans > 0
+    rates = np.divide(amounts, spans, out=np.zeros_like(amounts), where=timed)
+    times = np.concatenate([starts[timed], ends[timed]])
+    order = np.argsort(times, kind="stable")
+    times, steps = times[order], np.concatenate([rates[timed], -rates[timed]])[order]
+    totals = np.zeros(len(edges) - 1)
+    if len(times):
+        level = np.cumsum(steps)[:-1]  # the summed rate between consecutive breakpoints
+        integral = np.concatenate([[0.0], np.cumsum(level * np.diff(times))])
+        totals += np.diff(np.interp(edges, times, integral))
+    instant = ~timed
+    if instant.any():
+        totals += np.histogram(ends[instant], edges, weights=amounts[instant])[0]
+    return totals

@@ -50,7 +50,7 @@ def _plan_payloads(ledger: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
 
 
 def _planned_n(plan: dict[str, Any], run: Run) -> int | None:
-    """Clean generations the plan asks of this run on one target."""
+    """Answered generations the plan asks of this run on one target."""
     if plan.get("requests_per_block") is not None:
         return int(plan["requests_per_block"])  # a block design: each run is one block
     if run.campaign:

@@ -87,7 +87,7 @@ def resolve(analysis: Analysis, spec: str) -> Unit:
     unit = analysis.unit(label, target)
     if unit is None or unit.rate is None:
         known = ", ".join(u.name for u in analysis.units if u.rate is not None) or "nothing"
-        raise UsageError(f"no clean generations for {spec!r} in the database (have: {known})")
+        raise UsageError(f"no answered generations for {spec!r} in the database (have: {known})")
     return unit
 
 
@@ -226,7 +226,7 @@ def _sequential_decision(
     analysis: Analysis, plan: Plan, units: tuple[Unit, Unit], comparison: Comparison
 ) -> tuple[Decision, list[str]]:
     """A sequential plan's verdict on stored rows: its scheduled looks replayed over each arm's
-    clean generations in stored order, exactly as the soak's monitor judged them (one look of
+    answered generations in stored order, exactly as the soak's monitor judged them (one look of
     one set of rows has one verdict), with the full comparison's deviations; and notes on rows
     past the deciding look and on looks recorded during the soak that the replay contradicts."""
     from soakgate.stats.decision import apply_decision, plan_deviations, replay_looks
@@ -397,7 +397,7 @@ def why_not_compared(analysis: Analysis) -> str | None:
         label for label, arm in zip(labels, arms, strict=True) if arm is None or arm.rate is None
     ]
     if empty:
-        return f"no clean generations for {', '.join(empty)}"
+        return f"no answered generations for {', '.join(empty)}"
     first = arms[0]
     assert first is not None
     for arm in arms[1:]:

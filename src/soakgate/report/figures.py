@@ -155,7 +155,8 @@ def timeline(data: Timeline) -> str:
 
 
 def throughput_figure(data: Throughput) -> Figure:
-    """Completion tokens per second over time per unit: solid, of clean generations; dotted in
+    """Completion tokens per second over time per unit: solid, of clean generations (answered,
+    flagged by no detector); dotted in
     the same colour, of collapsed ones (degenerate output served at full speed is a signal)."""
     figure = _figure(11.0, 3.2)
     axes = figure.add_subplot()
@@ -292,7 +293,7 @@ def latency_plot(series: list[tuple[str, dict[str, Any]]]) -> str:
         # log axis (`$10^{-1}$`) or an offset are mathtext
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         axes.set_xlabel(label)
-        axes.set_ylabel("share of clean generations")
+        axes.set_ylabel("share of answered generations")
         axes.set_ylim(0, 1.0)
         axes.grid(True, alpha=0.3)
         if index == 1 and series:

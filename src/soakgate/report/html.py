@@ -316,12 +316,12 @@ def _latency(analysis: Analysis) -> dict[str, Any]:
     def shown(q: Any) -> str:
         return f"{seconds_text(q.value)} [{seconds_text(q.low)}, {seconds_text(q.high)}]"
 
-    headers = ["unit", "clean", "streamed"] + [
+    headers = ["unit", "answered", "streamed"] + [
         f"{NAMES[m]} p{round(q * 100)} [95%]" for m in MEASURES for q in QUANTILES
     ]
     cells = []
     for row in rows:
-        values = [row.name, f"{row.clean:,}", f"{row.streamed:,}"]
+        values = [row.name, f"{row.answered:,}", f"{row.streamed:,}"]
         for m in MEASURES:
             found = row.measure(m)
             values += [shown(q) for q in found.quantiles] if found else ["-"] * len(QUANTILES)

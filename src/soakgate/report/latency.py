@@ -1,7 +1,7 @@
 """How fast each unit answered: end-to-end latency, time to first token and time per output
-token over its clean generations, as p50 / p90 / p99 with 95% intervals (`stats.latency`).
+token over its answered generations, as p50 / p90 / p99 with 95% intervals (`stats.latency`).
 
-- **end-to-end**: `ended_at - started_at` of every clean generation.
+- **end-to-end**: `ended_at - started_at` of every answered generation.
 - **TTFT**: time to the first token, streamed requests only.
 - **TPOT**: time per output token after the first, per streamed request: (end-to-end - TTFT) /
   (completion tokens - 1), for requests with at least two tokens. It is each request's mean
@@ -30,7 +30,7 @@ from soakgate.stats.latency import (
     distribution,
 )
 
-TITLE = "latency per unit (clean generations; 95% intervals as if requests were independent)"
+TITLE = "latency per unit (answered generations; 95% intervals as if requests were independent)"
 NOTE = (
     "end-to-end: request sent to last byte; TTFT: time to first token (streamed requests); "
     "TPOT: (end-to-end - TTFT) / (tokens - 1) per streamed request, its mean inter-token time"
@@ -45,8 +45,8 @@ class UnitLatency:
 
     label: str
     target: str
-    clean: int
-    """Clean generations timed."""
+    answered: int
+    """Answered generations timed."""
     streamed: int
     """Of them, streamed with a first token (TTFT and TPOT come from these)."""
     end_to_end: Distribution | None
@@ -85,7 +85,7 @@ def unit_arrays(analysis: Analysis, unit: Unit) -> dict[str, FloatArray]:
 
 
 def unit_latencies(analysis: Analysis) -> list[UnitLatency]:
-    """Every unit that has a timed clean generation, in report order (aggregates left out)."""
+    """Every unit that has a timed answered generation, in report order (aggregates left out)."""
     found = []
     for unit in analysis.units:
         if unit.aggregate:
@@ -120,14 +120,19 @@ def cell(found: Distribution | None) -> str:
 
 
 def table_rows(rows: list[UnitLatency]) -> list[list[str]]:
-    """The terminal and markdown cells: unit, clean, streamed, then each measure's cell."""
+    """The terminal and markdown cells: unit, answered, streamed, then each measure's cell."""
     return [
-        [row.name, f"{row.clean:,}", f"{row.streamed:,}", *(cell(row.measure(m)) for m in MEASURES)]
+        [
+            row.name,
+            f"{row.answered:,}",
+            f"{row.streamed:,}",
+            *(cell(row.measure(m)) for m in MEASURES),
+        ]
         for row in rows
     ]
 
 
-HEADERS = ("unit", "clean", "streamed", *(f"{NAMES[m]} p50 / p90 / p99" for m in MEASURES))
+HEADERS = ("unit", "answered", "streamed", *(f"{NAMES[m]} p50 / p90 / p99" for m in MEASURES))
 
 
 def csv_columns() -> list[str]:
@@ -163,7 +168,7 @@ def _distribution_json(found: Distribution | None) -> dict[str, Any] | None:
 def latency_json(analysis: Analysis) -> list[dict[str, Any]]:
     """`--format json`: one object per unit, seconds throughout."""
     return [
-        {"unit": row.name, "label": row.label, "target": row.target, "clean": row.clean,
+        {"unit": row.name, "label": row.label, "target": row.target, "answered": row.answered,
          "streamed": row.streamed,
          **{m: _distribution_json(row.measure(m)) for m in MEASURES}}
         for row in unit_latencies(analysis)

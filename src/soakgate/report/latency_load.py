@@ -1,7 +1,7 @@
-"""Load the timings of every clean generation: one query per run (replay's probe runs left
+"""Load the timings of every answered generation: one query per run (replay's probe runs left
 out), read in batches through the same reader as the report's other columns (Arrow arrays filled
 in C where the ADBC driver can be used), folded into compact arrays per (label, target, run).
-What `report.latency` analyses. A clean row costs 24 bytes here (three floats).
+What `report.latency` analyses. An answered row costs 24 bytes here (three floats).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(slots=True)
 class LatencySlice:
-    """One run's clean generations on one (label, target), in seq order."""
+    """One run's answered generations on one (label, target), in seq order."""
 
     run_id: str
     seconds: FloatArray
@@ -38,7 +38,7 @@ Batches = Callable[[str], Iterable[LatencyBatch]]
 
 
 def load_latency(batches: Batches, runs: Sequence[Run], skip: set[str]) -> LatencySlices:
-    """The clean rows' timings of every run not in `skip`, by (label, target); a run's warm-up
+    """The answered rows' timings of every run not in `skip`, by (label, target); a run's warm-up
     (its first `warmup_requests` rows per (label, target), soaked and never counted) is left
     out, as the report leaves it out of every rate."""
     found: LatencySlices = {}
@@ -75,7 +75,7 @@ def _from_rows(generations: Iterable[Generation]) -> LatencyBatch:
 def _fold(
     run_id: str, batches: Iterable[LatencyBatch], warmup: int
 ) -> dict[tuple[str, str], LatencySlice]:
-    """Batches in seq order -> per (label, target): its clean rows after its first `warmup`."""
+    """Batches in seq order -> per (label, target): its answered rows after its first `warmup`."""
     parts: dict[tuple[str, str], list[FloatArray]] = {}
     for batch in batches:
         (label_codes, labels), (target_codes, targets) = batch.label, batch.target

@@ -56,10 +56,10 @@ SERIES = {
     "later: a stall alert's clock",
     "soakgate_info": "gauge: 1, with soakgate's version and the serving process's start time "
     "as labels",
-    "soakgate_request_latency_seconds": "histogram: end-to-end latency of clean generations",
+    "soakgate_request_latency_seconds": "histogram: end-to-end latency of answered generations",
     "soakgate_time_to_first_token_seconds": "histogram: time to first token of clean streamed "
     "generations",
-    "soakgate_output_tokens_total": "counter: completion tokens of clean generations",
+    "soakgate_output_tokens_total": "counter: completion tokens of answered generations",
     "soakgate_target_up": "gauge: 1 when the unit's last request reached its server, 0 when it "
     "failed to connect, was reset, dropped or timed out (absent before the first answer)",
     "soakgate_backoff_seconds_total": "counter: seconds the unit's workers held back (after "

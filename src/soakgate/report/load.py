@@ -83,7 +83,7 @@ class SliceColumns:
 
     @property
     def clean_sequence(self) -> BoolArray:
-        """Collapse indicator over the clean generations, in order."""
+        """Collapse indicator over the answered generations, in order."""
         return self.collapsed[self.ok]
 
 
@@ -94,7 +94,7 @@ class GatewayTally:
     rows: int
     """Rows with `gateway_retries` > 0."""
     clean: int
-    """Of them, clean rows (the retry hid an upstream failure)."""
+    """Of them, answered rows (the retry hid an upstream failure)."""
     retries: int
     """Retries summed: upstream failures the gateway hid or turned into these rows."""
 
@@ -142,7 +142,7 @@ class Columns:
     gateway: dict[tuple[str, str], GatewayTally] = field(default_factory=dict)
     """(label, target) -> the rows a gateway retried upstream (only units that have some)."""
     latency: LatencySlices = field(default_factory=dict)
-    """(label, target) -> its runs' clean rows' timings (warm-ups and replays left out)."""
+    """(label, target) -> its runs' answered rows' timings (warm-ups and replays left out)."""
     warmups: dict[tuple[str, str], list[SliceColumns]] = field(default_factory=dict)
     """(label, target) -> the warm-up of each of its runs that declares one (`warmup_requests`
     in the run's load: its first requests per target, soaked and stored, never counted)."""

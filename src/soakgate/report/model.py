@@ -61,7 +61,7 @@ class RunSlice:
     n: int
     """Clean (scored) generations."""
     collapses: int
-    """Clean generations some detector flagged."""
+    """Answered generations some detector flagged."""
     requests: int
     """All generations, errors included."""
 
@@ -83,24 +83,24 @@ class Unit:
     requests: int
     """All generations, errors included."""
     rate: RateSummary | None
-    """Collapses / clean generations with its exact CI (None without clean generations)."""
+    """Collapses / answered generations with its exact CI (None without answered generations)."""
     errors_by_class: dict[str, int]
     """Failed requests by error class."""
     duration_s: float
     """Wall-clock seconds under load: union of each run's first-start-to-last-end span."""
     tokens: int
-    """Completion tokens of clean generations."""
+    """Completion tokens of answered generations."""
     clean_tokens: int
-    """Completion tokens of clean generations no detector flagged."""
+    """Completion tokens of answered generations no detector flagged."""
     slices: list[RunSlice] = field(default_factory=list)
     """Per-run replicates (per run and target for an aggregate)."""
     sequence: BoolArray | None = None
-    """Time-ordered collapse indicator over clean generations (targets concatenated)."""
+    """Time-ordered collapse indicator over answered generations (targets concatenated)."""
     times: FloatArray | None = None
     """When each of `sequence`'s generations ended (one run of one target only): a unit soaked
     side by side with another can be compared window by window (stats/paired.py)."""
     clustering: ClusteringResult | None = None
-    """Clustering verdict (units only; None for aggregates or without clean generations)."""
+    """Clustering verdict (units only; None for aggregates or without answered generations)."""
     gateway: GatewayTally | None = None
     """Rows a gateway between soakgate and the server retried upstream (None: none did)."""
 
@@ -111,7 +111,7 @@ class Unit:
 
     @property
     def collapses(self) -> int:
-        """Clean generations some detector flagged."""
+        """Answered generations some detector flagged."""
         return self.rate.events if self.rate else 0
 
     @property
@@ -121,7 +121,7 @@ class Unit:
 
     @property
     def tok_s(self) -> float:
-        """Completion tokens per second of load (clean generations)."""
+        """Completion tokens per second of load (answered generations)."""
         return self.tokens / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
@@ -243,7 +243,7 @@ def build_unit(
 
 
 def cluster(unit: Unit, options: ClusteringOptions) -> ClusteringResult | None:
-    """The unit's descriptive clustering verdict (None without two clean generations)."""
+    """The unit's descriptive clustering verdict (None without two answered generations)."""
     from soakgate.stats.clustering import clustering_verdict
 
     if unit.sequence is None or len(unit.sequence) < 2:

@@ -18,7 +18,7 @@ OUTCOME_HEADERS = (
 OUTCOME_NOTE = (
     "requests: those that say something about the server (not cancelled, not soakgate's own "
     "errors, not refused as invalid); server errors among them; crashes the guard recorded, per "
-    "hour up under load, with the requests lost to them; collapses among clean generations; "
+    "hour up under load, with the requests lost to them; collapses among answered generations; "
     "suspect among reference-scored ones; divergence: compared greedy answers that diverged "
     "from the reference, beside the reference against itself; any failure: a server error, "
     "collapse or suspect generation"

@@ -118,7 +118,7 @@ class UnitOutcomes:
     error: PerRequest
     """Server-attributable errors among judged requests."""
     collapse: PerRequest | None
-    """Collapses among clean generations (None without any)."""
+    """Collapses among answered generations (None without any)."""
     suspect: PerRequest | None
     """Reference scoring's suspect rows among scored rows (None when nothing was scored)."""
     shifted: PerRequest | None

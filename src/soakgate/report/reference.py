@@ -116,7 +116,7 @@ def _shift(
 
 def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
     """The units as `compare` sees them for outcome `suspect`: suspect / scored rows, per run
-    and in time order, in place of collapses / clean rows (aggregates over their targets)."""
+    and in time order, in place of collapses / answered rows (aggregates over their targets)."""
     return _flagged_units(units, slices)
 
 
@@ -142,7 +142,7 @@ def shifted_units(
 
 
 def _flagged_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
-    """Each unit with its slices' flags (`suspect`) in place of collapses / clean rows."""
+    """Each unit with its slices' flags (`suspect`) in place of collapses / answered rows."""
     out = []
     for unit in units:
         group = [s for t in unit.targets for s in slices.get((unit.label, t), [])

@@ -191,7 +191,7 @@ def render_table(
     dropped = (*_NARROW_DROPPED, "tok/s") if very else _NARROW_DROPPED
     headers = [h for h in HEADERS if not (narrow and h in dropped)]
     table = Table(
-        title="soakgate report (n = clean generations; aggregates are not units)",
+        title="soakgate report (n = answered generations; aggregates are not units)",
         box=box.SIMPLE_HEAD if very else box.HEAVY_HEAD, pad_edge=not very,
     )  # fmt: skip
     for header in headers:
@@ -230,7 +230,7 @@ def render_table(
 
 
 def _print_latency(analysis: Analysis, console: Any) -> None:
-    """Latency, TTFT and TPOT per unit (report/latency.py), when any clean row was timed."""
+    """Latency, TTFT and TPOT per unit (report/latency.py), when any answered row was timed."""
     from rich.table import Table
 
     from soakgate.report.latency import HEADERS as LATENCY_HEADERS
