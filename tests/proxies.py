@@ -1,13 +1,17 @@
 """Real proxies on loopback in front of test servers: nginx, as `apt-get install -y nginx`
-installs it, run from a configuration written for the test (its own prefix, ports and logs).
+installs it, run from a configuration written for the test (its own prefix, ports and logs);
+and tinyproxy, a forward proxy (`apt-get install -y tinyproxy`) as clients reach servers
+through with `HTTP_PROXY`/`HTTPS_PROXY`.
 
     with Nginx(folder, [upstream_url, ...]) as nginx:   # nginx.urls[i] proxies upstream i
+    with Tinyproxy(folder) as proxy:                     # proxy.url, proxy.requests()
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -83,6 +87,67 @@ class Nginx:
     def __exit__(self, *_: object) -> None:
         if self.process is not None:
             self.process.terminate()  # nginx's fast shutdown; its workers go with it
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+TINYPROXY = shutil.which("tinyproxy")
+needs_tinyproxy = pytest.mark.skipif(
+    TINYPROXY is None, reason="tinyproxy is not installed: apt-get install -y tinyproxy"
+)
+
+
+def _wait_listening(process: subprocess.Popen[bytes], port: int, log: Path, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        assert process.poll() is None, log.read_text()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"{name} did not listen in time"
+            time.sleep(0.1)
+
+
+class Tinyproxy:
+    """tinyproxy on a loopback port, logging every request it forwards; `basic_auth`
+    ("user:password") makes it answer 407 to requests without those credentials."""
+
+    def __init__(self, folder: Path, basic_auth: str | None = None) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "tinyproxy.log"
+        auth = f"BasicAuth {basic_auth.replace(':', ' ', 1)}\n" if basic_auth else ""
+        (folder / "tinyproxy.conf").write_text(
+            f'Port {self.port}\nListen 127.0.0.1\nTimeout 120\nLogFile "{self.log}"\n'
+            f"LogLevel Info\nMaxClients 200\nAllow 127.0.0.1\nDisableViaHeader Yes\n{auth}"
+        )
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def requests(self) -> list[str]:
+        """The request lines it received (`POST http://host:port/path`, `CONNECT host:port`)."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return re.findall(r"Request \(file descriptor \d+\): (\S+ \S+)", text)
+
+    def __enter__(self) -> Tinyproxy:
+        assert TINYPROXY is not None
+        stderr_log = self.folder / "stderr.log"
+        with stderr_log.open("wb") as stderr:
+            self.process = subprocess.Popen(
+                [TINYPROXY, "-d", "-c", str(self.folder / "tinyproxy.conf")],
+                stdout=subprocess.DEVNULL, stderr=stderr,
+            )  # fmt: skip
+        _wait_listening(self.process, self.port, stderr_log, "tinyproxy")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
             try:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -13,10 +13,10 @@ DEVICE_LOST = "RuntimeError: UR_RESULT_ERROR_DEVICE_LOST: device lost (injected 
 def write_campaign(
     folder: Path, configs: dict[str, str], *, requests: int, order: str = "interleaved",
     repetitions: int = 1, max_tokens: int = 16, name: str = "t", token_ids: bool = False,
-    top: str = "", tables: str = "",
+    top: str = "", tables: str = "", load: str = "",
 ) -> Path:  # fmt: skip
     """A two-device CPU campaign of mock servers; `configs` maps label -> mock flags; `top` adds
-    top-level keys and `tables` whole tables."""
+    top-level keys, `load` keys of the [load] table and `tables` whole tables."""
     entries = "".join(f"[[configs]]\nlabel = {label!r}\nflags = {flags!r}\n\n"
                       for label, flags in configs.items())  # fmt: skip
     text = f"""
@@ -39,6 +39,7 @@ max_tokens = {max_tokens}
 requests = {requests}
 grace = 5
 token_ids = {str(token_ids).lower()}
+{load}
 
 [guard]
 interval = 0.1

@@ -17,14 +17,16 @@ directory on sys.path, so it is what a user's shell runs."""
 def soakgate(
     *args: str,
     cwd: Path,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     timeout: float = 600,
     entry_point: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m soakgate ARGS` (or the console script) in `cwd`; output captured as text. The
+    """`python -m soakgate ARGS` (or the console script) in `cwd`, with `env` over the test's
+    environment (None: removed); output captured as text. The
     timeout is generous (a loaded machine stretches a command many times over)."""
     command = [str(ENTRY_POINT)] if entry_point else [sys.executable, "-m", "soakgate"]
-    merged = {**os.environ, **(env or {})}
+    merged = {**os.environ, **(env or {})}  # a None value removes the variable
+    merged = {name: value for name, value in merged.items() if value is not None}
     if entry_point:  # what a user's shell runs: no PYTHONPATH
         merged.pop("PYTHONPATH", None)
     return subprocess.run(

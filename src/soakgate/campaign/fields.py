@@ -65,6 +65,15 @@ class Table:
             raise self._fail(key, "a number >= 0", value)
         return float(value)
 
+    def optional_positive(self, key: str) -> float | None:
+        """A number > 0, or None when absent."""
+        if self._absent(key):
+            return None
+        value = self.number(key, 0.0)
+        if value <= 0:
+            raise self._fail(key, "a number > 0", value)
+        return value
+
     def flag(self, key: str, default: bool) -> bool:
         """true or false."""
         value = self._get(key, default)

@@ -10,7 +10,7 @@ from typing import Any
 
 from soakgate.campaign.cluster import ClusterSettings, cluster_settings
 from soakgate.campaign.fields import Table
-from soakgate.errors import ConfigError
+from soakgate.errors import ConfigError, SoakgateError
 from soakgate.guard.patterns import DEFAULT_FATAL_PATTERNS, compile_patterns
 from soakgate.guard.settings import GuardSettings
 from soakgate.servers.command import Device, check_env, check_flags, check_template
@@ -80,6 +80,14 @@ class LoadSettings:
     char_run_threshold: int = 80
     grace_s: float = 30.0
     max_response_bytes: int | None = None
+    rate: float | None = None
+    """Open-loop arrivals per second per target (`run --rate`); None: the closed loop."""
+    arrivals: str = "poisson"
+    ramp_s: float | None = None
+    prompt_tokens: str | None = None
+    """Synthetic prompts' length distribution (`run --prompt-tokens`), instead of `prompts`."""
+    synthetic_prompts: int = 500
+    tokenizer: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,9 +251,37 @@ def _load(table: Table, base: Path) -> LoadSettings:
         char_run_threshold=table.integer("char_run_threshold", 80, minimum=1),
         grace_s=table.duration("grace", 30.0),
         max_response_bytes=table.optional_int("max_response_bytes", minimum=1),
+        rate=table.optional_positive("rate"),
+        arrivals=table.choice("arrivals", ("poisson", "constant"), "poisson"),
+        ramp_s=table.optional_duration("ramp"), prompt_tokens=table.optional_str("prompt_tokens"),
+        synthetic_prompts=table.integer("synthetic_prompts", 500, minimum=1),
+        tokenizer=_tokenizer_path(table, base),
     )  # fmt: skip
     table.done()
+    if load.prompt_tokens is not None:
+        from soakgate.prompts.synthetic import LengthDistribution
+
+        if load.prompts is not None:
+            raise ConfigError(f"{table.where}: give prompts or prompt_tokens, not both")
+        try:
+            LengthDistribution.parse(load.prompt_tokens)
+        except SoakgateError as exc:
+            raise ConfigError(f"{table.where}: prompt_tokens: {exc}") from None
+    elif load.tokenizer is not None:
+        raise ConfigError(f"{table.where}: tokenizer needs prompt_tokens")
     return load
+
+
+def _tokenizer_path(table: Table, base: Path) -> Path | None:
+    """A tokenizer.json, or a folder holding one, relative to the campaign file."""
+    text = table.optional_str("tokenizer")
+    if text is None:
+        return None
+    path = base / Path(text).expanduser()
+    if not (path.is_file() or (path / "tokenizer.json").is_file()):
+        raise ConfigError(f"{table.where}: tokenizer {path} is neither a tokenizer.json nor a "
+                          "folder holding one")  # fmt: skip
+    return path
 
 
 def _config(

@@ -14,6 +14,7 @@ from soakgate.errors import ConfigError, SoakgateError
 from soakgate.load.runner import SoakConfig, new_run
 from soakgate.load.spec import LoadSpec
 from soakgate.prompts import builtin_prompts, load_prompts
+from soakgate.prompts.synthetic import LengthDistribution, described, synthetic_prompts
 from soakgate.records import Run
 from soakgate.targets import RequestSpec, TargetSpec
 
@@ -77,11 +78,19 @@ def soak_config(
 ) -> SoakConfig:
     """A validated SoakConfig for one block."""
     load = campaign.load
-    prompts = load_prompts(load.prompts) if load.prompts else list(builtin_prompts())
+    context: dict[str, Any] = {}
+    if load.prompt_tokens is not None:
+        lengths = LengthDistribution.parse(load.prompt_tokens)
+        tokenizer = None if load.tokenizer is None else str(load.tokenizer)
+        prompts = synthetic_prompts(lengths, load.synthetic_prompts, load.prompt_seed, tokenizer)
+        context["synthetic_prompts"] = described(lengths, load.synthetic_prompts, tokenizer)
+    else:
+        prompts = load_prompts(load.prompts) if load.prompts else list(builtin_prompts())
     return SoakConfig(
         targets=targets, label=config.label, request=request_spec(campaign),
         load=LoadSpec(load.concurrency, requests_per_block(campaign, config), config.duration_s,
-                      load.grace_s),
+                      load.grace_s, rate=load.rate, arrivals=load.arrivals, ramp_s=load.ramp_s),
+        context=context,
         db=db, prompts=prompts, prompt_order=load.prompt_order, seed=load.prompt_seed,
         detectors=detector_config(campaign),
         store_text=load.store_text, campaign=block.block_id,

@@ -164,3 +164,46 @@ def gate_options(args: argparse.Namespace) -> Any:
     from soakgate.report.gate import GateOptions
 
     return GateOptions(args.allow_crashes, args.configurations_only)
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--ca-bundle`, `--client-cert`, `--client-key`, `--insecure`: how https targets are
+    checked (every connection to them: requests, model discovery, /metrics, a reference)."""
+    parser.add_argument(
+        "--ca-bundle", metavar="PEM",
+        help="trust these authorities for https targets instead of the system's (a PEM file or "
+        "a folder of hashed certificates)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--client-cert", metavar="PEM", help="client certificate (chain) for mutual TLS"
+    )
+    parser.add_argument(
+        "--client-key", metavar="PEM", help="its private key, when not in --client-cert's file"
+    )
+    parser.add_argument(
+        "--insecure", action="store_true",
+        help="do not verify https targets' certificates or host names (warned, and recorded "
+        "with the run)",
+    )  # fmt: skip
+
+
+def tls_from_args(args: argparse.Namespace) -> Any:
+    """The TlsOptions the flags ask for, checked now (a file that cannot be used is one line and
+    exit 2 before anything is sent); `--insecure` prints its warning line."""
+    import sys
+
+    from soakgate.targets.tls import TlsOptions
+
+    tls = TlsOptions(
+        getattr(args, "ca_bundle", None), getattr(args, "client_cert", None),
+        getattr(args, "client_key", None), bool(getattr(args, "insecure", False)),
+    )  # fmt: skip
+    if tls.given or tls.client_key:
+        tls.context()
+    if tls.insecure:
+        print(
+            "soakgate: warning: --insecure: the certificates and host names of https targets are "
+            "not verified",
+            file=sys.stderr,
+        )
+    return tls

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from soakgate.cli.args import positive_float, positive_int
+from soakgate.cli.args import add_tls_arguments, positive_float, positive_int, tls_from_args
 
 
 def register(subparsers: Any) -> None:
@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request")
     parser.add_argument("--model", help="model name (default: the target's first model)")
     parser.add_argument("--api-key", help="bearer token (default: $SOAKGATE_API_KEY); not stored")
+    add_tls_arguments(parser)
     parser.set_defaults(func=main)
 
 
@@ -74,7 +75,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.target:
         raise UsageError("give at least one --target")
     api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
-    targets = [TargetSpec.parse(t, api_key, args.model) for t in args.target]
+    tls = tls_from_args(args)
+    targets = [TargetSpec.parse(t, api_key, args.model, tls) for t in args.target]
     spec = RequestSpec(
         endpoint=args.endpoint, max_tokens=args.max_tokens, stream=False,
         return_token_ids=args.token_ids, timeout_s=args.timeout,

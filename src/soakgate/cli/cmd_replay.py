@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from soakgate.cli import exits
-from soakgate.cli.args import duration, positive_int
+from soakgate.cli.args import add_tls_arguments, duration, positive_int, tls_from_args
 
 
 def register(subparsers: Any) -> None:
@@ -58,6 +58,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--model", help="model name to send (default: the one the run sent)")
     parser.add_argument("--api-key", help="bearer token (default: $SOAKGATE_API_KEY); not stored")
+    add_tls_arguments(parser)
     parser.set_defaults(func=main)
 
 
@@ -77,8 +78,9 @@ def main(args: argparse.Namespace) -> int:
     if not args.collapsed:
         raise UsageError("say what to replay: --collapsed (the collapsed rows)")
     api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
+    target = TargetSpec.parse(args.target, api_key, args.model, tls_from_args(args))
     config = ReplayConfig(
-        db=Path(args.db), target=TargetSpec.parse(args.target, api_key, args.model),
+        db=Path(args.db), target=target,
         run_id=args.run, repeats=args.repeats, max_rows=args.max_rows,
         prompts=load_prompts(args.prompts) if args.prompts else None,
         bounds=Bounds(args.max_failures, args.max_time, args.timeout),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from soakgate.cli.args import (
+    add_tls_arguments,
     check_concurrency,
     duration,
     explicit_options,
@@ -17,6 +18,7 @@ from soakgate.cli.args import (
     non_negative_float,
     positive_float,
     positive_int,
+    tls_from_args,
     top_p,
     track_explicit,
 )
@@ -98,6 +100,12 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
             "--arrivals", choices=("poisson", "constant"),
             help="the arrival process of --rate (default poisson: exponential gaps, seeded)",
         )  # fmt: skip
+        parser.add_argument(
+            "--ramp", type=duration, metavar="DURATION",
+            help="raise the load from nothing to full over this long, e.g. 5m: the arrival "
+            "rate of --rate rises linearly; in the closed loop the --concurrency workers of "
+            "each target start one after another (a resumed run ramps again)",
+        )  # fmt: skip
     parser.add_argument("--db", default="runs.sqlite", help="SQLite file (created if absent)")
     parser.add_argument(
         "--allow-foreign-tables", action="store_true",
@@ -129,6 +137,7 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
     )  # fmt: skip
     parser.add_argument("--model", help="model name (default: the target's first model)")
     parser.add_argument("--api-key", help="bearer token (default: $SOAKGATE_API_KEY); not stored")
+    add_tls_arguments(parser)
     parser.add_argument(
         "--prompts", type=Path, metavar="FILE", help="JSONL file of prompts (default: built-in)"
     )
@@ -136,7 +145,24 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         "--prompt-order", choices=("round-robin", "random"), default="round-robin",
         help="order in which prompts are sent",
     )  # fmt: skip
-    parser.add_argument("--prompt-seed", type=int, default=0, help="seed of --prompt-order random")
+    parser.add_argument(
+        "--prompt-seed", type=int, default=0,
+        help="seed of --prompt-order random (and of --prompt-tokens' lengths)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prompt-tokens", metavar="DIST",
+        help="synthetic prompts instead of a prompt set, with lengths in tokens drawn from DIST: "
+        "512, uniform:64,2048, normal:512,128 or lognormal:512,0.5 (seeded by --prompt-seed)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--synthetic-prompts", type=positive_int, metavar="N",
+        help="how many synthetic prompts --prompt-tokens makes (default 500)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tokenizer", metavar="PATH",
+        help="the served model's tokenizer.json (or its folder), so --prompt-tokens counts its "
+        "tokens exactly; without it lengths are estimated at 3/4 of a word per token",
+    )  # fmt: skip
     parser.add_argument(
         "--store-text", choices=("all", "flagged"), default="all",
         help="keep every text, or only flagged/errored ones and 1 in 100 clean ones",
@@ -160,7 +186,6 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     from soakgate.detectors import DetectorConfig
     from soakgate.load import LoadSpec
     from soakgate.load.runner import SoakConfig
-    from soakgate.prompts import builtin_prompts, load_prompts
     from soakgate.targets import RequestSpec, TargetSpec
 
     api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
@@ -170,7 +195,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         ignore_eos=args.ignore_eos, logprobs=args.logprobs, return_token_ids=args.token_ids,
         timeout_s=args.timeout, max_response_bytes=args.max_response_bytes,
     )  # fmt: skip
-    prompts = load_prompts(args.prompts) if args.prompts else list(builtin_prompts())
+    prompts, context = _prompts(args)
     references = getattr(args, "reference", [])
     connections = args.concurrency * len(targets) * (2 if references else 1)
     given = "concurrency" in explicit_options(args)
@@ -180,11 +205,13 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         from soakgate.errors import UsageError
 
         raise UsageError("--arrivals needs --rate (the closed loop has no arrival process)")
+    tls = tls_from_args(args)
     return SoakConfig(
-        targets=[TargetSpec.parse(t, api_key, args.model) for t in targets],
+        targets=[TargetSpec.parse(t, api_key, args.model, tls) for t in targets],
         label=args.label, request=request,
         load=LoadSpec(args.concurrency, args.requests, getattr(args, "duration", None),
-                      rate=rate, arrivals=arrivals or "poisson"),
+                      rate=rate, arrivals=arrivals or "poisson",
+                      ramp_s=getattr(args, "ramp", None)),
         db=Path(args.db), prompts=prompts, prompt_order=args.prompt_order,
         seed=args.prompt_seed, detectors=DetectorConfig(char_run_threshold=args.char_run_threshold),
         store_text=args.store_text, resume=getattr(args, "resume", None),
@@ -193,7 +220,30 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
         allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
+        context=context,
     )  # fmt: skip
+
+
+def _prompts(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
+    """The prompts to send (a file, the built-in set or synthetic lengths) and what the run
+    records of synthetic ones."""
+    from soakgate.errors import UsageError
+    from soakgate.prompts import builtin_prompts, load_prompts
+    from soakgate.prompts.synthetic import LengthDistribution, described, synthetic_prompts
+
+    dist = getattr(args, "prompt_tokens", None)
+    count, tokenizer = getattr(args, "synthetic_prompts", None), getattr(args, "tokenizer", None)
+    if dist is None:
+        if count is not None or tokenizer is not None:
+            flag = "--synthetic-prompts" if count is not None else "--tokenizer"
+            raise UsageError(f"{flag} needs --prompt-tokens (the synthetic prompts' lengths)")
+        return (load_prompts(args.prompts) if args.prompts else list(builtin_prompts())), {}
+    if args.prompts:
+        raise UsageError("--prompt-tokens makes synthetic prompts: leave out --prompts")
+    lengths = LengthDistribution.parse(dist)
+    count = count or 500
+    prompts = synthetic_prompts(lengths, count, args.prompt_seed, tokenizer)
+    return prompts, {"synthetic_prompts": described(lengths, count, tokenizer)}
 
 
 def execute(

@@ -137,11 +137,12 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
         from soakgate.targets import TargetSpec
 
         api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
-        spec = TargetSpec.parse(url, api_key, args.model)
+        tls = config.targets[0].tls
+        spec = TargetSpec.parse(url, api_key, args.model, tls)
         connections = config.load.concurrency * len(config.targets)
         reference = HttpReference(
             spec.url, spec.model, api_key, args.score_timeout, connections,
-            TOP_ALTERNATIVES if alternatives is None else alternatives,
+            TOP_ALTERNATIVES if alternatives is None else alternatives, tls,
         )  # fmt: skip
         return ReferenceScorer(reference, settings, ServerSampler(spec))
     from pathlib import Path

@@ -7,11 +7,17 @@ on the same schedule) or a constant rate, at `rate` requests per second. The tar
 busy is not sent and is counted as overflowed (never silently dropped: the soak stores the
 counts as an `arrivals` event per target and prints a warning line). The schedule is kept in
 absolute time: a late arrival does not delay the ones after it.
+
+With a ramp of T seconds the rate rises linearly, rate·t/T, until T and stays at `rate` after:
+an inhomogeneous Poisson process drawn by time rescaling (unit gaps in the integrated rate
+Λ(t) = rate·g(t), g(t) = t²/2T before T and t − T/2 after, mapped back through g's inverse);
+constant arrivals take unit steps of Λ instead of exponential ones.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,10 +39,10 @@ class ArrivalCounts:
 class Arrivals:
     """One target's arrival schedule, handing each arrival to an idle worker."""
 
-    def __init__(self, rate: float, kind: str, seed: str) -> None:
+    def __init__(self, rate: float, kind: str, seed: str, ramp_s: float | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"arrivals must be one of {', '.join(KINDS)}, not {kind!r}")
-        self.rate, self.kind = rate, kind
+        self.rate, self.kind, self.ramp_s = rate, kind, ramp_s or 0.0
         self.counts = ArrivalCounts()
         self._rng = random.Random(seed)
         self._idle = 0
@@ -44,9 +50,18 @@ class Arrivals:
         self._closed: asyncio.Event | None = None
 
     def _gap(self) -> float:
+        """The next gap in g (seconds at the full rate)."""
         if self.kind == CONSTANT:
             return 1.0 / self.rate
         return self._rng.expovariate(self.rate)
+
+    def offset(self, g: float) -> float:
+        """Seconds from the schedule's start at which g (the integrated rate over `rate`)
+        is reached: g itself without a ramp."""
+        ramp = self.ramp_s
+        if g >= ramp / 2:
+            return g + ramp / 2
+        return math.sqrt(2 * ramp * g)
 
     def _queue(self) -> asyncio.Queue[None]:
         if self._tickets is None:  # made in the soak's event loop
@@ -69,10 +84,10 @@ class Arrivals:
     async def _schedule(self, finished: Callable[[], bool], stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         tickets = self._queue()
-        due = loop.time()
+        start, g = loop.time(), 0.0
         while not stop.is_set() and not finished():
-            due += self._gap()
-            delay = due - loop.time()
+            g += self._gap()
+            delay = start + self.offset(g) - loop.time()
             if delay > 0:
                 try:
                     await asyncio.wait_for(stop.wait(), delay)

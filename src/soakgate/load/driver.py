@@ -81,6 +81,8 @@ class _Shared:
     lease: SendLease | None = None
     """The stored lease on request numbers (a local soak; a Ray unit keeps its own)."""
     arrivals: dict[str, Arrivals] = field(default_factory=dict)
+    exhausted: dict[str, asyncio.Event] = field(default_factory=dict)
+    """Per target, set when a worker found its soak over (wakes workers still ramping up)."""
     """Target name -> its open-loop arrival schedule (`--rate`; empty: closed loop)."""
 
 
@@ -179,7 +181,8 @@ def _arrival_warnings(shared: _Shared) -> list[str]:
         shared.writer.add_event(dataclasses.replace(
             note(shared.run, "arrivals", rate=schedule.rate, process=schedule.kind,
                  arrived=counts.arrived, overflowed=counts.overflowed,
-                 cap=shared.load.concurrency), target=target,
+                 cap=shared.load.concurrency,
+                 **({"ramp_s": schedule.ramp_s} if schedule.ramp_s else {})), target=target,
         ))  # fmt: skip
         if counts.overflowed:
             warnings.append(
@@ -223,14 +226,15 @@ async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
         for client in clients:
             name = client.target.name
             schedule = Arrivals(shared.load.rate, shared.load.arrivals,
-                                f"{shared.run.run_id}:{name}:{shared.next_seq}")  # fmt: skip
+                                f"{shared.run.run_id}:{name}:{shared.next_seq}",
+                                shared.load.ramp_s)  # fmt: skip
             shared.arrivals[name] = schedule
             finished = functools.partial(_finished, shared, name)
             schedules.append(asyncio.create_task(schedule.run(finished, shared.stop)))
     workers = [
-        asyncio.create_task(_worker(shared, client))
+        asyncio.create_task(_worker(shared, client, index))
         for client in clients
-        for _ in range(shared.load.concurrency)
+        for index in range(shared.load.concurrency)
     ]
     waiter = asyncio.create_task(shared.stop.wait())
     pending: set[asyncio.Future[Any]] = set(workers)
@@ -286,6 +290,7 @@ def _finished(shared: _Shared, target: str) -> bool:
 def _take_seq(shared: _Shared, target: str) -> int | None:
     """Claim the next request slot for a target, or None when the soak should stop."""
     if _finished(shared, target):
+        _exhausted(shared, target).set()
         return None
     shared.issued[target] += 1
     seq, shared.next_seq = shared.next_seq, shared.next_seq + 1
@@ -294,10 +299,34 @@ def _take_seq(shared: _Shared, target: str) -> int | None:
     return seq
 
 
-async def _worker(shared: _Shared, client: OpenAIClient) -> None:
+def _exhausted(shared: _Shared, target: str) -> asyncio.Event:
+    event = shared.exhausted.get(target)
+    if event is None:
+        event = shared.exhausted[target] = asyncio.Event()
+    return event
+
+
+async def _ramped_up(shared: _Shared, target: str, index: int) -> bool:
+    """Closed loop with --ramp: worker `index` of C starts index/C of the ramp after the soak
+    (False: the soak ended first)."""
+    ramp = shared.load.ramp_s
+    if not ramp or shared.load.rate or index == 0:
+        return True
+    delay = ramp * index / shared.load.concurrency
+    ended = [asyncio.ensure_future(e.wait()) for e in (shared.stop, _exhausted(shared, target))]
+    try:
+        done, _ = await asyncio.wait(ended, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in ended:
+            waiter.cancel()
+    return not done
+
+
+async def _worker(shared: _Shared, client: OpenAIClient, index: int = 0) -> None:
     """One in-flight slot: issue, score, store, repeat; a bug here stops every worker."""
     try:
-        await _work(shared, client)
+        if await _ramped_up(shared, client.target.name, index):
+            await _work(shared, client)
     except Exception:
         shared.stop.set()  # before any other worker takes another request
         raise

@@ -65,6 +65,7 @@ SETTINGS: dict[str, Setting] = {
     "arrivals": Setting(
         "--arrivals", _load("arrivals"), lambda c: c.load.arrivals if c.load.rate else None
     ),
+    "ramp": Setting("--ramp", _load("ramp_s"), lambda c: c.load.ramp_s),
     "prompt_order": Setting("--prompt-order", _load("prompt_order"), lambda c: c.prompt_order),
     "prompt_seed": Setting("--prompt-seed", _load("seed"), lambda c: c.seed),
     "store_text": Setting("--store-text", _load("store_text"), lambda c: c.store_text),
@@ -132,6 +133,7 @@ def apply_stored_settings(run: Run, config: Any, elapsed_s: float) -> None:
         duration_s=duration,
         rate=load.get("rate", config.load.rate),
         arrivals=load.get("arrivals") or config.load.arrivals,
+        ramp_s=load.get("ramp_s", config.load.ramp_s),
     )
     config.prompt_order = load.get("prompt_order", config.prompt_order)
     config.seed = load.get("seed", config.seed)

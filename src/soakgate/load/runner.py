@@ -37,6 +37,7 @@ from soakgate.store.lock import RunLock
 from soakgate.store.unstored import Sidecar
 from soakgate.targets import RequestSpec, TargetSpec
 from soakgate.targets.client import connect, make_session
+from soakgate.targets.proxy import proxy_for
 
 T = TypeVar("T")
 
@@ -115,11 +116,16 @@ def new_run(config: SoakConfig) -> Run:
         **config.request.to_dict(), "concurrency": config.load.concurrency,
         "requests_per_target": config.load.requests, "duration_s": config.load.duration_s,
         "rate": config.load.rate, "arrivals": config.load.arrivals if config.load.rate else None,
+        "ramp_s": config.load.ramp_s,
         "prompt_order": config.prompt_order, "seed": config.seed,
         "sampling_seed": config.request.seed, "prompts": len(config.prompts),
         "prompts_sha256": prompts_digest(config.prompts), "store_text": config.store_text,
+        **({"tls": config.targets[0].tls.stored()} if config.targets[0].tls.given else {}),
         **config.context,
     }  # fmt: skip
+    proxies = {t.name: p.shown for t in config.targets if (p := proxy_for(t.url)) is not None}
+    if proxies:
+        load["proxy"] = proxies  # where the generation connections went through
     software = {"soakgate": __version__, "python": platform.python_version()}
     return Run(
         run_id=config.run_id or uuid.uuid4().hex[:12], label=config.label,
@@ -389,7 +395,9 @@ def _start_watchers(
     def watcher(target: TargetSpec) -> Coroutine[Any, Any, None]:
         record, url = recorder(target.name), f"{target.url}/metrics"
         load = ServerLoadWatch(record)  # the server's own load, beside the spec-decode watch
-        return watch(session, url, done, record, config.metrics_interval_s, also=[load])
+        return watch(
+            session, url, done, record, config.metrics_interval_s, also=[load], tls=target.tls
+        )
 
     tasks = [asyncio.create_task(watcher(t)) for t in config.targets]
 

@@ -44,6 +44,9 @@ class LoadSpec:
     request the moment one finishes. `concurrency` is then the cap on requests in flight."""
     arrivals: str = "poisson"
     """The arrival process with `rate`: `poisson` or `constant`."""
+    ramp_s: float | None = None
+    """Seconds over which the load rises from nothing to full (`--ramp`): with `rate`, the
+    arrival rate rises linearly; in the closed loop, the workers start one after another."""
 
 
 UNREACHED = frozenset({"connection_refused", "connection_reset", "dropped", "timeout"})

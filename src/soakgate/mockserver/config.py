@@ -22,6 +22,12 @@ class MockConfig:
     """Interface to listen on (loopback by default)."""
     port: int = 0
     """Port to listen on; 0 picks a free one (announced on the readiness line)."""
+    tls_cert: Path | None = None
+    """Serve https with this PEM certificate chain (and `tls_key`); None: plain http."""
+    tls_key: Path | None = None
+    """The certificate's private key, when not in its file."""
+    tls_client_ca: Path | None = None
+    """Ask every client for a certificate signed by these authorities (mutual TLS)."""
     seed: int = 0
     """Server seed: drives injection decisions and sampled (temperature > 0) output."""
     model_name: str = "soakgate-mock"
@@ -200,6 +206,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--host", default=d.host, help="interface to listen on")
     add("--port", type=int, default=d.port, help="port; 0 picks a free one")
+    add("--tls-cert", type=Path, metavar="PEM", help="serve https with this certificate chain")
+    add("--tls-key", type=Path, metavar="PEM", help="its private key, if not in --tls-cert")
+    add(
+        "--tls-client-ca", type=Path, metavar="PEM",
+        help="with --tls-cert: require client certificates signed by these authorities",
+    )  # fmt: skip
     add("--seed", type=int, default=d.seed, help="server seed (injection decisions, sampling)")
     add("--model-name", default=d.model_name, help="model id to report")
     add(
@@ -311,6 +323,9 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
     return MockConfig(
         host=args.host,
         port=args.port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
         seed=args.seed,
         model_name=args.model_name,
         max_model_len=args.max_model_len,

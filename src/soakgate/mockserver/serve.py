@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Callable
 
@@ -46,13 +47,14 @@ async def serve(
 
     from soakgate.mockserver.app import MockServer
 
+    context = _tls_context(config)
     sock = _listen(config.host, config.port)
     runner = web.AppRunner(
         MockServer(config).make_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
     )
     try:
         await runner.setup()
-        await web.SockSite(runner, sock, backlog=_BACKLOG).start()
+        await web.SockSite(runner, sock, backlog=_BACKLOG, ssl_context=context).start()
     except BaseException:
         sock.close()
         await runner.cleanup()
@@ -64,11 +66,28 @@ async def serve(
             loop.add_signal_handler(signum, stop.set)
     port = sock.getsockname()[1]
     host = f"[{config.host}]" if ":" in config.host else config.host
-    ready(f"http://{host}:{port}")
+    ready(f"{'https' if context else 'http'}://{host}:{port}")
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+def _tls_context(config: MockConfig) -> ssl.SSLContext | None:
+    """The server's TLS context (None: plain http); a file it cannot use is a UsageError."""
+    if config.tls_cert is None:
+        if config.tls_key or config.tls_client_ca:
+            raise UsageError("--tls-key and --tls-client-ca need --tls-cert")
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+        if config.tls_client_ca is not None:
+            context.load_verify_locations(config.tls_client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"mock server TLS: {exc}") from None
+    return context
 
 
 def run_server(config: MockConfig) -> int:

@@ -16,6 +16,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from soakgate.secrets import mask_url
+from soakgate.targets.tls import SYSTEM, TlsOptions
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 DRAFTED = "vllm:spec_decode_num_draft_tokens"
@@ -127,6 +128,7 @@ async def watch(
     record: Callable[[str, dict[str, object]], None],
     interval_s: float = 5.0,
     also: Sequence[Callable[[str | None, float], bool]] = (),
+    tls: TlsOptions = SYSTEM,
 ) -> None:
     """Scrape until `stop` (or until no observer is left); the spec-decode watch sees every
     scrape, and so does each of `also` (other observers of the same page: `text` is None when
@@ -134,7 +136,7 @@ async def watch(
     spec: SpecDecodeWatch | None = SpecDecodeWatch(metrics_url, record)
     others = list(also)
     while not stop.is_set() and (spec is not None or others):
-        text, at = await _scrape(session, metrics_url)
+        text, at = await _scrape(session, metrics_url, tls)
         if spec is not None and not spec.observe(_sample(text, at)):
             spec = None
         others = [observer for observer in others if observer(text, at)]
@@ -153,10 +155,13 @@ def _sample(text: str | None, at: float) -> Sample | None:
         return None
 
 
-async def _scrape(session: aiohttp.ClientSession, url: str) -> tuple[str | None, float]:
+async def _scrape(
+    session: aiohttp.ClientSession, url: str, tls: TlsOptions
+) -> tuple[str | None, float]:
     """One scrape: the page's text (None on any failure) and when it was read."""
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as response:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with session.get(url, timeout=timeout, **tls.aiohttp(url)) as response:
             if response.status != 200:
                 return None, time.time()
             return await response.text(), time.time()

@@ -22,6 +22,7 @@ import orjson
 
 from soakgate.errors import TargetError
 from soakgate.reference.score import TokenScore, entropy_from_top
+from soakgate.targets.tls import SYSTEM, TlsOptions
 
 TOP_ALTERNATIVES = 20
 """Top alternatives asked for at every position (vLLM's `prompt_logprobs`; its default
@@ -108,8 +109,11 @@ class HttpReference:
     def __init__(
         self, url: str, model: str | None = None, api_key: str | None = None,
         timeout_s: float = 30.0, connections: int = 64, alternatives: int = TOP_ALTERNATIVES,
+        tls: TlsOptions = SYSTEM,
     ) -> None:  # fmt: skip
         self.url = url.rstrip("/")
+        self._tls = tls
+        self._options: dict[str, Any] = {}
         self.model = model
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -130,13 +134,15 @@ class HttpReference:
 
     async def start(self) -> None:
         """Open the session and learn the model (the first of /v1/models when not given)."""
-        connector = aiohttp.TCPConnector(limit=self._connections)
+        context = self._tls.for_url(self.url)
+        connector = aiohttp.TCPConnector(limit=self._connections, ssl=context or True)
         self._session = aiohttp.ClientSession(
             connector=connector, timeout=self._timeout, headers=self._headers
         )
+        self._options = self._tls.aiohttp(self.url)
         if self.model is None:
             try:
-                async with self._session.get(f"{self.url}/v1/models") as response:
+                async with self._session.get(f"{self.url}/v1/models", **self._options) as response:
                     body = await response.json(content_type=None)
                 self.model = str(body["data"][0]["id"])
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -183,7 +189,9 @@ class HttpReference:
         if isinstance(prompt, list):
             self.prefill_tokens += len(prompt)
         try:
-            async with self._session.post(f"{self.url}/v1/completions", json=payload) as response:
+            async with self._session.post(
+                f"{self.url}/v1/completions", json=payload, **self._options
+            ) as response:
                 if response.status != 200:
                     raise ReferenceFailed(f"reference_http_{response.status}")
                 return orjson.loads(await response.read())  # C: 20 alternatives a position

@@ -23,8 +23,10 @@ from soakgate.targets.deadlines import Deadlines
 from soakgate.targets.encoding import Decoder
 from soakgate.targets.gateway import proxy_page
 from soakgate.targets.pool import Pool
+from soakgate.targets.proxy import proxy_for
 from soakgate.targets.spec import Outcome, RequestSpec, TargetSpec
 from soakgate.targets.sse import SseSplitter
+from soakgate.targets.tls import SYSTEM, TlsOptions
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
@@ -58,7 +60,10 @@ async def discover_model(session: Session, target: TargetSpec) -> str:
     shown = mask_url(url)
     try:
         timeout = aiohttp.ClientTimeout(total=15)
-        async with session.http.get(url, headers=headers_for(target), timeout=timeout) as response:
+        tls = target.tls.aiohttp(url)
+        async with session.http.get(
+            url, headers=headers_for(target), timeout=timeout, **tls
+        ) as response:
             if response.status != 200:
                 raise TargetError(f"{shown} answered HTTP {response.status}")
             body = await response.json(content_type=None)
@@ -112,13 +117,15 @@ class Session:
         self.http = aiohttp.ClientSession(
             connector=connector, timeout=aiohttp.ClientTimeout(total=None)
         )
-        self._pools: dict[str, Pool] = {}
+        self._pools: dict[tuple[str, TlsOptions], Pool] = {}
 
-    def pool(self, url: str) -> Pool:
-        """The generation connections to the target at `url` (one pool per URL)."""
-        pool = self._pools.get(url)
+    def pool(self, url: str, tls: TlsOptions = SYSTEM) -> Pool:
+        """The generation connections to the target at `url` (one pool per URL and TLS)."""
+        key = (url, tls)
+        pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[url] = Pool(url)
+            pool = Pool(url, ssl_context=tls.for_url(url), proxy=proxy_for(url))
+            self._pools[key] = pool
         return pool
 
     async def close(self) -> None:
@@ -141,7 +148,7 @@ class OpenAIClient:
         self.session = session
         self.target = target
         self.model = model
-        self._pool = session.pool(target.url)
+        self._pool = session.pool(target.url, target.tls)
         self._heads = {
             endpoint: _request_head(self._pool, path, target) for endpoint, path in _PATHS.items()
         }
@@ -372,10 +379,11 @@ def _request_head(pool: Pool, path: str, target: TargetSpec) -> bytes:
         "Accept": "application/json, text/event-stream",
         "Accept-Encoding": "identity",
         **headers_for(target),
+        **pool.head_fields,
     }
     if any(c in value for value in fields.values() for c in "\r\n\0"):
         raise UsageError("a request header (the API key?) contains a line break or a NUL character")
-    lines = [f"POST {pool.prefix}{path} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items())]
+    lines = [f"POST {pool.target_prefix}{path} HTTP/1.1", *(f"{k}: {v}" for k, v in fields.items())]
     return ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 

@@ -25,6 +25,7 @@ from collections import deque
 from urllib.parse import urlsplit
 
 from soakgate.targets.http1 import ConnectFailed, Connection, Disconnected, HttpError
+from soakgate.targets.proxy import Proxy, ProxyRefused, Tunnel, connect_request
 
 PROBATION_S = 0.1  # llama.cpp's close followed its last chunk by 0.01-7.6 ms on a busy machine
 _TRUST_AFTER = 2  # connections that outlived their rest and answered again: the origin keeps them
@@ -41,7 +42,13 @@ class Pool:
     requests are in flight (the soak's concurrency).
     """
 
-    def __init__(self, url: str, probation_s: float = PROBATION_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        probation_s: float = PROBATION_S,
+        ssl_context: ssl.SSLContext | None = None,
+        proxy: Proxy | None = None,
+    ) -> None:
         parts = urlsplit(url)
         self.host = parts.hostname or ""
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -52,7 +59,18 @@ class Pool:
         self.probation_s = probation_s
         self.keeps_alive: bool | None = None
         """Whether the origin keeps connections open after answers (None: not known yet)."""
-        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        https = parts.scheme == "https"
+        self._ssl = (ssl_context or ssl.create_default_context()) if https else None
+        self.proxy = proxy
+        """The forward proxy the connections go through (`targets.proxy`), if any."""
+        self.target_prefix = self.prefix
+        """What every request target starts with: the base path, or for a plain-http target
+        through a proxy the absolute form (`http://host:port/path`, RFC 9112 §3.2.2)."""
+        self.head_fields: dict[str, str] = {}
+        """Header fields for the proxy in every request (its credentials, plain http only)."""
+        if proxy is not None and not https:
+            self.target_prefix = f"http://{self.authority}{self.prefix}"
+            self.head_fields = proxy.head_fields()
         self._idle: deque[Connection] = deque()  # oldest first
         self._open: set[Connection] = set()
         self._kept = 0
@@ -179,11 +197,47 @@ class Pool:
         if self._closed:
             raise ConnectFailed("the connection pool is closed")
         loop = asyncio.get_running_loop()
+        proxy = self.proxy
         try:
-            _, connection = await loop.create_connection(
-                lambda: Connection(loop), self.host, self.port, ssl=self._ssl
-            )
+            if proxy is None:
+                _, connection = await loop.create_connection(
+                    lambda: Connection(loop), self.host, self.port, ssl=self._ssl
+                )
+            elif self._ssl is None:
+                _, connection = await loop.create_connection(
+                    lambda: Connection(loop), proxy.host, proxy.port
+                )
+            else:
+                connection = await self._tunnel(proxy)
         except OSError as exc:  # refused, unresolvable, unreachable, TLS handshake (SSLError)
-            raise ConnectFailed(f"cannot connect to {self.authority}: {exc}") from exc
+            via = "" if proxy is None else f" through the proxy {proxy.shown}"
+            raise ConnectFailed(f"cannot connect to {self.authority}{via}: {exc}") from exc
         self._open.add(connection)
+        return connection
+
+    async def _tunnel(self, proxy: Proxy) -> Connection:
+        """A connection to the target inside a CONNECT tunnel through `proxy`, TLS end to end."""
+        loop, context = asyncio.get_running_loop(), self._ssl
+        assert context is not None  # only https targets are tunnelled
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        request = connect_request(f"{host}:{self.port}", proxy)
+        transport, tunnel = await loop.create_connection(
+            lambda: Tunnel(request), proxy.host, proxy.port
+        )
+        try:
+            await tunnel.answered
+            secured = await loop.start_tls(transport, tunnel, context, server_hostname=self.host)
+        except ProxyRefused as exc:
+            transport.abort()
+            raise ConnectFailed(
+                f"the proxy {proxy.shown} did not open a tunnel to {self.authority}: {exc}"
+            ) from exc
+        except BaseException:
+            transport.abort()
+            raise
+        if secured is None:  # the loop closed the transport under us
+            raise ConnectFailed(f"the tunnel to {self.authority} closed during TLS")
+        connection = Connection(loop)
+        secured.set_protocol(connection)
+        connection.connection_made(secured)
         return connection

@@ -9,6 +9,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from soakgate import secrets
 from soakgate.errors import UsageError
+from soakgate.targets.proxy import proxy_for
+from soakgate.targets.tls import SYSTEM, TlsOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,8 @@ class TargetSpec:
     """Bearer token sent to the server; never stored."""
     model: str | None = None
     """Model name; discovered from /v1/models when None."""
+    tls: TlsOptions = SYSTEM
+    """How an https target is verified and what certificate soakgate shows it."""
 
     def __post_init__(self) -> None:
         secrets.register(self.api_key)  # redacted from everything stored or printed
@@ -51,7 +55,10 @@ class TargetSpec:
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
     @classmethod
-    def parse(cls, text: str, api_key: str | None = None, model: str | None = None) -> TargetSpec:
+    def parse(
+        cls, text: str, api_key: str | None = None, model: str | None = None,
+        tls: TlsOptions = SYSTEM,
+    ) -> TargetSpec:  # fmt: skip
         """`[NAME=]URL` from the command line; a bad URL is a usage error."""
         name, _, url = text.partition("=") if "=" in text.split("://")[0] else ("", "", text)
         parts = urlsplit(url)
@@ -65,7 +72,8 @@ class TargetSpec:
         base = f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
         base = base.removesuffix("/v1")
         default_port = 443 if parts.scheme == "https" else 80
-        return cls(base, name or f"{parts.hostname}:{port or default_port}", api_key, model)
+        proxy_for(base)  # a proxy variable soakgate cannot use is a usage error now, not later
+        return cls(base, name or f"{parts.hostname}:{port or default_port}", api_key, model, tls)
 
 
 RESPONSE_BASE_BYTES = 256 * 1024
