@@ -19,6 +19,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -97,15 +98,15 @@ class Hostile:
         finally:
             writer.close()
 
-    def saw(self, request: Request, text: str | None) -> None:
-        """Log a request and the text answered to it (None: no answer)."""
+    def saw(self, request: Request, text: str | None, **extra: Any) -> None:
+        """Log a request and the text answered to it (None: no answer), with `extra` fields."""
         headers = dict(
             (k.decode().lower(), v.decode())
             for k, v in re.findall(rb"\r\n([^:\r]+): *([^\r]*)", request.head)
         )
         line = {"connection": request.connection, "nth": request.nth, "rid": request.rid,
                 "text": text, "headers": headers, "body": request.body,
-                "path": request.head.split(b" ", 2)[1].decode()}  # fmt: skip
+                "path": request.head.split(b" ", 2)[1].decode(), **extra}  # fmt: skip
         if self.log is not None:
             self.log.write(json.dumps(line) + "\n")
 
@@ -456,7 +457,35 @@ async def budget_fill(server: Hostile, request: Request, writer: Writer) -> bool
     return True
 
 
+TIMED_FIRST_S, TIMED_PACE_S, TIMED_TOKENS = 0.2, 0.05, 5
+
+
+async def timed(server: Hostile, request: Request, writer: Writer) -> bool:
+    """A stream timed to the byte, for latency: the head and an empty first event at once, the
+    first token TIMED_FIRST_S later, then a token every TIMED_PACE_S; logs its own clock (when
+    it had read the request, when the first token and the last byte had left)."""
+    received = time.time()
+    text = "".join(f" w{i}" for i in range(TIMED_TOKENS))
+    writer.write(head(request) + chunked(event({"choices": [choice(request, "", None)]}))[:-5])
+    await writer.drain()
+    await asyncio.sleep(TIMED_FIRST_S)
+    first = 0.0
+    for i in range(TIMED_TOKENS):
+        if i:
+            await asyncio.sleep(TIMED_PACE_S)
+        writer.write(chunked(event({"choices": [choice(request, f" w{i}", None)]}))[:-5])
+        await writer.drain()
+        first = first or time.time()
+    usage = {"prompt_tokens": 3, "completion_tokens": TIMED_TOKENS}
+    writer.write(chunked(event({"choices": [choice(request, "", "length")]}),
+                         event({"choices": [], "usage": usage}), event("[DONE]")))  # fmt: skip
+    await writer.drain()
+    server.saw(request, text, received=received, first_token=first, last_byte=time.time())
+    return True
+
+
 BEHAVIOURS: dict[str, Handler] = {
+    "timed": timed,
     "ok": ok, "drop-after-work": drop_after_work, "bom": bom, "lone-cr": lone_cr,
     "two-choices": two_choices, "error-event": error_event, "gzip": _encoded("gzip"),
     "deflate": _encoded("deflate"), "br": _encoded("br"), "zstd": _encoded("zstd"), "stray": stray, "huge": huge,

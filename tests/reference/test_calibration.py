@@ -201,3 +201,29 @@ def test_resume_reuses_its_runs_calibration(
     assert f"reference calibration reused from run {run_id}" in resumed.stderr
     ids = [str(r.get("request_id", "")) for r in reference.ground_truth()]
     assert sum(i.startswith("calibration-") for i in ids) == 120
+
+
+def test_calibration_progress_lines_follow_progress_every(
+    start_mock: Callable[..., MockProcess], tmp_path: Path
+) -> None:
+    """Issue 30 item 7: the calibration's lines after its first (its cost) come every
+    --progress-every (1 ms here: one after each chunk), and none with 0."""
+    candidate, reference = start_mock(), start_mock()
+
+    def calibrate(every: str) -> list[str]:
+        result = soakgate(
+            "run", "--target", candidate.url, "--score-reference", reference.url, "--requests",
+            "4", "--false-flag-rate", "0.01", "--calibration", "120", "--max-tokens", "8",
+            "--db", str(tmp_path / f"{every}.sqlite"), "--quiet", "--no-watch-metrics",
+            "--progress-every", every, cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return [line for line in result.stderr.splitlines() if "soakgate: calibration:" in line]
+
+    often, never = calibrate("1ms"), calibrate("0")
+    assert often[0].startswith("soakgate: calibration: the first 50 of 120 samples took")
+    assert [line.split("(")[0] for line in often[1:]] == [
+        "soakgate: calibration: 100/120 samples ",
+        "soakgate: calibration: 120/120 samples ",
+    ]
+    assert len(never) == 1 and never[0] == never[0].replace("/120", "") and "first 50" in never[0]

@@ -9,11 +9,13 @@ import csv
 import io
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tests.cli.helpers import soakgate
+from tests.hostile import TIMED_FIRST_S, TIMED_PACE_S, HostileProcess
 
 from soakgate.mockserver.process import MockProcess
 
@@ -136,3 +138,36 @@ def test_a_database_of_failed_requests_has_no_latency_section(tmp_path: Path) ->
     assert json.loads(made.stdout)["latency"] == []
     table = soakgate("report", str(tmp_path / "e.sqlite"), cwd=tmp_path).stdout
     assert "latency per unit" not in table
+
+
+def test_stored_timings_hold_against_the_servers_own_clock(
+    hostile: Callable[[str], HostileProcess], tmp_path: Path
+) -> None:
+    """The independent measurement: a raw-socket server that sends its head and an empty event
+    at once, the first token 0.2 s later and then a token every 50 ms, and logs on its own
+    clock when it read each request, when the first token left and when the last byte left.
+    Per request (matched by id), causality bounds what soakgate stored on either side whatever
+    the machine's load: it started before the server read the request, its first token came
+    after the server sent it (so the empty event is not taken for a token), its end after the
+    last byte; and the report's TTFT is at least the server's delay."""
+    server = hostile("timed")
+    db = tmp_path / "t.sqlite"
+    done = soakgate("run", "--target", f"timed={server.url}", "--model", "hostile", "--requests",
+                    "12", "--concurrency", "3", "--db", str(db), "--quiet",
+                    "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = {line["rid"]: line for line in server.seen()}
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("SELECT request_id, started_at, ttft_s, ended_at, error_class "
+                                  "FROM generations").fetchall()  # fmt: skip
+    assert len(rows) == 12 and set(seen) == {r[0] for r in rows}
+    for request_id, started, ttft, ended, error in rows:
+        clock = seen[request_id]
+        assert error is None and ttft is not None
+        assert started <= clock["received"] + 1e-3, request_id
+        assert started + ttft >= clock["first_token"] - 1e-3, (request_id, ttft)
+        assert ended >= clock["last_byte"] - 1e-3, request_id
+        assert ttft >= TIMED_FIRST_S and ended - started >= TIMED_FIRST_S + 4 * TIMED_PACE_S
+    made = soakgate("report", str(db), "--format", "json", cwd=tmp_path)
+    (unit,) = json.loads(made.stdout)["latency"]
+    assert unit["ttft"]["p50_s"] >= TIMED_FIRST_S and unit["answered"] == 12

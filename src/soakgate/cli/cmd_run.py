@@ -220,7 +220,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         watch_metrics=args.watch_metrics, metrics_interval_s=args.metrics_interval,
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
         allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
-        context=context,
+        context=context, progress_every_s=getattr(args, "progress_every", 30.0),
     )  # fmt: skip
 
 

@@ -66,6 +66,8 @@ class SoakConfig:
     until_verdict: bool = False
     watch_metrics: bool = True
     metrics_interval_s: float = 5.0
+    progress_every_s: float = 30.0
+    """Seconds between progress lines of the reference calibration (`--progress-every`)."""
     references: list[TargetSpec] = field(default_factory=list)
     reference_fraction: float = 0.03
     baseline_prompts: int = 8

@@ -38,14 +38,16 @@ class SoakScorer(GenerationScorer, Protocol):
 
 
 PROGRESS_EVERY_S = 30.0
-"""Seconds between the calibration's progress lines (after the first, which gives its cost)."""
+"""Default seconds between the calibration's progress lines (after the first, its cost)."""
 
 
 class CalibrationProgress:
     """Calibration progress on stderr: the first chunk's pace as the cost of the whole, then a
-    line every PROGRESS_EVERY_S (count, rate, time left), so an unattended log shows it too."""
+    line every `every_s` (count, rate, time left; 0: none after the first), so an unattended log
+    shows it too."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = PROGRESS_EVERY_S) -> None:
+        self.every_s = every_s
         self.printed_at: float | None = None
 
     def __call__(self, drawn: int, asked: int, seconds: float) -> None:
@@ -54,7 +56,7 @@ class CalibrationProgress:
         if self.printed_at is None:
             line = (f"calibration: the first {drawn:,} of {asked:,} samples took {seconds:.0f} s "
                     f"({rate:.3g}/s): about {_duration(seconds + left)} in all")  # fmt: skip
-        elif seconds - self.printed_at >= PROGRESS_EVERY_S or drawn >= asked:
+        elif self.every_s and (seconds - self.printed_at >= self.every_s or drawn >= asked):
             line = (f"calibration: {drawn:,}/{asked:,} samples ({rate:.3g}/s), "
                     f"{_duration(left)} left")  # fmt: skip
         else:
@@ -129,7 +131,10 @@ async def calibrate(
     small to trust well."""
     try:
         calibration = await scorer.prepare(
-            config.request, picker, config.load.concurrency, CalibrationProgress()
+            config.request,
+            picker,
+            config.load.concurrency,
+            CalibrationProgress(config.progress_every_s),
         )
     except BaseException:
         await scorer.close()
