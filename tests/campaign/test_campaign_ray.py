@@ -77,6 +77,25 @@ def test_an_address_nobody_answers_is_one_line_and_exit_2(tmp_path: Path) -> Non
     assert not (tmp_path / "x.sqlite").exists()
 
 
+def test_a_ray_client_address_that_accepts_and_stays_silent_is_one_line_and_exit_2(
+    tmp_path: Path,
+) -> None:
+    """A `ray://` port that accepts connections and never answers (a hung head, a port that is
+    not Ray Client): Ray Client gives up after its own 30 s, and warns on stderr first; the
+    campaign says so in one line, exit 2, no database (issue 27: every Ray error one line)."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen(16)  # the kernel accepts; nobody ever reads or writes
+        address = f"ray://{LOOPBACK}:{listener.getsockname()[1]}"
+        path = _fleet_with(tmp_path, f'engine = "ray"\naddress = "{address}"')
+        result = soakgate("campaign", str(path), "--db", "x.sqlite", cwd=tmp_path, timeout=300)
+    assert result.returncode == 2
+    assert f"cannot connect to the Ray cluster at {address}" in one_error_line(result)
+    assert not (tmp_path / "x.sqlite").exists()
+
+
 def test_engine_ray_without_ray_installed_says_how_to_install_it(tmp_path: Path) -> None:
     hide = tmp_path / "no-ray"
     hide.mkdir()  # `import ray` fails in the command, as it does without the extra

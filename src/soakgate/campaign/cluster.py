@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,7 +173,9 @@ def _init(ray: Any, address: str, options: dict[str, Any]) -> None:
     any other failure is one line and exit 2."""
     for attempt in range(1, CLIENT_ATTEMPTS + 1):
         try:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False, **options)
+            with warnings.catch_warnings():  # Ray Client warns on stderr before it raises
+                warnings.simplefilter("ignore")
+                ray.init(address=address, logging_level="ERROR", log_to_driver=False, **options)
             return
         except Exception as exc:  # Ray raises many kinds here (ConnectionError, TimeoutError, ...)
             slow = address.startswith("ray://") and CLIENT_SLOW in str(exc)
