@@ -227,6 +227,15 @@ def test_bench_latency_prints_level_power_and_coverage_with_errors() -> None:
     assert sum("covers" in line for line in lines) == 3
 
 
+def test_bench_synthetic_prompts_prints_each_distributions_length_error() -> None:
+    model = BENCH.parent.parent / "shared/models/tiny-llama-8k"
+    if not (model / "tokenizer.json").exists():
+        pytest.skip("no shared model")
+    out = run_bench("bench_synthetic_prompts.py", "--count", "10")
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "%" in line]
+    assert len(rows) == 5 and all(line.count("|") == 5 for line in rows), out
+
+
 def test_bench_replay_prints_each_process_with_new_and_old_wrong_causes() -> None:
     out = run_bench("bench_replay.py", "--sessions", "5")
     assert out.count("sessions with a wrong cause: new") == 6
