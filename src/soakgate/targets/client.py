@@ -181,7 +181,9 @@ class OpenAIClient:
         Cancellation propagates, with `outcome` marked `cancelled` so the caller can store it.
         """
         outcome = outcome or Outcome(started_at=time.time())
-        began = time.perf_counter()
+        # time to first token counts from `started_at` (the caller may have made the outcome a
+        # moment before: a busy machine can preempt it in between)
+        began = time.perf_counter() - max(0.0, time.time() - outcome.started_at)
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("generate() must run in an asyncio task")
