@@ -81,9 +81,9 @@ class _Shared:
     lease: SendLease | None = None
     """The stored lease on request numbers (a local soak; a Ray unit keeps its own)."""
     arrivals: dict[str, Arrivals] = field(default_factory=dict)
+    """Target name -> its open-loop arrival schedule (`--rate`; empty: closed loop)."""
     exhausted: dict[str, asyncio.Event] = field(default_factory=dict)
     """Per target, set when a worker found its soak over (wakes workers still ramping up)."""
-    """Target name -> its open-loop arrival schedule (`--rate`; empty: closed loop)."""
 
 
 async def soak(
