@@ -8,6 +8,9 @@ Each configuration times soakgate's own calibration path on the same prompts: th
 sample and every scored row goes through). It prints samples per second and what 5,000 samples
 (the default calibration) would take. A busy process is `while True: pass` in its own process
 (one core's worth of other work each), started before and stopped after its configurations.
+The header prints OpenMP's wait policy (OMP_WAIT_POLICY, read once when torch loads): unset,
+torch's threads spin a while at each barrier, fastest on an idle machine and slowest beside busy
+processes; OMP_WAIT_POLICY=PASSIVE makes them sleep (BENCHMARKS.md section 17 has both).
 
 Run: python bench/bench_calibration_speed.py [--samples 48] [--threads 1 2] [--batch 16 48]
      [--busy 0 1]
@@ -63,7 +66,7 @@ def main() -> int:
     reference._load()
     print(f"{args.samples} samples per configuration, {args.max_tokens} tokens at most, "
           f"temperature {spec.temperature}; machine: {len(os.sched_getaffinity(0))} "
-          "cores")  # fmt: skip
+          f"cores; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")  # fmt: skip
     for busy in args.busy:
         loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
                  for _ in range(busy)]  # fmt: skip

@@ -19,6 +19,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop("COLUMNS", None)
         os.environ.pop("LINES", None)
+    # The suite shares 2 cores between its workers, their servers and whatever else the machine
+    # runs: torch's OpenMP threads that spin at barriers (the default) lose the slices the thread
+    # they wait for needs. Beside busy processes they ran a calibration 2.2-2.6x slower than
+    # sleeping ones, and a reference benchmark past its 300 s timeout in a loaded CI (201 s
+    # spinning, 62 s sleeping); idle, sleeping costs ~30% (BENCHMARKS.md section 17).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture

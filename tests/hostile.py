@@ -463,7 +463,9 @@ TIMED_FIRST_S, TIMED_PACE_S, TIMED_TOKENS = 0.2, 0.05, 5
 async def timed(server: Hostile, request: Request, writer: Writer) -> bool:
     """A stream timed to the byte, for latency: the head and an empty first event at once, the
     first token TIMED_FIRST_S later, then a token every TIMED_PACE_S; logs its own clock (when
-    it had read the request, when the first token and the last byte had left)."""
+    it had read the request, and when it began to write the first token and the last bytes: a
+    client can read bytes before the server's clock is read again after writing them, so only
+    the moment before the write bounds the client's own time from below)."""
     received = time.time()
     text = "".join(f" w{i}" for i in range(TIMED_TOKENS))
     writer.write(head(request) + chunked(event({"choices": [choice(request, "", None)]}))[:-5])
@@ -473,14 +475,15 @@ async def timed(server: Hostile, request: Request, writer: Writer) -> bool:
     for i in range(TIMED_TOKENS):
         if i:
             await asyncio.sleep(TIMED_PACE_S)
+        first = first or time.time()
         writer.write(chunked(event({"choices": [choice(request, f" w{i}", None)]}))[:-5])
         await writer.drain()
-        first = first or time.time()
     usage = {"prompt_tokens": 3, "completion_tokens": TIMED_TOKENS}
+    last = time.time()
     writer.write(chunked(event({"choices": [choice(request, "", "length")]}),
                          event({"choices": [], "usage": usage}), event("[DONE]")))  # fmt: skip
     await writer.drain()
-    server.saw(request, text, received=received, first_token=first, last_byte=time.time())
+    server.saw(request, text, received=received, first_token=first, last_byte=last)
     return True
 
 

@@ -145,7 +145,9 @@ def test_stored_timings_hold_against_the_servers_own_clock(
 ) -> None:
     """The independent measurement: a raw-socket server that sends its head and an empty event
     at once, the first token 0.2 s later and then a token every 50 ms, and logs on its own
-    clock when it read each request, when the first token left and when the last byte left.
+    clock when it read each request and when it began to send the first token and the last
+    bytes (the moment before each write: a client may read the bytes before a clock read after
+    the write, and did once on a loaded machine).
     Per request (matched by id), causality bounds what soakgate stored on either side whatever
     the machine's load: it started before the server read the request, its first token came
     after the server sent it (so the empty event is not taken for a token), its end after the
