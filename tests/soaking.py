@@ -6,6 +6,7 @@ from pathlib import Path
 
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.probes.soak import StandardProbes
 from soakgate.records import Generation
 from soakgate.store import open_store
 from soakgate.targets import RequestSpec, TargetSpec
@@ -17,6 +18,7 @@ def soak_rows(
 ) -> list[Generation]:  # fmt: skip
     """Soak `url` for `requests` requests and read the run's rows back from SQLite, in order."""
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(url)], label=label, request=request,
         load=LoadSpec(concurrency=concurrency, requests=requests, grace_s=grace_s), db=db,
     )  # fmt: skip

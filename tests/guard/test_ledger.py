@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from soakgate.guard.ledger import FaultLedger, ObservingWriter
+from soakgate.guard.ledger import FaultLedger
 from soakgate.records import Generation
-from soakgate.store import MemoryStore
+from soakgate.store import MemoryStore, ObservingWriter
 
 
 def _row(target: str, incarnation: int, ended: float, error: str | None) -> Generation:
@@ -34,7 +34,7 @@ def test_observing_writer_shows_rows_to_the_ledger_and_stores_them() -> None:
     store = MemoryStore()
     ledger = FaultLedger()
     ledger.declare_dead("a", 0, 0.0)
-    writer = ObservingWriter(store, ledger, interval_s=0)
+    writer = ObservingWriter(store, ledger.observe, interval_s=0)
     writer.add_generation(_row("a", 0, 1.0, "connection_reset"))
     writer.flush()
     assert ledger.credit("a") == 1

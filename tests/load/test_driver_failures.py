@@ -15,6 +15,7 @@ from soakgate.load import LoadSpec
 from soakgate.load.driver import soak
 from soakgate.load.runner import SoakConfig, new_run
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.prompts import PromptPicker, builtin_prompts
 from soakgate.records import Generation
 from soakgate.store import BatchWriter, MemoryStore
@@ -23,6 +24,7 @@ from soakgate.targets import RequestSpec, TargetSpec
 
 def config_for(url: str, tmp_path: Path, requests: int) -> SoakConfig:
     return SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(url)], label="x", request=RequestSpec(max_tokens=8, stream=False),
         load=LoadSpec(concurrency=4, requests=requests), db=tmp_path / "unused.sqlite",
     )  # fmt: skip

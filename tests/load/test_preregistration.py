@@ -13,6 +13,7 @@ from soakgate.errors import PlanError
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.stats.plan import make_plan, write_plan
 from soakgate.store import open_store
 from soakgate.store.base import verify_chain
@@ -31,6 +32,7 @@ def two_arm_config(
 ) -> SoakConfig:
     targets = [TargetSpec.parse(f"gpu0={eager.url}"), TargetSpec.parse(f"gpu1={compiled.url}")]
     return SoakConfig(
+        probes=StandardProbes(),
         targets=targets, label="eager vs compiled", request=RequestSpec(max_tokens=128),
         load=LoadSpec(concurrency), db=tmp_path / "r.sqlite",
         labels={"gpu0": "eager", "gpu1": "compiled"},
@@ -89,6 +91,7 @@ def test_a_label_outside_the_plan_is_refused_before_any_request(
     plan_path, _ = sequential_plan(tmp_path)
     mock = start_mock()
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="other", request=RequestSpec(max_tokens=8),
         load=LoadSpec(2, requests=5), db=tmp_path / "r.sqlite", plan=plan_path,
     )  # fmt: skip

@@ -13,6 +13,7 @@ from soakgate.load import LoadSpec
 from soakgate.load.driver import soak
 from soakgate.load.runner import SoakConfig, new_run, run_soak
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.prompts import PromptPicker, builtin_prompts
 from soakgate.records import Generation
 from soakgate.store import BatchWriter, open_store
@@ -28,6 +29,7 @@ FAULTS = "http_500=0.03,reset=0.03,malformed_json=0.03,truncated_stream=0.03,ser
 
 def soak_mock(mock: MockProcess, db: Path, request: RequestSpec, requests: int = 240) -> str:
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="mock", request=request,
         load=LoadSpec(concurrency=16, requests=requests, grace_s=5), db=db,
     )  # fmt: skip
@@ -77,6 +79,7 @@ def test_dead_target_is_backed_off_and_does_not_stop_the_other(
 ) -> None:
     up = start_mock("--seed", "1")
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(f"up={up.url}"), TargetSpec("http://127.0.0.1:9", "down", None, "m")],
         label="x", request=RequestSpec(max_tokens=16), load=LoadSpec(4, duration_s=3.0),
         db=tmp_path / "r.sqlite",
@@ -98,6 +101,7 @@ def test_a_generation_hook_sees_each_row_as_it_arrives_and_can_stop_the_soak_at_
     # within the requests already in flight.
     mock = start_mock("--seed", "3")
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="x", request=RequestSpec(max_tokens=8),
         load=LoadSpec(concurrency=8, requests=4000), db=tmp_path / "r.sqlite",
     )  # fmt: skip

@@ -12,6 +12,7 @@ from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
 from soakgate.probes.differential import first_divergence, is_sampled
+from soakgate.probes.soak import StandardProbes
 from soakgate.stats.rates import summarize_rate
 from soakgate.store import open_store
 from soakgate.targets import RequestSpec, TargetSpec
@@ -19,6 +20,7 @@ from soakgate.targets import RequestSpec, TargetSpec
 
 def differential_soak(target: MockProcess, references: list[MockProcess], db: Path) -> str:
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(f"compiled={target.url}")], label="compiled",
         request=RequestSpec(max_tokens=48, return_token_ids=True), load=LoadSpec(8, requests=300),
         db=db, references=[TargetSpec.parse(r.url) for r in references], reference_fraction=0.5,

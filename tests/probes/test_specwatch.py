@@ -8,6 +8,7 @@ from pathlib import Path
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.probes.specwatch import Window, collapse_reason, counters, sample_of
 from soakgate.store import open_store
 from soakgate.targets import RequestSpec, TargetSpec
@@ -39,6 +40,7 @@ def test_collapse_is_relative_to_the_best_window() -> None:
 
 def soak_levels(mock: MockProcess, db: Path, concurrency: int) -> list[dict[str, object]]:
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label=f"c{concurrency}",
         request=RequestSpec(max_tokens=64), load=LoadSpec(concurrency, duration_s=2.5), db=db,
         metrics_interval_s=0.5,
@@ -88,6 +90,7 @@ def test_the_server_load_is_recorded_on_every_scrape_beside_the_absent_spec_coun
 ) -> None:
     mock = start_mock("--tokens-per-s", "200")
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="load", request=RequestSpec(max_tokens=64),
         load=LoadSpec(6, duration_s=2.0), db=tmp_path / "l.sqlite", metrics_interval_s=0.25,
     )  # fmt: skip

@@ -13,6 +13,7 @@ from soakgate.errors import UsageError
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.probes.sweep import parse_levels, run_sweep, saturation_point
 from soakgate.targets import RequestSpec, TargetSpec
 
@@ -26,6 +27,7 @@ def test_sweep_finds_the_mocks_saturation_point(
     # knee under load).
     mock = start_mock("--tokens-per-s", "10", "--saturation", "8")
     base = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="sweep", request=RequestSpec(max_tokens=4),
         load=LoadSpec(1, requests=1), db=tmp_path / "s.sqlite",
     )  # fmt: skip
@@ -63,6 +65,7 @@ def test_sweep_reports_speculative_acceptance_falling_with_concurrency(
 
     mock = start_mock("--spec-decode", "--spec-collapse-at", "8", "--tokens-per-s", "200")
     base = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="spec", request=RequestSpec(max_tokens=64),
         load=LoadSpec(1, requests=1), db=tmp_path / "s.sqlite", metrics_interval_s=0.3,
     )  # fmt: skip
@@ -79,6 +82,7 @@ def test_sweep_runs_are_marked_as_one_sweep(
 
     mock = start_mock()
     base = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(mock.url)], label="s", request=RequestSpec(max_tokens=4),
         load=LoadSpec(1, requests=1), db=tmp_path / "s.sqlite",
     )  # fmt: skip

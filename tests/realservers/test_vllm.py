@@ -25,6 +25,7 @@ from soakgate.campaign import load_campaign, run_campaign
 from soakgate.campaign.launch import launch_spec
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
+from soakgate.probes.soak import StandardProbes
 from soakgate.prompts import builtin_prompts
 from soakgate.records import Generation
 from soakgate.report.api import compare, report
@@ -159,6 +160,7 @@ def test_request_shapes(
         assert outcome.token_ids and len(outcome.token_ids) == outcome.completion_tokens
     db = tmp_path / "shape.sqlite"
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[target], label=f"{endpoint}-{'stream' if stream else 'whole'}", request=request,
         load=LoadSpec(concurrency=4, requests=8, grace_s=60), db=db,
     )  # fmt: skip

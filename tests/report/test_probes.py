@@ -14,6 +14,7 @@ from tests.report.synth import add_run, bernoulli
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.probes.sweep import run_sweep
 from soakgate.records import Event, Generation
 from soakgate.report.analyze import analyze
@@ -31,6 +32,7 @@ HOSTILE = "<script>window.pwned=true</script>"
 
 def _soak(db: Path, label: str, target: MockProcess, refs: list[MockProcess]) -> str:
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(f"gpu0={target.url}")], label=label, db=db,
         request=RequestSpec(max_tokens=32, return_token_ids=True), load=LoadSpec(8, requests=200),
         references=[TargetSpec.parse(r.url) for r in refs], reference_fraction=0.5,
@@ -190,6 +192,7 @@ def test_spec_decode_acceptance_and_collapses_in_the_report(tmp_path: Path) -> N
     # flight, 10% past its collapse point of 8.
     with MockProcess(["--spec-decode", "--spec-collapse-at", "8", "--tokens-per-s", "400"]) as m:
         base = SoakConfig(
+            probes=StandardProbes(),
             targets=[TargetSpec.parse(f"gpu1={m.url}")], label="spec", db=tmp_path / "s.sqlite",
             request=RequestSpec(max_tokens=16), load=LoadSpec(1, requests=1),
             metrics_interval_s=0.1,

@@ -12,6 +12,7 @@ from soakgate.cli.main import main
 from soakgate.load import LoadSpec
 from soakgate.load.runner import SoakConfig, run_soak
 from soakgate.mockserver.process import MockProcess
+from soakgate.probes.soak import StandardProbes
 from soakgate.targets import RequestSpec, TargetSpec
 
 REQUESTS = 2000
@@ -22,6 +23,7 @@ INDEPENDENT = ("--collapse-rate", "0.02")
 
 def soak(mock: MockProcess, db: Path, label: str, name: str) -> None:
     config = SoakConfig(
+        probes=StandardProbes(),
         targets=[TargetSpec.parse(f"{name}={mock.url}")], label=label,
         request=RequestSpec(max_tokens=8, stream=False), db=db,
         load=LoadSpec(concurrency=8, requests=REQUESTS, grace_s=5),

@@ -18,17 +18,18 @@ from soakgate.campaign.reference import reference_specs, start_differential
 from soakgate.campaign.soakcfg import block_run, soak_config
 from soakgate.campaign.state import next_incarnation
 from soakgate.detectors import budget_warning
-from soakgate.guard.ledger import FaultLedger, ObservingWriter
+from soakgate.guard.ledger import FaultLedger
 from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
 from soakgate.load.driver import soak
 from soakgate.load.preregistration import register_plan
 from soakgate.load.runner import SoakConfig, store_failed, watch_streams
-from soakgate.load.spec import Differential, LoadSpec, SoakResult, TargetTally
+from soakgate.load.spec import LoadSpec, SoakResult, TargetTally
+from soakgate.probes.differential import Differential
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance
-from soakgate.store import BatchWriter, Store
+from soakgate.store import BatchWriter, ObservingWriter, Store
 from soakgate.store.base import TargetCounts
 from soakgate.store.unstored import Sidecar
 from soakgate.targets import TargetSpec
@@ -150,7 +151,7 @@ def _open(ctx: BlockContext, block: Block, run: Run | None) -> OpenBlock:
     if not resumed and config.plan is not None:  # into the ledger before any request is sent
         register_plan(ctx.store, config.plan, run, [block.label])
     ledger = FaultLedger()
-    writer = ObservingWriter(ctx.store, ledger, interval_s=soak_cfg.flush_interval_s)
+    writer = ObservingWriter(ctx.store, ledger.observe, interval_s=soak_cfg.flush_interval_s)
     if ctx.on_event is not None:
         writer.on_event = functools.partial(ctx.on_event, block.label)
     run.status, run.ended_at = "running", None
@@ -261,7 +262,7 @@ async def _segment(
             run, targets, cfg.request, cfg.load, picker, cfg.detectors, writer,
             store_text=cfg.store_text, stop=stop, on_tick=on_tick,
             incarnation=guard.incarnation, gate=gate, credit=guard.credit,
-            differential=differential,
+            check=differential,
             on_dispatch=dispatch.dispatched if dispatch is not None else None,
         )  # fmt: skip
     finally:

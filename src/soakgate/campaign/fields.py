@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
-from soakgate.cli.args import duration as parse_duration
+from soakgate.durations import parse_duration
 from soakgate.errors import ConfigError
 
 _MISSING = object()
@@ -87,11 +86,8 @@ class Table:
         if isinstance(value, int | float) and not isinstance(value, bool):
             if value > 0 or (allow_zero and value == 0):
                 return float(value)
-        elif isinstance(value, str):
-            try:
-                return parse_duration(value)
-            except argparse.ArgumentTypeError:
-                pass
+        elif isinstance(value, str) and (seconds := parse_duration(value)) is not None:
+            return seconds
         raise self._fail(key, 'a duration like 30, "30s", "5m" or "2h"', value)
 
     def optional_duration(self, key: str) -> float | None:

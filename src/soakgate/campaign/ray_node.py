@@ -22,12 +22,13 @@ from soakgate.campaign.dispatch import Lease
 from soakgate.campaign.launch import Launcher, launch_spec
 from soakgate.campaign.model import Campaign
 from soakgate.campaign.soakcfg import soak_config
-from soakgate.guard.ledger import FaultLedger, ObservingWriter
+from soakgate.guard.ledger import FaultLedger
 from soakgate.load.spec import TargetTally
 from soakgate.records import Event, Generation, Run
 from soakgate.servers import ServerInstance
 from soakgate.servers.command import Device
 from soakgate.store.base import TargetCounts
+from soakgate.store.batch import ObservingWriter
 from soakgate.store.outbox import OutboxStore, Resend
 from soakgate.targets import TargetSpec
 
@@ -115,7 +116,9 @@ class UnitHost:
             ledger.declare_dead(device.name, before, start)
         for incarnation, ended_at in order.errors:
             ledger.observe(_error_row(device.name, incarnation, ended_at))
-        writer = self._writer = ObservingWriter(store, ledger, interval_s=cfg.flush_interval_s)
+        writer = self._writer = ObservingWriter(
+            store, ledger.observe, interval_s=cfg.flush_interval_s
+        )
         ctx = BlockContext(campaign, store, order.db, order.log_dir.parent, self._stop,
                            dispatch=lease)  # fmt: skip
         launcher = Launcher(campaign, order.run, writer, cfg.request, cfg.prompts)

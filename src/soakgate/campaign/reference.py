@@ -11,8 +11,8 @@ from pathlib import Path
 from soakgate.campaign.launch import launch_spec
 from soakgate.campaign.model import Campaign, ConfigEntry
 from soakgate.load.driver import note
-from soakgate.load.runner import SoakConfig, reference_baseline
-from soakgate.load.spec import Differential
+from soakgate.load.runner import SoakConfig
+from soakgate.probes.differential import Differential, reference_baseline
 from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.servers import LaunchSpec, ServerInstance
@@ -84,7 +84,8 @@ async def start_differential(
         return None
     compared = list(pairs.values())
     picker = PromptPicker(cfg.prompts, cfg.prompt_order, cfg.seed)
-    baseline = await reference_baseline(dataclasses.replace(cfg, references=compared), picker)
+    prompts = [picker.pick(seq) for seq in range(cfg.baseline_prompts)]
+    baseline = await reference_baseline(compared, prompts, cfg.request)
     writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
                           informative=baseline.informative, reference=label,
                           instances=[r.name for r in compared]))  # fmt: skip

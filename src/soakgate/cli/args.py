@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Any
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+from soakgate.durations import parse_duration
 
 
 def duration(text: str) -> float:
     """Seconds from `90`, `30s`, `5m`, `2h`, `1.5h`, `1d`."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
+    seconds = parse_duration(text)
+    if seconds is None:
         positive = " (it must be positive)" if text.lstrip().startswith("-") else ""
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30s, 5m or 2h{positive}")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+    return seconds
 
 
 def positive_int(text: str) -> int:

@@ -28,6 +28,7 @@ def main(args: argparse.Namespace) -> int:
     from soakgate.load.demo import run_demo
     from soakgate.load.progress import LiveProgress, summary_table
     from soakgate.load.runner import SoakConfig
+    from soakgate.probes.soak import StandardProbes
     from soakgate.targets import RequestSpec, TargetSpec
     from soakgate.terminal import wide_console
 
@@ -35,6 +36,7 @@ def main(args: argparse.Namespace) -> int:
         targets=[TargetSpec("http://127.0.0.1:1", "mock-gpu0")], label="demo-bursty",
         request=RequestSpec(max_tokens=128, return_token_ids=True, timeout_s=30),
         load=LoadSpec(args.concurrency, duration_s=args.duration, grace_s=10), db=Path(args.db),
+        probes=StandardProbes(),
     )  # fmt: skip
     if args.quiet:
         result, check = run_demo(config)

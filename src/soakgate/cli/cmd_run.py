@@ -186,6 +186,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     from soakgate.detectors import DetectorConfig
     from soakgate.load import LoadSpec
     from soakgate.load.runner import SoakConfig
+    from soakgate.probes.soak import StandardProbes
     from soakgate.targets import RequestSpec, TargetSpec
 
     api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
@@ -221,6 +222,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         plan=getattr(args, "plan", None), until_verdict=getattr(args, "until_verdict", False),
         allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
         context=context, progress_every_s=getattr(args, "progress_every", 30.0),
+        probes=StandardProbes(),
     )  # fmt: skip
 
 

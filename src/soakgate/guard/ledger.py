@@ -4,10 +4,8 @@ count-limited soak's request budget (they are stored as errors all the same)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 
-from soakgate.records import Event, Generation
-from soakgate.store import BatchWriter, Store
+from soakgate.records import Generation
 
 
 class FaultLedger:
@@ -41,24 +39,3 @@ class FaultLedger:
     def credit(self, target: str) -> int:
         """Extra requests the target may issue to make up for fault-window errors."""
         return self._credits.get(target, 0)
-
-
-class ObservingWriter(BatchWriter):
-    """A BatchWriter that also shows every generation to a FaultLedger."""
-
-    def __init__(self, store: Store, ledger: FaultLedger, interval_s: float = 0.5) -> None:
-        super().__init__(store, interval_s=interval_s)
-        self.ledger = ledger
-        self.on_event: Callable[[Event], None] | None = None
-        """Shown every event queued (the campaign's live metrics count the guard's faults)."""
-
-    def add_event(self, event: Event) -> None:
-        """Queue, and show the event to `on_event`."""
-        super().add_event(event)
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def add_generation(self, generation: Generation) -> None:
-        """Observe, then queue."""
-        self.ledger.observe(generation)
-        super().add_generation(generation)

@@ -21,20 +21,26 @@ from soakgate.load.arrivals import Arrivals
 from soakgate.load.backoff import TargetBackoff
 from soakgate.load.lease import SendLease, open_lease
 from soakgate.load.record import score_generation, unscored_generation
-from soakgate.load.spec import Differential, GenerationScorer, LoadSpec, SoakResult, TargetTally
-from soakgate.probes.differential import compare_with_reference, greedy, is_sampled
+from soakgate.load.spec import (
+    GenerationScorer,
+    LoadSpec,
+    OpenCheck,
+    RequestCheck,
+    SoakResult,
+    TargetTally,
+)
 from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run, sha256_text
 from soakgate.store import BatchWriter
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
-from soakgate.targets.client import Session, connect, make_session
+from soakgate.targets.client import connect, make_session
 
 # A target refusing connections is retried with back-off so it is not hammered in a tight loop.
 _BACKOFF_START_S, _BACKOFF_MAX_S = 0.05, 5.0
 _CONNECTION_ERRORS = frozenset({"connection_refused", "connection_reset", "dropped"})
 Marks = bool | dict[str, object]
-"""A row's differential marks: False (not sampled), True (sampled, not compared), or what the
-comparison with the reference kept (`probes.differential.compare_with_reference`)."""
+"""A row's request-check marks: False (not chosen), True (chosen, not checked), or what the
+check kept (`RequestCheck`; the greedy differential's comparison with its reference)."""
 STORE_FAILURE_GRACE_S = 5.0
 """Once the store has failed, how long in-flight requests may finish (their rows are spilled)."""
 
@@ -58,10 +64,8 @@ class _Shared:
     incarnation: Callable[[str], int] = lambda target: 0
     gate: Callable[[str], Awaitable[bool]] | None = None
     credit: Callable[[str], int] = lambda target: 0
-    references: dict[str, OpenAIClient] = field(default_factory=dict)
-    """Target name -> the client its sampled greedy requests are compared against."""
-    reference_fraction: float = 0.0
-    reference_repeat: bool = True
+    check: OpenCheck | None = None
+    """The request check of this soak (the greedy differential), opened."""
     labels: dict[str, str] = field(default_factory=dict)
     on_generation: Callable[[Generation], None] | None = None
     abort: asyncio.Event = field(default_factory=asyncio.Event)
@@ -101,7 +105,7 @@ async def soak(
     incarnation: Callable[[str], int] | None = None,
     gate: Callable[[str], Awaitable[bool]] | None = None,
     credit: Callable[[str], int] | None = None,
-    differential: Differential | None = None,
+    check: RequestCheck | None = None,
     labels: dict[str, str] | None = None,
     on_generation: Callable[[Generation], None] | None = None,
     abort: asyncio.Event | None = None,
@@ -114,7 +118,8 @@ async def soak(
     Campaign hooks: `gate(target)` is awaited before each request (False retires the worker,
     e.g. while or after a server restart); `credit(target)` adds requests to the count limit
     (errors in a fault window do not use up the budget). `labels` overrides the run's label per
-    target (two arms soaked side by side); `differential` adds the reference check;
+    target (two arms soaked side by side); `check` is made on the requests it chooses (the greedy
+    differential against a reference);
     `on_generation` sees every generation as it is queued for the store (sequential looks);
     `scorer` scores chosen rows under a reference before they are stored; `on_dispatch(target,
     seq)` is told of each request just before it is sent (a Ray unit's record of what it sent).
@@ -131,13 +136,9 @@ async def soak(
                  for t in targets},
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
-        reference_fraction=differential.fraction if differential else 0.0,
-        reference_repeat=differential.repeat if differential else False,
         abort=abort or asyncio.Event(), scorer=scorer, on_dispatch=on_dispatch,
     )  # fmt: skip
     sessions = {t.name: make_session(load.concurrency) for t in targets}
-    if differential is not None:
-        sessions[""] = make_session(load.concurrency * len(targets))
     writer.flush()  # rows queued before this soak are not its to score
     if on_dispatch is None:  # what an earlier, killed soak of the run may have sent
         shared.lease = open_lease(writer, run, shared.next_seq, load.concurrency * len(targets))
@@ -148,8 +149,8 @@ async def soak(
         _store_failed(shared, writer.failure)
     try:
         clients = [await connect(sessions[t.name], t) for t in targets]
-        if differential is not None:
-            shared.references = await _reference_clients(sessions[""], differential, targets)
+        if check is not None:
+            shared.check = await check.open(targets, load.concurrency)
         run.software["models"] = {c.target.name: c.model for c in clients}
         writer.store.save_run(run)
         writer.store.save_prompts(run.run_id, picker.prompts)  # what a replay sends again
@@ -166,6 +167,8 @@ async def soak(
         writer.prepare = writer.on_failure = None
         for session in sessions.values():
             await session.close()
+        if shared.check is not None:
+            await shared.check.close()
     elapsed = time.monotonic() - started
     if shared.store_failure is not None:
         stopped_by = "store_failed"
@@ -201,21 +204,6 @@ def _store_failed(shared: _Shared, error: StoreError) -> None:
     shared.stop.set()
     shared.writer.add_event(note(shared.run, "store_failed", error=str(error),
                                  first_failed_at=shared.writer.first_failed_at))  # fmt: skip
-
-
-async def _reference_clients(
-    session: Session, differential: Differential, targets: list[TargetSpec]
-) -> dict[str, OpenAIClient]:
-    """Each compared target's reference client (one client, one discovery per reference)."""
-    made: dict[TargetSpec, OpenAIClient] = {}
-    clients: dict[str, OpenAIClient] = {}
-    for target in targets:
-        spec = differential.reference_for(target.name)
-        if spec is not None:
-            if spec not in made:
-                made[spec] = await connect(session, spec)
-            clients[target.name] = made[spec]
-    return clients
 
 
 async def _drive(shared: _Shared, clients: list[OpenAIClient]) -> str:
@@ -348,18 +336,17 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
         prompt = shared.picker.pick(seq)
         request_id = f"{shared.run.run_id}-{seq}"
         outcome = Outcome(started_at=time.time())
-        reference = shared.references.get(name)
-        sampled = reference is not None and is_sampled(seq, shared.reference_fraction)
-        spec = greedy(shared.spec) if sampled else shared.spec
+        check = shared.check
+        chosen = check.choose(name, seq, shared.spec) if check is not None else None
+        sampled = chosen is not None
+        spec = chosen or shared.spec
         divergence: int | None = None
         marks: dict[str, object] = {}
         tally.in_flight += 1
         try:
             await client.generate(prompt, spec, request_id, outcome)
-            if sampled and outcome.error_class is None and reference is not None:
-                divergence, marks = await compare_with_reference(
-                    reference, prompt, spec, request_id, outcome, shared.reference_repeat
-                )  # fmt: skip
+            if check is not None and sampled and outcome.error_class is None:
+                divergence, marks = await check.check(name, prompt, spec, request_id, outcome)
         except asyncio.CancelledError:
             _store(shared, outcome, name, seq, prompt, request_id)
             raise

@@ -65,7 +65,7 @@ class SequentialMonitor:
     def resume(self, store: Store) -> None:
         """Continue a killed run: its stored rows and looks count as if never interrupted. The
         rows are read as columns (label, error, flags), not as whole rows."""
-        from soakgate.store.columns import reader_for
+        from soakgate.store.sqlite import reader_for
 
         for event in store.events(self.run_id):
             if event.kind == "look":

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import aiohttp
-
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig, budget_warning
 from soakgate.errors import SoakgateError, StoreFailedError, StoreLost, UsageError
@@ -25,18 +23,14 @@ from soakgate.load.driver import note, soak
 from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
 from soakgate.load.scoring import SoakScorer, prepare_scoring, until_signal
-from soakgate.load.spec import Differential, LoadSpec, SoakResult, TargetTally
-from soakgate.probes.differential import Baseline, measure_baseline
-from soakgate.probes.serverload import ServerLoadWatch
-from soakgate.probes.specwatch import watch
+from soakgate.load.spec import LoadSpec, RequestCheck, SoakResult, TargetTally
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
-from soakgate.records import Event, Run
+from soakgate.records import Run
 from soakgate.stats.plan import Plan
 from soakgate.store import BatchWriter, Store, open_store
 from soakgate.store.lock import RunLock
 from soakgate.store.unstored import Sidecar
 from soakgate.targets import RequestSpec, TargetSpec
-from soakgate.targets.client import connect, make_session
 from soakgate.targets.proxy import proxy_for
 
 T = TypeVar("T")
@@ -79,6 +73,10 @@ class SoakConfig:
     from the stored run, and takes the stored value of every other."""
     scorer: SoakScorer | None = None
     """Reference scoring (reference/): calibrated before the soak, then scoring chosen rows."""
+    probes: SoakProbes | None = None
+    """What runs beside the requests (`probes.soak.StandardProbes`: the greedy differential
+    against `references`, the watch of each target's /metrics). None: the plain soak (no
+    metrics watch; `references` refused)."""
 
     def __post_init__(self) -> None:
         if not self.targets:
@@ -97,6 +95,8 @@ class SoakConfig:
             raise UsageError(f"requests must be at least 1, not {self.load.requests}")
         if self.load.duration_s is not None and self.load.duration_s <= 0:
             raise UsageError(f"duration must be positive, not {self.load.duration_s}")
+        if self.references and self.probes is None:
+            raise UsageError("a reference needs the soak's probes (SoakConfig.probes)")
         if self.store_text not in ("all", "flagged"):
             raise UsageError(f"--store-text must be all or flagged, not {self.store_text!r}")
 
@@ -160,6 +160,25 @@ def resumed_run(store: Store, config: SoakConfig) -> Run:
     )
     run.status = "running"
     return run
+
+
+class SoakProbes(Protocol):
+    """What a soak runs beside its requests, supplied by its caller (`probes.soak`); the load
+    loop imports none of it."""
+
+    async def request_check(
+        self, config: SoakConfig, run: Run, writer: BatchWriter, picker: PromptPicker
+    ) -> RequestCheck | None:
+        """Before the first request: the check made on the requests it chooses (the greedy
+        differential against `config.references`), or None."""
+        ...
+
+    def watch_metrics(
+        self, config: SoakConfig, run: Run, writer: BatchWriter
+    ) -> Callable[[], Coroutine[Any, Any, None]]:
+        """Start watching the targets' /metrics in the soak's event loop; the coroutine
+        function returned stops it."""
+        ...
 
 
 class SoakObserver(Protocol):
@@ -299,13 +318,8 @@ async def _soak_with_signals(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, _on_signal, stop, abort, config.load.grace_s)
     picker = PromptPicker(config.prompts, config.prompt_order, config.seed)
-    differential = None
-    if config.references:
-        differential = Differential(config.references[0], config.reference_fraction)
-        baseline = await reference_baseline(config, picker)
-        writer.add_event(note(run, "reference_baseline", **dataclasses.asdict(baseline),
-                              informative=baseline.informative,
-                              compared_with=config.references[0].name))  # fmt: skip
+    probes = config.probes
+    check = await probes.request_check(config, run, writer, picker) if probes else None
     if config.scorer is not None and not await until_signal(
         stop, prepare_scoring(config.scorer, config, run, writer, picker)
     ):  # a signal during the calibration: nothing was sent to the targets, nothing is lost
@@ -313,13 +327,15 @@ async def _soak_with_signals(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         return SoakResult(run, {t.name: TargetTally(t.name) for t in config.targets}, 0.0, "stop")
-    watchers = _start_watchers(config, run, writer) if config.watch_metrics else None
+    watchers = None
+    if probes is not None and config.watch_metrics:
+        watchers = probes.watch_metrics(config, run, writer)
     warnings: list[str] = []
     on_tick = watch_streams(on_tick, writer, run, warnings)
     try:
         result = await soak(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
-            store_text=config.store_text, stop=stop, on_tick=on_tick, differential=differential,
+            store_text=config.store_text, stop=stop, on_tick=on_tick, check=check,
             labels=config.labels, on_generation=monitor.observe if monitor else None,
             abort=abort, scorer=config.scorer,
         )  # fmt: skip
@@ -371,44 +387,6 @@ def _on_signal(stop: asyncio.Event, abort: asyncio.Event, grace_s: float) -> Non
     stop.set()
     print(f"soakgate: stopping; requests in flight may finish for up to {grace_s:g} s "
           "(signal again to stop now)", file=sys.stderr)  # fmt: skip
-
-
-async def reference_baseline(config: SoakConfig, picker: PromptPicker) -> Baseline:
-    """The references' own nondeterminism on a few prompts, before any differential verdict."""
-    prompts = [picker.pick(seq) for seq in range(config.baseline_prompts)]
-    async with make_session(4) as session:
-        clients = [await connect(session, ref) for ref in config.references]
-        return await measure_baseline(clients, prompts, config.request)
-
-
-def _start_watchers(
-    config: SoakConfig, run: Run, writer: BatchWriter
-) -> Callable[[], Coroutine[Any, Any, None]]:
-    """Scrape each target's /metrics during the soak; returns a coroutine function that stops it."""
-    done = asyncio.Event()
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=len(config.targets)))
-
-    def recorder(target: str) -> Callable[[str, dict[str, object]], None]:
-        def record(kind: str, data: dict[str, object]) -> None:
-            writer.add_event(Event(run.run_id, time.time(), kind, target, dict(data)))
-
-        return record
-
-    def watcher(target: TargetSpec) -> Coroutine[Any, Any, None]:
-        record, url = recorder(target.name), f"{target.url}/metrics"
-        load = ServerLoadWatch(record)  # the server's own load, beside the spec-decode watch
-        return watch(
-            session, url, done, record, config.metrics_interval_s, also=[load], tls=target.tls
-        )
-
-    tasks = [asyncio.create_task(watcher(t)) for t in config.targets]
-
-    async def stop() -> None:
-        done.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await session.close()
-
-    return stop
 
 
 async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:

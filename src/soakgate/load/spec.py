@@ -1,17 +1,46 @@
-"""What a soak is given and what it returns: the load, the differential and reference-scoring
+"""What a soak is given and what it returns: the load, the request-check and reference-scoring
 hooks it calls, and the per-target tallies (shared by the driver, the campaign and the CLI)."""
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from soakgate.load.streamcheck import StreamTiming
 from soakgate.prompts import Prompt
 from soakgate.records import Generation, Run
-from soakgate.targets import Outcome, TargetSpec
+from soakgate.targets import Outcome, RequestSpec, TargetSpec
+
+
+class RequestCheck(Protocol):
+    """A check made in a worker's own slot on the requests it chooses, supplied by the soak's
+    caller (`probes.differential.Differential`: chosen requests sent greedy to the target and
+    to a reference, and compared); the driver imports none of them. Opened once per soak."""
+
+    async def open(self, targets: Sequence[TargetSpec], concurrency: int) -> OpenCheck:
+        """Ready for the soak (in its event loop): connections made, references discovered."""
+        ...
+
+
+class OpenCheck(Protocol):
+    """A `RequestCheck` ready for one soak's requests."""
+
+    def choose(self, target: str, seq: int, spec: RequestSpec) -> RequestSpec | None:
+        """Request `seq` of `target` as it is to be sent when the check chose it, else None."""
+        ...
+
+    async def check(
+        self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome
+    ) -> tuple[int | None, dict[str, object]]:
+        """After a chosen request's clean answer: its divergence (None: not compared) and what
+        its row keeps of the check (`details.differential`)."""
+        ...
+
+    async def close(self) -> None:
+        """The soak is over: close what `open` made."""
+        ...
 
 
 class GenerationScorer(Protocol):
@@ -166,24 +195,3 @@ class SoakResult:
     stopped_by: str
     warnings: list[str] = field(default_factory=list)
     """What the soak noticed while it ran (also stored as events), one line each."""
-
-
-@dataclass(frozen=True, slots=True)
-class Differential:
-    """Send a sampled fraction of requests, greedy, to a reference too and store the divergence."""
-
-    reference: TargetSpec | None
-    """The reference configuration's server (e.g. the eager build), for targets not in
-    `per_target`."""
-    fraction: float = 0.03
-    """Share of requests sampled (reproducibly, by sequence number)."""
-    per_target: Mapping[str, TargetSpec] = field(default_factory=dict)
-    """Target name -> its own reference (a campaign pairs each device with a reference instance
-    on the same device)."""
-    repeat: bool = True
-    """Ask the reference each compared request twice: its own nondeterminism, measured beside
-    every comparison (`details.differential.reference_repeat`)."""
-
-    def reference_for(self, target: str) -> TargetSpec | None:
-        """The reference a target is compared against (None: that target is not compared)."""
-        return self.per_target.get(target, self.reference)

@@ -1,7 +1,9 @@
 """Differential check: greedy requests sent to the target and to a reference configuration.
 
 Fluent-but-wrong tokens are invisible to degeneration detectors; where the stack is
-deterministic, a reference (e.g. the eager configuration) is an oracle for them.
+deterministic, a reference (e.g. the eager configuration) is an oracle for them. `Differential`
+is the soak's request check (`load.spec.RequestCheck`): the driver asks it which requests to
+send greedy and what to keep of each comparison, and knows nothing else of it.
 """
 
 from __future__ import annotations
@@ -9,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from soakgate.prompts import Prompt
-from soakgate.targets import OpenAIClient, Outcome, RequestSpec
+from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
+from soakgate.targets.client import Session, connect, make_session
 
 
 def first_divergence(a: Sequence[object], b: Sequence[object]) -> int:
@@ -111,3 +114,78 @@ async def measure_baseline(
             positions.append(outcome_divergence(anchor, other))
             divergent += positions[-1] >= 0
     return Baseline(pairs, divergent, errors, tuple(positions))
+
+
+@dataclass(frozen=True, slots=True)
+class Differential:
+    """Send a sampled fraction of requests, greedy, to a reference too and store the divergence."""
+
+    reference: TargetSpec | None
+    """The reference configuration's server (e.g. the eager build), for targets not in
+    `per_target`."""
+    fraction: float = 0.03
+    """Share of requests sampled (reproducibly, by sequence number)."""
+    per_target: Mapping[str, TargetSpec] = field(default_factory=dict)
+    """Target name -> its own reference (a campaign pairs each device with a reference instance
+    on the same device)."""
+    repeat: bool = True
+    """Ask the reference each compared request twice: its own nondeterminism, measured beside
+    every comparison (`details.differential.reference_repeat`)."""
+
+    def reference_for(self, target: str) -> TargetSpec | None:
+        """The reference a target is compared against (None: that target is not compared)."""
+        return self.per_target.get(target, self.reference)
+
+    async def open(self, targets: Sequence[TargetSpec], concurrency: int) -> Compared:
+        """Discover each compared target's reference (one client per reference) on a session of
+        its own, sized like the soak's."""
+        session = make_session(concurrency * max(1, len(targets)))
+        compared = Compared(self, session)
+        try:
+            made: dict[TargetSpec, OpenAIClient] = {}
+            for target in targets:
+                spec = self.reference_for(target.name)
+                if spec is not None:
+                    if spec not in made:
+                        made[spec] = await connect(session, spec)
+                    compared.clients[target.name] = made[spec]
+        except BaseException:
+            await session.close()
+            raise
+        return compared
+
+
+@dataclass(slots=True)
+class Compared:
+    """A `Differential` open for one soak: its references' clients and their session."""
+
+    differential: Differential
+    session: Session
+    clients: dict[str, OpenAIClient] = field(default_factory=dict)
+    """Target name -> the client its chosen requests are compared against."""
+
+    def choose(self, target: str, seq: int, spec: RequestSpec) -> RequestSpec | None:
+        """The greedy request, for a sampled request of a compared target."""
+        if target in self.clients and is_sampled(seq, self.differential.fraction):
+            return greedy(spec)
+        return None
+
+    async def check(
+        self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome
+    ) -> tuple[int | None, dict[str, object]]:
+        """The target's answer compared with its reference's (`compare_with_reference`)."""
+        return await compare_with_reference(
+            self.clients[target], prompt, spec, request_id, outcome, self.differential.repeat
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+
+
+async def reference_baseline(
+    references: Sequence[TargetSpec], prompts: Sequence[Prompt], spec: RequestSpec
+) -> Baseline:
+    """The references' own nondeterminism on a few prompts, before any differential verdict."""
+    async with make_session(4) as session:
+        clients = [await connect(session, ref) for ref in references]
+        return await measure_baseline(clients, prompts, spec)

@@ -20,7 +20,7 @@ from soakgate.report.gate import GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions
 from soakgate.stats.outcomes import COLLAPSE, OUTCOMES, SHIFTED, SUSPECT
 from soakgate.store import SqliteStore
-from soakgate.store.sqlite import read_failure
+from soakgate.store.columns import read_failure
 
 if TYPE_CHECKING:
     from soakgate.report.comparisons import ComparisonReport

@@ -341,8 +341,7 @@ def load_store(store: Store, contexts: bool = False) -> Columns:
     `contexts`, what surrounded each exemplar (a SQLite store only)."""
     from soakgate.report.latency_load import load_latency, store_batches
     from soakgate.report.reference_load import load_reference, suspect_ids
-    from soakgate.store.columns import reader_for
-    from soakgate.store.sqlite import SqliteStore
+    from soakgate.store.sqlite import SqliteStore, reader_for
 
     runs = store.runs()
     reference = load_reference(store, runs)

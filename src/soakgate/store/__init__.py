@@ -1,7 +1,7 @@
 """Durable storage of runs, generations, events and the plan ledger (SQLite + in-memory twin)."""
 
 from soakgate.store.base import LedgerEntry, Store, TargetCounts
-from soakgate.store.batch import BatchWriter
+from soakgate.store.batch import BatchWriter, ObservingWriter
 from soakgate.store.memory import MemoryStore
 from soakgate.store.sqlite import SqliteStore, open_analysis, open_store
 
@@ -9,6 +9,7 @@ __all__ = [
     "BatchWriter",
     "LedgerEntry",
     "MemoryStore",
+    "ObservingWriter",
     "SqliteStore",
     "Store",
     "TargetCounts",

@@ -184,3 +184,32 @@ def _redact(generation: Generation) -> None:
             generation.details["redacted"] = True  # text_sha256 is of the text as generated
     if generation.details:
         generation.details = secrets.redact_json(generation.details, urls=False)
+
+
+class ObservingWriter(BatchWriter):
+    """A BatchWriter that shows every generation and every event to an observer as it is
+    queued (a campaign's fault ledger sees each row; its live metrics each event)."""
+
+    def __init__(
+        self,
+        store: Store,
+        on_generation: Callable[[Generation], None] | None = None,
+        interval_s: float = 0.5,
+    ) -> None:
+        super().__init__(store, interval_s=interval_s)
+        self.on_generation = on_generation
+        """Shown every generation before it is queued (a campaign's `FaultLedger.observe`)."""
+        self.on_event: Callable[[Event], None] | None = None
+        """Shown every event queued (the campaign's live metrics count the guard's faults)."""
+
+    def add_event(self, event: Event) -> None:
+        """Queue, and show the event to `on_event`."""
+        super().add_event(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def add_generation(self, generation: Generation) -> None:
+        """Observe, then queue."""
+        if self.on_generation is not None:
+            self.on_generation(generation)
+        super().add_generation(generation)

@@ -4,7 +4,8 @@ seq order, in chunks of numpy arrays; texts and JSON only for the rows asked for
 Three readers give the same batches: `ArrowReader` (the ADBC SQLite driver, which fills Arrow
 arrays in C: 2.5x less CPU than Python's sqlite3 on the same query, BENCHMARKS.md), the
 `Sqlite3Reader` over the standard library (used where the ADBC driver must not open the file,
-see `reader_for`), and `RowReader` over any store's `generations()` (the in-memory twin).
+see `store.sqlite.reader_for`), and `RowReader` over any store's `generations()` (the in-memory
+twin).
 
 The ADBC driver links its own copy of SQLite. Two SQLite libraries with the same file open in
 one process break its POSIX locks (closing one's descriptor drops the other's locks), so the
@@ -24,7 +25,6 @@ import numpy.typing as npt
 from soakgate.errors import StoreError
 from soakgate.records import Generation
 from soakgate.store import codec
-from soakgate.store.base import Store
 
 NO_DIVERGENCE = np.iinfo(np.int64).min
 """`reference_divergence` of a row that was not compared with a reference."""
@@ -333,8 +333,6 @@ class ArrowReader:
 
     def _failed(self, exc: Exception) -> StoreError:
         """The driver's error as one line (`[SQLite] database disk image is malformed`)."""
-        from soakgate.store.sqlite import read_failure
-
         return StoreError(f"cannot read database {self._name}: {read_failure(exc)}")
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -529,11 +527,14 @@ def arrow_available() -> bool:
     return True
 
 
-def reader_for(store: Store, run_id: str | None = None) -> ColumnReader:
-    """A reader on an open store: a SQLite store's own connection (no second library), any
-    other store's rows (of `run_id` only, when given)."""
-    from soakgate.store.sqlite import SqliteStore
-
-    if isinstance(store, SqliteStore):
-        return store.column_reader()
-    return RowReader(store.generations(run_id))
+def read_failure(exc: BaseException) -> str:
+    """What a read of a damaged database failed on, in one line: SQLite's words, or, for text
+    that is not UTF-8 (a damaged page read as a string), that it is malformed, without the
+    garbage itself."""
+    text = str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        return "database disk image is malformed (a text column holds bytes that are not UTF-8)"
+    if "Could not decode to UTF-8" in text:
+        column = text.split("column ", 1)[-1].split(" with text", 1)[0]
+        return f"database disk image is malformed (column {column} holds bytes that are not text)"
+    return text

@@ -18,8 +18,8 @@ from soakgate.errors import StoreError, StoreLost
 from soakgate.prompts import Prompt
 from soakgate.records import Event, Generation, Run
 from soakgate.store import codec
-from soakgate.store.base import LedgerEntry, TargetCounts, chain_hash
-from soakgate.store.columns import Sqlite3Reader
+from soakgate.store.base import LedgerEntry, Store, TargetCounts, chain_hash
+from soakgate.store.columns import ColumnReader, RowReader, Sqlite3Reader, read_failure
 from soakgate.store.history import TargetHistory, target_history
 from soakgate.store.repair import storable, storable_event
 
@@ -439,19 +439,6 @@ def open_analysis(path: str | Path) -> SqliteStore:
     return SqliteStore(target, read_only=True)
 
 
-def read_failure(exc: BaseException) -> str:
-    """What a read of a damaged database failed on, in one line: SQLite's words, or, for text
-    that is not UTF-8 (a damaged page read as a string), that it is malformed, without the
-    garbage itself."""
-    text = str(exc)
-    if isinstance(exc, UnicodeDecodeError):
-        return "database disk image is malformed (a text column holds bytes that are not UTF-8)"
-    if "Could not decode to UTF-8" in text:
-        column = text.split("column ", 1)[-1].split(" with text", 1)[0]
-        return f"database disk image is malformed (column {column} holds bytes that are not text)"
-    return text
-
-
 def connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to a soakgate database (`read_only_uri`), checked by its
     metadata. Nothing here writes the file."""
@@ -532,3 +519,11 @@ def _foreign_tables(path: Path) -> list[str]:
     if versioned or names in (SOAKGATE_TABLES, _FIRST_TABLES):  # created, killed before versioning
         return sorted(names - SOAKGATE_TABLES)
     return sorted(names)
+
+
+def reader_for(store: Store, run_id: str | None = None) -> ColumnReader:
+    """A reader on an open store: a SQLite store's own connection (no second library), any
+    other store's rows (of `run_id` only, when given)."""
+    if isinstance(store, SqliteStore):
+        return store.column_reader()
+    return RowReader(store.generations(run_id))
