@@ -247,3 +247,9 @@ def test_bench_import_prints_the_peak_memory_of_an_import() -> None:
     out = run_bench("bench_import.py", "--rows", "300")
     assert "sidecar: 300 generations" in out
     assert "import (this checkout): peak RSS" in out and "exit 0, 300 rows stored" in out
+
+
+def test_bench_startup_prints_the_cpu_to_the_first_request_of_each_configuration() -> None:
+    out = run_bench("bench_startup.py", "--rounds", "1", "--requests", "2", timeout_s=300)
+    rows = [line for line in out.splitlines() if "to the first request" in line]
+    assert len(rows) == 3 and all(" s (range " in row and "in all" in row for row in rows), out
