@@ -7,7 +7,10 @@ reads the client's CPU time so far from `/proc/PID/stat` (user + system), and af
 exits its whole CPU time from the children's rusage. CPU time, not wall time: the figures hold
 on a busy machine (the import work does not change with load, though caches do a little).
 
-Run: python bench/bench_startup.py [--rounds 5] [--requests 16]
+Run: python bench/bench_startup.py [--rounds 5] [--requests 16] [--src DIR]
+(`--src DIR` also runs every configuration with another checkout's `src` first on PYTHONPATH, e.g.
+a `git worktree` of the commit before a change, interleaved with this one's: a before/after in
+one run.)
 """
 
 from __future__ import annotations
@@ -65,8 +68,12 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def one(server: Server, url: str, extra: list[str], requests: int) -> tuple[float, float]:
-    """(CPU seconds to the first request, CPU seconds in all) of one `soakgate run`."""
+async def one(
+    server: Server, url: str, extra: list[str], requests: int, src: str | None = None
+) -> tuple[float, float]:
+    """(CPU seconds to the first request, CPU seconds in all) of one `soakgate run` (with
+    `src` first on its PYTHONPATH when given)."""
+    env = {**os.environ, "PYTHONPATH": src} if src else None
     with tempfile.TemporaryDirectory() as folder:
         server.pid, server.first = 0, None
         before = children_cpu_s()
@@ -74,7 +81,7 @@ async def one(server: Server, url: str, extra: list[str], requests: int) -> tupl
             sys.executable, "-m", "soakgate", "run", "--target", url, "--requests",
             str(requests), "--concurrency", "1", "--db", str(Path(folder) / "s.sqlite"),
             "--quiet", *extra, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env,
         )  # fmt: skip
         server.pid = process.pid
         _, err = await process.communicate()
@@ -87,6 +94,7 @@ async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--src", help="another checkout's src, run beside this one")
     args = parser.parse_args()
     server = Server()
     app = web.Application()
@@ -102,10 +110,14 @@ async def main() -> int:
     print(f"{args.rounds} rounds of each, {args.requests} requests per run; CPU seconds "
           f"(user + system) of the client process; python {sys.version.split()[0]}; load "
           f"average {os.getloadavg()[0]:.1f}")  # fmt: skip
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in CONFIGURATIONS}
+    sources = {"": None, **({f" [{args.src}]": args.src} if args.src else {})}
+    results: dict[str, list[tuple[float, float]]] = {
+        name + tag: [] for name in CONFIGURATIONS for tag in sources
+    }
     for _ in range(args.rounds):  # interleaved: a slow moment hits every configuration alike
         for name, extra in CONFIGURATIONS.items():
-            results[name].append(await one(server, url, extra, args.requests))
+            for tag, src in sources.items():
+                results[name + tag].append(await one(server, url, extra, args.requests, src))
     for name, rows in results.items():
         first = [r[0] for r in rows]
         total = [r[1] for r in rows]

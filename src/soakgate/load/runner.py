@@ -13,25 +13,26 @@ import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from soakgate import __version__
 from soakgate.detectors import DetectorConfig, budget_warning
 from soakgate.errors import SoakgateError, StoreFailedError, StoreLost, UsageError
 from soakgate.load import resume
 from soakgate.load.driver import note, soak
-from soakgate.load.preregistration import SequentialMonitor, planned_requests, register_plan
 from soakgate.load.resume import prompts_digest
 from soakgate.load.scoring import SoakScorer, prepare_scoring, until_signal
 from soakgate.load.spec import LoadSpec, RequestCheck, SoakResult, TargetTally
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Run
-from soakgate.stats.plan import Plan
 from soakgate.store import BatchWriter, Store, open_store
 from soakgate.store.lock import RunLock
 from soakgate.store.unstored import Sidecar
 from soakgate.targets import RequestSpec, TargetSpec
 from soakgate.targets.proxy import proxy_for
+
+if TYPE_CHECKING:
+    from soakgate.stats.plan import Plan
 
 T = TypeVar("T")
 
@@ -308,6 +309,8 @@ async def _soak_with_signals(
     verdict = asyncio.Event()
     monitor = None
     if plan is not None and config.until_verdict:
+        from soakgate.load.preregistration import SequentialMonitor
+
         monitor = SequentialMonitor(plan, verdict, writer.add_event, run.run_id)
         if config.resume:
             writer.flush()
@@ -400,6 +403,9 @@ def _preregister(store: Store, config: SoakConfig, run: Run) -> Plan | None:
     if config.plan is None:
         return None
     labels = sorted(set(config.labels.values()) or {run.label})
+    # the statistics are imported only for a soak with a plan (start-up: BENCHMARKS.md 20)
+    from soakgate.load.preregistration import planned_requests, register_plan
+
     plan, _ = register_plan(store, config.plan, run, labels)
     warmup = plan.warmup_requests or 0
     if config.load.requests is None and config.load.duration_s is None:

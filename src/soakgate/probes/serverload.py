@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client.parser import text_string_to_metric_families
-
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_CACHE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
@@ -24,6 +22,8 @@ PROCESS_START = "process_start_time_seconds"
 def server_load(text: str) -> dict[str, float]:
     """`running`, `waiting` (summed over engines), `kv_cache_usage` (the fullest engine's) and
     `process_start` (Unix time) where the page has them; empty when it has none."""
+    from prometheus_client.parser import text_string_to_metric_families  # at the first scrape
+
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 from soakgate.secrets import mask_url
 from soakgate.targets.tls import SYSTEM, TlsOptions
@@ -46,6 +45,8 @@ class Window:
 
 def counters(text: str) -> dict[str, float]:
     """Sum of each counter family's samples (label sets such as model or engine are summed)."""
+    from prometheus_client.parser import text_string_to_metric_families  # at the first scrape
+
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
