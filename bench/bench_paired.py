@@ -1,13 +1,12 @@
 """Bench (issue 26, item 4): the paired verdict of arms soaked side by side, on the battery.
 
 Arms soaked at the same time (one `soakgate run` with two targets) carry each request's end
-time; `stats.paired` then compares them window by window where the one-run verdict withholds
-and the arms' counts move together (a shared drift). Every pair here is judged by the verdict
-soakgate ships (`stats.verdict.decide`, the one `soakgate compare` applies), given both arms'
-times on one clock as if they ran side by side; a pair it decides on the pairing would have
-been INDETERMINATE without times, so one call gives both columns. Every process of the battery,
-13,000 and 40,000 requests per arm, rate 0.2%, equal rates (false alarms) and B at 1.5x (power),
-with Monte Carlo standard errors.
+time; `stats.paired` then compares them window by window where the arms' counts move together
+(a shared drift). Every pair here is judged by the verdict soakgate ships
+(`stats.verdict.decide`, the one `soakgate compare` applies), given both arms' times on one
+clock as if they ran side by side, and again without the clock (the one-run verdict alone: the
+"without" columns). Every process of the battery, 13,000 and 40,000 requests per arm, rate
+0.2%, equal rates (false alarms) and B at 1.5x (power), with Monte Carlo standard errors.
 
 Run: `nice -n 10 python bench/bench_paired.py [--reps 1000] [--jobs 2] [--processes a,b]`.
 """
@@ -19,6 +18,7 @@ import math
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +30,8 @@ from bench.processes import APART, by_name, selected, simulate_pair
 RATE, RATIO, LENGTHS = 0.002, 1.5, (13_000, 40_000)
 
 
-def cell(name: str, n: int, ratio: float, reps: int, seed: int) -> list[tuple[str, str]]:
-    """(design, verdict) of `reps` side-by-side pairs."""
+def cell(name: str, n: int, ratio: float, reps: int, seed: int) -> list[tuple[str, str, str]]:
+    """(design, verdict, verdict without the clock) of `reps` side-by-side pairs."""
     from soakgate.stats.verdict import Outcomes, decide
 
     rng = np.random.default_rng(seed)
@@ -39,11 +39,11 @@ def cell(name: str, n: int, ratio: float, reps: int, seed: int) -> list[tuple[st
     (arms_a, arms_b) = simulate_pair(by_name(name), rng, reps, n, RATE, RATE * ratio)
     clock = np.arange(n, dtype=np.float64)  # side by side: request i of each arm ends together
     for i, (a, b) in enumerate(zip(arms_a, arms_b, strict=True)):
-        verdict = decide(
-            Outcomes(int(a.sum()), n, a, (), clock), Outcomes(int(b.sum()), n, b, (), clock),
-            0.05, seed + i,
-        )  # fmt: skip
-        found.append((verdict.design, verdict.verdict))
+        arms = (Outcomes(int(a.sum()), n, a, ()), Outcomes(int(b.sum()), n, b, ()))
+        timed = [replace(arm, times=clock) for arm in arms]
+        verdict = decide(timed[0], timed[1], 0.05, seed + i)
+        without = decide(arms[0], arms[1], 0.05, seed + i)
+        found.append((verdict.design, verdict.verdict, without.verdict))
     return found
 
 
@@ -76,12 +76,12 @@ def main() -> None:
         for name in names:
             equal, apart = results[(name, n, 1.0)], results[(name, n, RATIO)]
             reps = len(equal)
-            with_0 = sum(v == "differ" for _, v in equal)
-            without_0 = sum(v == "differ" and d != PAIRED for d, v in equal)
-            paired_0 = sum(d == PAIRED for d, _ in equal)
-            undecided = sum(v == "indeterminate" for _, v in equal)
-            with_1 = sum(v == "differ" for _, v in apart)
-            without_1 = sum(v == "differ" and d != PAIRED for d, v in apart)
+            with_0 = sum(v == "differ" for _, v, _ in equal)
+            without_0 = sum(w == "differ" for _, _, w in equal)
+            paired_0 = sum(d == PAIRED for d, _, _ in equal)
+            undecided = sum(v == "indeterminate" for _, v, _ in equal)
+            with_1 = sum(v == "differ" for _, v, _ in apart)
+            without_1 = sum(w == "differ" for _, _, w in apart)
             mark = " (rates apart)" if name in APART else ""
             print(f"  {name:<14} {_share(with_0, reps):>14} {_share(without_0, reps):>14}  "
                   f"{_share(paired_0, reps):>14} {_share(undecided, reps):>14} | "
