@@ -3,8 +3,7 @@
 When both arms ran at the same time (the targets of one `soakgate run`), a drift both of them
 share (load, the host, the network, a shared upstream) moves their failure counts together.
 The one-run verdict judges each arm's counts on their own: such a drift makes every arm's
-stretches correlated, and it withholds (INDETERMINATE), or, where its check does not see the
-drift, its t adds the drift's variance of both arms and loses power. Window by window, the drift cancels:
+stretches correlated, and it withholds (INDETERMINATE). Window by window, the drift cancels:
 given that a window holds `t` failures of the two arms, B's share of them is Binomial(t, pi)
 under "same rate", where pi is B's share of the window's requests, whatever the shared rate
 did. This module uses that, and only where it is safe:
@@ -12,11 +11,12 @@ did. This module uses that, and only where it is safe:
 1. the arms overlap in time (`side_by_side`): at least `OVERLAP` of each arm's requests ended
    inside the span both were running; the common span is cut into `WINDOWS` equal windows of
    wall-clock time (120: 40 stretches for the checks, 12 batches for the t);
-2. the two arms' batch counts (each less its own rate times the batch's requests) rise and fall
-   *together*: a one-sided permutation test of their cross-product over the 12 batches at
-   `CROSS_LEVEL`. Two arms that cluster each on their own (resets, regimes) are not correlated
-   with each other, and a test on their differences would not be valid for them; only a shared
-   cause makes the pairing worth its risk;
+2. the one-run verdict withheld because counts are correlated between stretches, and the two
+   arms' stretch counts (each less its own rate times the stretch's requests) rise and fall
+   *together*: a one-sided permutation test of their cross-product at `CROSS_LEVEL`. Two arms
+   that cluster each on their own (resets, regimes) are not correlated with each other, and a
+   test on their differences would not be valid for them; only a shared cause makes the
+   pairing worth its risk;
 3. the differences window by window show no correlation of their own: B's excess over its
    share of each of the 40 stretches under "same rate", against two exact nulls (B's failures
    in every stretch drawn again from Binomial(stretch total, share), and the stretches
@@ -24,9 +24,7 @@ did. This module uses that, and only where it is safe:
 4. the pair holds more than 80 failures in the common span (`MIN_FAILURES`): below, the check
    of step 3 is judged at its sparse level and still sees too little (see below);
 5. then a t over the 12 batches' excesses (11 degrees of freedom) decides DIFFER or NO
-   DIFFERENCE, in place of the one-run verdict, whether that withheld (INDETERMINATE) or not:
-   a drift both arms share inflates each arm's batch variance, which the one-run t adds up, and
-   cancels in the differences.
+   DIFFERENCE; otherwise the verdict stays INDETERMINATE.
 
 Chosen by simulation (issue 26, item 4): a test on the differences alone, always used, let equal
 arms under resets every ~5,000 requests DIFFER 7.2% of the time at 13,000 per arm. The first
@@ -37,14 +35,19 @@ the share "same rate" implies, as now, the check is exact under the hypothesis t
 the second run (fresh seeds) gave 7.3 ± 0.8%, against 5.5 ± 0.7% for the one-run verdict alone
 on the same pairs: with ~26 failures per arm, a check on one series of differences cannot see
 what the one-run check sees on two arms. Step 4 followed: at 13,000 per arm (about 60 failures
-in the pair) the pairing is not used, and at 40,000 it is. That rule paired only where the
-one-run check withheld, and judged step 2 on the 40 stretches: under a shared drift it reached
-58.6% power at 1.5x and 40,000 per arm, against the 69% the issue names. A scratch exploration
-(400 pairs per cell, seeds 90,000-110,000) found the two losses: a third of the shared-drift
-pairs were decided by the one-run t, whose variance carries the drift twice, and step 2 at 40
-stretches (~5 failures each) missed the drift in a quarter of the rest; the 12 batches (~17
-failures each) see it. Both changes are in the rule above; BENCHMARKS.md section 12 has every
-run.
+in the pair) the pairing is not used, and at 40,000 it is. BENCHMARKS.md section 12 has the
+three runs.
+
+Why only where the one-run check withheld (tried and measured, issue 26 item 4, 2026-12-04):
+under a shared drift a third of the pairs pass the one-run check, and its t, which adds both
+arms' variances, then loses power to the drift. Letting the pairing decide there too, with step
+2 judged on the 12 batches the t uses, raised power at 1.5x and 40,000 per arm from ~59% to
+63.5 ± 1.5%, but equal arms DIFFERed up to 7.6 ± 0.8% of the time (first run of that code,
+1,000 pairs per cell): the gate selects pairs whose batches' sample covariance is high, and the
+paired t subtracts that same covariance, so its variance is understated exactly where it is
+used. A binomial floor under the variance fixed the independent processes but not those that
+cluster on their own (self-exciting 8.2%, resets every ~2,000 6.8%, scratch runs of 500 pairs).
+Judging step 2 on the 40 stretches, as here, the selection is on other units than the t's.
 Like every one-run verdict, its scope is these two server instances.
 """
 
@@ -83,7 +86,7 @@ class PairedCheck:
     """What the pairing of two side-by-side arms showed, whether or not it decided."""
 
     cross_p: float
-    """One-sided permutation p that the arms' batch counts move together (small: shared)."""
+    """One-sided permutation p that the arms' stretch counts move together (small: shared)."""
     residual_p: float
     """Permutation p of correlation in the window-by-window differences (the smaller of the
     two nulls); small means the differences carry dependence of their own."""
@@ -153,7 +156,7 @@ def _cross_p(
     fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray, reqs_b: FloatArray,
     rng: np.random.Generator,
 ) -> float:  # fmt: skip
-    """One-sided permutation p of the cross-product of the arms' excess counts per batch."""
+    """One-sided permutation p of the cross-product of the arms' excess counts per stretch."""
     excess = []
     for fails, reqs in ((fails_a, reqs_a), (fails_b, reqs_b)):
         rate = fails.sum() / reqs.sum() if reqs.sum() > 0 else 0.0
@@ -213,11 +216,11 @@ def paired_test(
     fails_b, reqs_b = _window_counts(seq_b, times_b, edges)
     rng = np.random.default_rng(seed + 26)
     stretches = [_coarse(x, CHECK_BINS) for x in (fails_a, reqs_a, fails_b, reqs_b)]
-    batches = [_coarse(x, BATCHES) for x in (fails_a, reqs_a, fails_b, reqs_b)]
-    cross_p = _cross_p(batches[0], batches[1], batches[2], batches[3], rng)
+    cross_p = _cross_p(stretches[0], stretches[1], stretches[2], stretches[3], rng)
     failures = float(fails_a.sum() + fails_b.sum())
     share = _share(stretches[1], stretches[3], 1.0)  # B's share under "same rate" (see above)
     residual_p = _residual_p(stretches[0] + stretches[2], share, stretches[2], rng)
+    batches = [_coarse(x, BATCHES) for x in (fails_a, reqs_a, fails_b, reqs_b)]
     statistic, p_value, effect = _batch_t(*batches)
     check = PairedCheck(
         cross_p, residual_p, check_level(int(failures)),

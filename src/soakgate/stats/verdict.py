@@ -94,8 +94,8 @@ class Verdict:
     long_range: LongRangeEstimate | None = None
     """One run per arm: the long-range design effect of both arms (variance-time curve)."""
     paired: PairedCheck | None = None
-    """Arms that ran side by side: what their pairing showed (it decided when `design` is
-    `paired windows`)."""
+    """Arms that ran side by side and whose one-run check withheld: what their pairing showed
+    (it decided when `design` is `paired windows`)."""
     differ: bool = field(init=False)
     """True exactly when the verdict is `differ`."""
     scope: str = field(init=False)
@@ -154,7 +154,7 @@ def _one_run_verdict(
     stretch = f"~{min(a.n, b.n) // check.bins:,}"
     if check.correlated and (by_episodes := _episode_verdict(a, b, alpha, seed, check)):
         return by_episodes
-    paired = _paired(a, b, seed)
+    paired = _paired(a, b, seed) if check.correlated else None
     if paired is not None and paired[0].usable:
         return _paired_verdict(a, b, alpha, check, spread, *paired)
     if check.correlated:
@@ -217,18 +217,11 @@ def _paired_verdict(
     paired: PairedCheck, result: TestResult,
 ) -> Verdict:  # fmt: skip
     """DIFFER or NO DIFFERENCE on the window-by-window differences of side-by-side arms."""
-    seen = (
-        f"failures are correlated between stretches of each run (permutation "
-        f"p={check.p_value:.3g} <= {check.level:.2g})"
-        if check.correlated
-        else f"no correlation between stretches of each run (permutation p={check.p_value:.3g} "
-        f"> {check.level:.2g}), so the one-run t would have decided, on variances that carry "
-        "what the arms share"
-    )
     reason = (
-        f"arms soaked side by side: {seen}; the arms' counts move together (cross-correlation "
-        f"p={paired.cross_p:.3g} <= {CROSS_LEVEL:g}): a drift they share, which cancels window "
-        f"by window. Paired t({result.df:g}) over {result.note}, "
+        f"arms soaked side by side: failures are correlated between stretches of each run "
+        f"(permutation p={check.p_value:.3g} <= {check.level:.2g}), and the arms' counts move "
+        f"together (cross-correlation p={paired.cross_p:.3g} <= {CROSS_LEVEL:g}): a drift they "
+        f"share, which cancels window by window. Paired t({result.df:g}) over {result.note}, "
         f"p={result.p_value:.4g} vs alpha {alpha:g}; the differences are not correlated "
         f"between stretches (permutation p={paired.residual_p:.3g} > {paired.level:.2g})"
     )
