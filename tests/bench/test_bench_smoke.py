@@ -253,3 +253,14 @@ def test_bench_startup_prints_the_cpu_to_the_first_request_of_each_configuration
     out = run_bench("bench_startup.py", "--rounds", "1", "--requests", "2", timeout_s=300)
     rows = [line for line in out.splitlines() if "to the first request" in line]
     assert len(rows) == 3 and all(" s (range " in row and "in all" in row for row in rows), out
+
+
+def test_bench_paired_prints_each_process_with_and_without_the_clock() -> None:
+    out = run_bench(
+        "bench_paired.py", "--reps", "4", "--jobs", "1", "--processes", "independent,drift-shared"
+    )
+    for length in ("13,000", "40,000"):
+        assert f"side by side, {length} requests per arm, 4 pairs per cell, DIFFER %" in out
+    assert "with pairing" in out and "without" in out and "decided paired" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("drift-shared")]
+    assert len(rows) == 2 and all(len(row) == 20 for row in rows)  # name, 6 rates "x ± y", "|"
