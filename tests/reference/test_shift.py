@@ -17,6 +17,8 @@ from soakgate.mockserver.process import MockProcess
 from soakgate.stats.shift import SHIFTED, TOO_FEW, expected_share, score_shift
 from tests.cli.helpers import soakgate
 
+REQUESTS = 2500  # per arm: enough suspect rows that the one-run check leaves its sparse level
+
 
 def test_the_unit_verdict_holds_its_level_and_sees_a_shift_on_one_request_in_ten() -> None:
     """Reference-like units (scores drawn as the calibration's) at the shipped calibration size
@@ -65,14 +67,17 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
         for label, mock in (("eager", clean), ("compiled", shifted)):
             result = soakgate(
                 "run", "--target", f"gpu0={mock.url}", "--label", label, "--score-reference",
-                reference.url, "--requests", "1200", "--calibration", "1999", "--max-tokens", "64",
-                "--concurrency", "1", "--db", str(db), "--quiet", "--no-watch-metrics",
-                cwd=tmp_path, timeout=900,
+                reference.url, "--requests", str(REQUESTS), "--calibration", "1999",
+                "--max-tokens", "64", "--concurrency", "1", "--db", str(db), "--quiet",
+                "--no-watch-metrics", cwd=tmp_path, timeout=900,
             )  # fmt: skip
-            # One request at a time: the rows' order is the requests' order whatever the load.
-            # At 16 in flight a loaded machine reordered completions (slow answers end later)
-            # and the one-run check then saw correlation between stretches: INDETERMINATE,
-            # and the gate below passed (a fresh-clone CI beside four busy loops, 2026-12-04).
+            # The gate below failed once beside four busy loops (2026-12-04): both outcomes
+            # INDETERMINATE. At 1,200 per arm the pair held ~82 suspect rows, where the one-run
+            # check is judged at its sparse level (0.29): on independent arms at these rates it
+            # withheld 25% of the time for suspect and 6% for shifted, so neither decided in
+            # 1.3% of draws (300 simulated pairs). At 2,500 per arm suspect holds ~170 rows
+            # (level 0.05). One request at a time keeps the rows in the requests' order
+            # whatever the load (16 in flight, a starved machine reorders completions).
             assert result.returncode == 0, result.stderr
     document = json.loads(soakgate("report", str(db), "--format", "json", cwd=tmp_path).stdout)
     units = {u["unit"]: u for u in document["probes"]["reference"]}
@@ -86,9 +91,9 @@ def test_report_says_shifted_for_a_shifted_candidate_and_not_for_a_clean_one(
     assert units["eager@gpu0"]["shift"]["p_value"] > 1e-3
     # Per generation the typicality score flags a share of the shifted rows (the worst token
     # alone flagged none of them); the clean arm keeps the 0.1% rate (at most Beta(2, 2000) over
-    # calibrations: more than 12 of 1,200 is below 1e-3).
-    assert units["compiled@gpu0"]["suspect"] >= 40
-    assert units["eager@gpu0"]["suspect"] <= 12
+    # calibrations: more than 20 of 2,500 has probability 4e-5).
+    assert units["compiled@gpu0"]["suspect"] >= 80
+    assert units["eager@gpu0"]["suspect"] <= 20
     table = soakgate("report", str(db), cwd=tmp_path, env={"COLUMNS": "250"}).stdout
     assert "SHIFTED by typicality:" in table and "as a whole" in table
     # The release gate hears it: the candidate's shifted share against the baseline's.
