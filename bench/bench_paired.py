@@ -1,12 +1,13 @@
 """Bench (issue 26, item 4): the paired verdict of arms soaked side by side, on the battery.
 
 Arms soaked at the same time (one `soakgate run` with two targets) carry each request's end
-time; `stats.paired` then compares them window by window where the arms' counts move together
-(a shared drift). Every pair here is judged by the verdict soakgate ships
-(`stats.verdict.decide`, the one `soakgate compare` applies), given both arms' times on one
-clock as if they ran side by side, and again without the clock (the one-run verdict alone: the
-"without" columns). Every process of the battery, 13,000 and 40,000 requests per arm, rate
-0.2%, equal rates (false alarms) and B at 1.5x (power), with Monte Carlo standard errors.
+time; `stats.paired` then compares them window by window where the one-run verdict withholds
+and the arms' counts move together (a shared drift). Every pair here is judged by the verdict
+soakgate ships (`stats.verdict.decide`, the one `soakgate compare` applies), given both arms'
+times on one clock as if they ran side by side, and again without the clock (the one-run
+verdict alone: the "without" columns). Every process of the battery, 13,000 and 40,000
+requests per arm, rate 0.2%, equal rates (false alarms) and B at 1.5x (power), with Monte
+Carlo standard errors.
 
 Run: `nice -n 10 python bench/bench_paired.py [--reps 1000] [--jobs 2] [--processes a,b]`.
 """
