@@ -1,4 +1,5 @@
-"""Bench (issue 7 item 1): client CPU per request of soakgate `run` vs a bare aiohttp loop vs peers.
+"""Bench (issue 7 item 1, issue 31 item 3): client CPU per request of soakgate `run` vs a bare
+aiohttp loop, h2load (C) and peers.
 
 One mock server (unpaced, 64-token answers) pinned to one core; each client in turn pinned to
 the other core with `taskset`, concurrency 64, streaming (64 SSE events) or not. After a warm-up,
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import statistics
@@ -81,6 +83,23 @@ def aiohttp_cmd(job: Job) -> list[str]:
         str(job.seconds),
         mode,
     ]
+
+
+def h2load_cmd(job: Job) -> list[str] | str:
+    """h2load (C, nghttp2; Debian `nghttp2-client`) over HTTP/1.1 with the bare aiohttp loop's
+    request body: one connection per request in flight, answers read and not parsed (nothing
+    scored, nothing stored): the floor of the machine's client cost."""
+    tool = shutil.which("h2load")
+    if tool is None:
+        return "h2load is not installed (apt-get install nghttp2-client)"
+    body = job.workdir / f"h2load-{'stream' if job.stream else 'nostream'}.json"
+    payload = {"model": MODEL, "prompt": "Tell me a story.", "max_tokens": job.max_tokens,
+               "stream": job.stream}  # fmt: skip
+    body.write_text(json.dumps(payload))
+    return [
+        tool, "--h1", "-c", str(job.concurrency), "-m", "1", "-D", str(int(job.seconds)),
+        "-d", str(body), "-H", "content-type: application/json", f"{job.url}/v1/completions",
+    ]  # fmt: skip
 
 
 def _peer(tool: str) -> Path | None:
@@ -237,6 +256,7 @@ def inference_perf_cmd(job: Job) -> list[str] | str:
 CLIENTS: dict[str, Command] = {
     "soakgate": soakgate_cmd,
     "aiohttp": aiohttp_cmd,
+    "h2load": h2load_cmd,
     "locust": locust_cmd,
     "guidellm": guidellm_cmd,
     "aiperf": aiperf_cmd,
@@ -244,7 +264,7 @@ CLIENTS: dict[str, Command] = {
     "inference-perf": inference_perf_cmd,
     "aiohttp+uvloop": aiohttp_uvloop_cmd,
 }
-DEFAULT_CLIENTS = "soakgate,aiohttp,locust,guidellm,aiperf,vllm-bench,inference-perf"
+DEFAULT_CLIENTS = "soakgate,aiohttp,h2load,locust,guidellm,aiperf,vllm-bench,inference-perf"
 
 
 @dataclass(slots=True)

@@ -7,7 +7,12 @@ reads the client's CPU time so far from `/proc/PID/stat` (user + system), and af
 exits its whole CPU time from the children's rusage. CPU time, not wall time: the figures hold
 on a busy machine (the import work does not change with load, though caches do a little).
 
-Run: python bench/bench_startup.py [--rounds 5] [--requests 16] [--src DIR]
+Python's compiled bytecode is used as an installed package has it: the child runs with
+`PYTHONDONTWRITEBYTECODE` cleared (this machine sets it, and without the caches every run compiles
+soakgate's sources anew, ~0.1 s) and an unmeasured first run of each configuration writes them.
+`--no-bytecode` measures without the caches instead.
+
+Run: python bench/bench_startup.py [--rounds 5] [--requests 16] [--src DIR] [--no-bytecode]
 (`--src DIR` also runs every configuration with another checkout's `src` first on PYTHONPATH, e.g.
 a `git worktree` of the commit before a change, interleaved with this one's: a before/after in
 one run.)
@@ -69,11 +74,19 @@ def children_cpu_s() -> float:
 
 
 async def one(
-    server: Server, url: str, extra: list[str], requests: int, src: str | None = None
+    server: Server,
+    url: str,
+    extra: list[str],
+    requests: int,
+    src: str | None = None,
+    bytecode: bool = True,
 ) -> tuple[float, float]:
     """(CPU seconds to the first request, CPU seconds in all) of one `soakgate run` (with
-    `src` first on its PYTHONPATH when given)."""
-    env = {**os.environ, "PYTHONPATH": src} if src else None
+    `src` first on its PYTHONPATH when given; with bytecode caches read and written, or not)."""
+    env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if not bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     with tempfile.TemporaryDirectory() as folder:
         server.pid, server.first = 0, None
         before = children_cpu_s()
@@ -95,6 +108,7 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--src", help="another checkout's src, run beside this one")
+    parser.add_argument("--no-bytecode", action="store_true", help="no .pyc caches (as CI runs)")
     args = parser.parse_args()
     server = Server()
     app = web.Application()
@@ -107,17 +121,25 @@ async def main() -> int:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{port}"
+    bytecode = not args.no_bytecode
     print(f"{args.rounds} rounds of each, {args.requests} requests per run; CPU seconds "
-          f"(user + system) of the client process; python {sys.version.split()[0]}; load "
-          f"average {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"(user + system) of the client process; python {sys.version.split()[0]}; "
+          f"{'with' if bytecode else 'without'} bytecode caches; load average "
+          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
     sources = {"": None, **({f" [{args.src}]": args.src} if args.src else {})}
     results: dict[str, list[tuple[float, float]]] = {
         name + tag: [] for name in CONFIGURATIONS for tag in sources
     }
+    if bytecode:  # an unmeasured run of each writes the bytecode caches
+        for extra in CONFIGURATIONS.values():
+            for src in sources.values():
+                await one(server, url, extra, args.requests, src)
     for _ in range(args.rounds):  # interleaved: a slow moment hits every configuration alike
         for name, extra in CONFIGURATIONS.items():
             for tag, src in sources.items():
-                results[name + tag].append(await one(server, url, extra, args.requests, src))
+                results[name + tag].append(
+                    await one(server, url, extra, args.requests, src, bytecode)
+                )
     for name, rows in results.items():
         first = [r[0] for r in rows]
         total = [r[1] for r in rows]

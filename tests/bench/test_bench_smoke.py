@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,23 +44,16 @@ def test_bench_longrun_prints_rss_checkpoints_and_db_bytes() -> None:
 
 
 @pytest.mark.slow
-def test_bench_client_prints_cpu_per_request_for_soakgate_and_the_bare_loop() -> None:
+def test_bench_client_prints_cpu_per_request_for_soakgate_the_bare_loop_and_h2load() -> None:
+    # h2load (Debian nghttp2-client, installed by .ci/run) is the C floor beside the two
+    clients = ["soakgate", "aiohttp", *(["h2load"] if shutil.which("h2load") else [])]
     out = run_bench(
-        "bench_client.py",
-        "--seconds",
-        "1",
-        "--warmup",
-        "0.2",
-        "--clients",
-        "soakgate,aiohttp",
-        "--modes",
-        "nostream",
-        "--concurrency",
-        "8",
-    )
+        "bench_client.py", "--seconds", "1", "--warmup", "0.2", "--clients", ",".join(clients),
+        "--modes", "nostream", "--concurrency", "8",
+    )  # fmt: skip
     assert "CPU-ms/req" in out and "in-flight" in out
-    rows = [line.split() for line in out.splitlines() if line.startswith(("soakgate", "aiohttp"))]
-    assert [row[0] for row in rows] == ["soakgate", "aiohttp"]
+    rows = [line.split() for line in out.splitlines() if line.startswith(tuple(clients))]
+    assert [row[0] for row in rows] == clients
     assert all(float(row[1]) > 0 for row in rows)
 
 

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from soakgate.mockserver import MockConfig, serve
+from soakgate.mockserver import MockConfig
+from soakgate.mockserver.serve import serve
 
 T = TypeVar("T")
 

@@ -174,7 +174,7 @@ def test_request_shapes(
 async def direct_requests(target: TargetSpec, request: RequestSpec, count: int) -> list[Outcome]:
     """`count` requests through soakgate's client, returning the raw Outcomes."""
     assert target.model is not None
-    async with make_session(1) as session:
+    async with make_session() as session:
         client = OpenAIClient(session, target, target.model)
         prompts = list(builtin_prompts())[:count]
         return [await client.generate(p, request, f"shape-{i}") for i, p in enumerate(prompts)]

@@ -228,9 +228,13 @@ class ClosingServer:
         self.answered = 0
         self.connections = 0
         self.written_into_close = 0
+        self.handlers: set[asyncio.Task[None]] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)  # awaited before the loop ends: no writer left to the collector
         try:
             head = await reader.readuntil(b"\r\n\r\n")
             match = re.search(rb"(?i)content-length: *(\d+)", head)
@@ -269,7 +273,7 @@ async def _soak_closing_server(
     target = TargetSpec.parse(f"http://127.0.0.1:{port}")
     spec = RequestSpec(max_tokens=2, logprobs=True)
     outcomes: list[Outcome] = []
-    async with make_session(concurrency) as session:
+    async with make_session() as session:
         client = OpenAIClient(session, target, "m")
 
         async def worker(worker_id: int) -> None:
@@ -279,6 +283,7 @@ async def _soak_closing_server(
         await asyncio.gather(*(worker(w) for w in range(concurrency)))
     listener.close()
     await listener.wait_closed()
+    await asyncio.wait_for(asyncio.gather(*server.handlers), 60)
     return outcomes, server
 
 
@@ -373,23 +378,29 @@ def test_a_stream_of_many_small_events_folds_in_linear_time() -> None:
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
 
     async def main() -> tuple[Outcome, float]:
+        handlers: list[asyncio.Task[None]] = []
+
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readuntil(b"\r\n\r\n")
-            writer.write(head % len(events) + events)
-            await writer.drain()
-            await reader.read()
-            writer.close()
+            handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(head % len(events) + events)
+                await writer.drain()
+                await reader.read()
+            finally:
+                writer.close()
 
         listener = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
         spec = RequestSpec(max_tokens=16, max_response_bytes=len(events))
-        async with make_session(1) as session:
+        async with make_session() as session:
             client = OpenAIClient(session, TargetSpec.parse(f"http://127.0.0.1:{port}"), "m")
             began = time.process_time()
             outcome = await client.generate(prompt(), spec, "r-1")
             elapsed = time.process_time() - began
         listener.close()
         await listener.wait_closed()
+        await asyncio.wait_for(asyncio.gather(*handlers), 60)  # it saw the close: writer closed
         return outcome, elapsed
 
     outcome, elapsed = asyncio.run(main())

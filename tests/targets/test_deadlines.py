@@ -42,7 +42,7 @@ async def _serve() -> tuple[web.AppRunner, str]:
 @contextlib.asynccontextmanager
 async def _client() -> AsyncIterator[OpenAIClient]:
     runner, url = await _serve()
-    session = make_session(8)
+    session = make_session()
     try:
         yield OpenAIClient(session, TargetSpec.parse(url), "m")
     finally:

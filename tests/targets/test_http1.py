@@ -301,7 +301,7 @@ def test_the_client_frames_its_requests_and_the_pool_closes_its_connections() ->
 
     async def body(url: str) -> list[str | None]:
         target = TargetSpec.parse(f"gpu0={url}/proxy/v1", api_key="sk-test")
-        async with make_session(2) as session:
+        async with make_session() as session:
             client = OpenAIClient(session, target, "m")
             outcomes = [
                 await client.generate(builtin_prompts()[0], spec, f"run-{i}") for i in range(2)
@@ -324,7 +324,7 @@ def test_the_client_frames_its_requests_and_the_pool_closes_its_connections() ->
 
 def test_an_api_key_with_a_line_break_is_refused() -> None:
     async def body() -> None:
-        async with make_session(1) as session:
+        async with make_session() as session:
             target = TargetSpec.parse("http://127.0.0.1:9", api_key="sk\r\nX-Evil: 1")
             with pytest.raises(UsageError):
                 OpenAIClient(session, target, "m")
@@ -364,7 +364,7 @@ def test_a_request_id_with_a_line_break_is_a_client_error_and_nothing_is_sent() 
     server = ScriptedServer()
 
     async def body(url: str) -> tuple[str | None, str | None]:
-        async with make_session(1) as session:
+        async with make_session() as session:
             client = OpenAIClient(session, TargetSpec.parse(url), "m")
             spec = RequestSpec(stream=False, max_tokens=1)
             outcome = await client.generate(builtin_prompts()[0], spec, "run-1\r\nX-Evil: 1")
@@ -406,7 +406,7 @@ def test_a_whole_answer_without_a_finish_reason_is_truncated() -> None:
     server = ScriptedServer(answer(reply))
 
     async def body(url: str) -> tuple[str | None, str | None, str]:
-        async with make_session(1) as session:
+        async with make_session() as session:
             client = OpenAIClient(session, TargetSpec.parse(url), "m")
             spec = RequestSpec(stream=False, max_tokens=1)
             outcome = await client.generate(builtin_prompts()[0], spec, "run-1")
@@ -425,7 +425,7 @@ def test_an_echoed_request_id_is_checked_and_its_spaces_do_not_count() -> None:
     server = ScriptedServer(reply(b"run-0 \t"), reply(b"run-0"), reply(b"run-2"))
 
     async def body(url: str) -> list[tuple[str | None, str]]:
-        async with make_session(1) as session:
+        async with make_session() as session:
             client = OpenAIClient(session, TargetSpec.parse(url), "m")
             spec = RequestSpec(stream=False, max_tokens=1)
             outcomes = [

@@ -77,7 +77,7 @@ def test_interrupted_streams_are_truncated_never_clean(
 
 async def _generate(url: str, spec: RequestSpec, count: int) -> list[Outcome]:
     """`count` requests through OpenAIClient itself (the Outcome keeps the logprob count)."""
-    async with make_session(1) as session:
+    async with make_session() as session:
         target = TargetSpec.parse(url)
         client = OpenAIClient(session, target, await discover_model(session, target))
         prompts = builtin_prompts()

@@ -118,7 +118,7 @@ class Launcher:
         target = TargetSpec(
             instance.spec.url, instance.name, model=self.campaign.server.model or None
         )
-        async with make_session(4) as session:
+        async with make_session() as session:
             try:
                 client = await connect(session, target)
             except TargetError as exc:

@@ -138,7 +138,7 @@ async def soak(
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         abort=abort or asyncio.Event(), scorer=scorer, on_dispatch=on_dispatch,
     )  # fmt: skip
-    sessions = {t.name: make_session(load.concurrency) for t in targets}
+    sessions = {t.name: make_session() for t in targets}
     writer.flush()  # rows queued before this soak are not its to score
     if on_dispatch is None:  # what an earlier, killed soak of the run may have sent
         shared.lease = open_lease(writer, run, shared.next_seq, load.concurrency * len(targets))

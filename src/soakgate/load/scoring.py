@@ -102,7 +102,7 @@ async def prepare_scoring(
 ) -> None:
     """Reach every target and the reference before the calibration (which takes minutes): an
     unreachable one is a TargetError now, in one line."""
-    async with make_session(len(config.targets)) as session:
+    async with make_session() as session:
         for target in config.targets:
             await discover_model(session, target)
     await scorer.check()

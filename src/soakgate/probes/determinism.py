@@ -66,7 +66,7 @@ async def probe(
 ) -> list[Agreement]:
     """Greedy generations, `repeats` per prompt per target; agreement within and across targets."""
     greedy_spec = greedy(spec)
-    async with make_session(8) as session:
+    async with make_session() as session:
         clients = [await connect(session, t) for t in targets]
         results = {c.target.name: await _collect(c, prompts, greedy_spec, repeats) for c in clients}
     report = [

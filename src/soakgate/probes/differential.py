@@ -138,8 +138,8 @@ class Differential:
 
     async def open(self, targets: Sequence[TargetSpec], concurrency: int) -> Compared:
         """Discover each compared target's reference (one client per reference) on a session of
-        its own, sized like the soak's."""
-        session = make_session(concurrency * max(1, len(targets)))
+        its own (its pools open a connection per request in flight)."""
+        session = make_session()
         compared = Compared(self, session)
         try:
             made: dict[TargetSpec, OpenAIClient] = {}
@@ -186,6 +186,6 @@ async def reference_baseline(
     references: Sequence[TargetSpec], prompts: Sequence[Prompt], spec: RequestSpec
 ) -> Baseline:
     """The references' own nondeterminism on a few prompts, before any differential verdict."""
-    async with make_session(4) as session:
+    async with make_session() as session:
         clients = [await connect(session, ref) for ref in references]
         return await measure_baseline(clients, prompts, spec)

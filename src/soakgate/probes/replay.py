@@ -214,7 +214,7 @@ async def _replay_all(
     if task is not None:
         loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        async with make_session(4) as session:
+        async with make_session() as session:
             await discover_model(session, config.target)  # unreachable: TargetError, nothing stored
             store.save_run(run)
             writer = BatchWriter(store)

@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import aiohttp
-
 from soakgate.load.driver import note
 from soakgate.load.runner import SoakConfig
 from soakgate.probes.differential import Differential, reference_baseline
@@ -23,6 +21,7 @@ from soakgate.prompts import PromptPicker
 from soakgate.records import Event, Run
 from soakgate.store import BatchWriter
 from soakgate.targets import TargetSpec
+from soakgate.targets.client import Session
 
 
 class StandardProbes:
@@ -48,7 +47,7 @@ class StandardProbes:
         """Scrape each target's /metrics during the soak; returns a coroutine function that
         stops it."""
         done = asyncio.Event()
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=len(config.targets)))
+        session = Session()  # connections of their own, apart from the soak's
 
         def recorder(target: str) -> Callable[[str, dict[str, object]], None]:
             def record(kind: str, data: dict[str, object]) -> None:
@@ -59,9 +58,8 @@ class StandardProbes:
         def watcher(target: TargetSpec) -> Coroutine[Any, Any, None]:
             record, url = recorder(target.name), f"{target.url}/metrics"
             load = ServerLoadWatch(record)  # the server's own load, beside the spec-decode watch
-            return watch(
-                session, url, done, record, config.metrics_interval_s, also=[load], tls=target.tls
-            )
+            pool = session.pool(target.url, target.tls)
+            return watch(pool, url, done, record, config.metrics_interval_s, also=[load])
 
         tasks = [asyncio.create_task(watcher(t)) for t in config.targets]
 

@@ -12,10 +12,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import aiohttp
-
 from soakgate.secrets import mask_url
-from soakgate.targets.tls import SYSTEM, TlsOptions
+from soakgate.targets import fetch, http1, parse
+from soakgate.targets.pool import Pool
 
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 DRAFTED = "vllm:spec_decode_num_draft_tokens"
@@ -123,21 +122,22 @@ class SpecDecodeWatch:
 
 
 async def watch(
-    session: aiohttp.ClientSession,
+    pool: Pool,
     metrics_url: str,
     stop: asyncio.Event,
     record: Callable[[str, dict[str, object]], None],
     interval_s: float = 5.0,
     also: Sequence[Callable[[str | None, float], bool]] = (),
-    tls: TlsOptions = SYSTEM,
+    path: str = "/metrics",
 ) -> None:
-    """Scrape until `stop` (or until no observer is left); the spec-decode watch sees every
-    scrape, and so does each of `also` (other observers of the same page: `text` is None when
-    the scrape failed; an observer returning False is not called again)."""
+    """Scrape `path` below `pool`'s base URL (shown as `metrics_url`) until `stop` (or until no
+    observer is left); the spec-decode watch sees every scrape, and so does each of `also`
+    (other observers of the same page: `text` is None when the scrape failed; an observer
+    returning False is not called again)."""
     spec: SpecDecodeWatch | None = SpecDecodeWatch(metrics_url, record)
     others = list(also)
     while not stop.is_set() and (spec is not None or others):
-        text, at = await _scrape(session, metrics_url, tls)
+        text, at = await _scrape(pool, path)
         if spec is not None and not spec.observe(_sample(text, at)):
             spec = None
         others = [observer for observer in others if observer(text, at)]
@@ -156,15 +156,12 @@ def _sample(text: str | None, at: float) -> Sample | None:
         return None
 
 
-async def _scrape(
-    session: aiohttp.ClientSession, url: str, tls: TlsOptions
-) -> tuple[str | None, float]:
+async def _scrape(pool: Pool, path: str) -> tuple[str | None, float]:
     """One scrape: the page's text (None on any failure) and when it was read."""
     try:
-        timeout = aiohttp.ClientTimeout(total=5)
-        async with session.get(url, timeout=timeout, **tls.aiohttp(url)) as response:
-            if response.status != 200:
-                return None, time.time()
-            return await response.text(), time.time()
-    except (aiohttp.ClientError, TimeoutError, ValueError):
+        status, body = await fetch.get(pool, path, timeout_s=5)
+    except (http1.HttpError, TimeoutError, OSError, parse.ResponseFormatError):
         return None, time.time()
+    if status != 200:
+        return None, time.time()
+    return body.decode("utf-8", "replace"), time.time()

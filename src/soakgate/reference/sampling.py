@@ -23,7 +23,7 @@ class ServerSampler:
     ) -> list[tuple[Prompt, Outcome]]:
         """One answer per prompt, `concurrency` in flight; `first` numbers the first one."""
         gate = asyncio.Semaphore(concurrency)
-        async with make_session(concurrency) as session:
+        async with make_session() as session:
             client = await connect(session, self.target)
 
             async def one(index: int, prompt: Prompt) -> tuple[Prompt, Outcome]:

@@ -1,5 +1,5 @@
-"""The client of one OpenAI-compatible target (generation requests on its own HTTP/1.1 pool,
-model discovery on aiohttp); every failure becomes an error class."""
+"""The client of one OpenAI-compatible target (generation requests and model discovery on its
+own HTTP/1.1 pool); every failure becomes an error class."""
 
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import json
 import time
 from typing import Any
 
-import aiohttp
-
 from soakgate import __version__
 from soakgate.errors import TargetError, UsageError
 from soakgate.prompts import Prompt
 from soakgate.secrets import mask_url
-from soakgate.targets import http1, parse
+from soakgate.targets import fetch, http1, parse
 from soakgate.targets.deadlines import Deadlines
 from soakgate.targets.encoding import Decoder
 from soakgate.targets.gateway import proxy_page
@@ -56,23 +54,20 @@ def headers_for(target: TargetSpec) -> dict[str, str]:
 
 async def discover_model(session: Session, target: TargetSpec) -> str:
     """The first model id the target lists at /v1/models (TargetError when it cannot)."""
-    url = f"{target.url_without_credentials}/v1/models"
-    shown = mask_url(url)
+    shown = mask_url(f"{target.url_without_credentials}/v1/models")
+    pool = session.pool(target.url, target.tls)
     try:
-        timeout = aiohttp.ClientTimeout(total=15)
-        tls = target.tls.aiohttp(url)
-        async with session.http.get(
-            url, headers=headers_for(target), timeout=timeout, **tls
-        ) as response:
-            if response.status != 200:
-                raise TargetError(f"{shown} answered HTTP {response.status}")
-            body = await response.json(content_type=None)
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        status, body = await fetch.get(pool, "/v1/models", headers_for(target), timeout_s=15)
+    except (TimeoutError, http1.HttpError, OSError, parse.ResponseFormatError) as exc:
         raise TargetError(f"cannot reach {mask_url(target.url)}: {describe(exc)}") from exc
-    except json.JSONDecodeError as exc:
+    if status != 200:
+        raise TargetError(f"{shown} answered HTTP {status}")
+    try:
+        listed = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TargetError(f"{shown} did not answer JSON") from exc
     try:
-        return str(body["data"][0]["id"])
+        return str(listed["data"][0]["id"])
     except (KeyError, IndexError, TypeError) as exc:
         raise TargetError(f"{shown} lists no model; pass --model") from exc
 
@@ -109,14 +104,10 @@ def classify(exc: BaseException) -> str:
 
 
 class Session:
-    """The connections of one soak or probe: aiohttp for model discovery, and one keep-alive
-    pool per target for its generation requests (`http1`, the cheaper path per request)."""
+    """The connections of one soak or probe: one keep-alive pool per target (`http1`, the
+    cheaper path per request), for its generation requests and its model discovery."""
 
-    def __init__(self, concurrency: int) -> None:
-        connector = aiohttp.TCPConnector(limit=max(1, concurrency))
-        self.http = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None)
-        )
+    def __init__(self) -> None:
         self._pools: dict[tuple[str, TlsOptions], Pool] = {}
 
     def pool(self, url: str, tls: TlsOptions = SYSTEM) -> Pool:
@@ -132,7 +123,6 @@ class Session:
         """Close every connection."""
         for pool in self._pools.values():
             await pool.close()
-        await self.http.close()
 
     async def __aenter__(self) -> Session:
         return self
@@ -389,9 +379,9 @@ def _request_head(pool: Pool, path: str, target: TargetSpec) -> bytes:
     return ("\r\n".join(lines) + "\r\n").encode("utf-8")
 
 
-def make_session(concurrency: int) -> Session:
-    """Connections for one soak or probe; aiohttp's pool sized to the concurrency."""
-    return Session(concurrency)
+def make_session() -> Session:
+    """Connections for one soak or probe (a pool opens one per request in flight)."""
+    return Session()
 
 
 async def connect(session: Session, target: TargetSpec) -> OpenAIClient:

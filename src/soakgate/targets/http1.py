@@ -4,8 +4,9 @@ llhttp (the parser of Node.js, through `httptools`) parses the answers and async
 carry the bytes; this module only frames requests and bounds answers, which no library does
 without its own per-request machinery. aiohttp's `ClientSession` costs ~0.14 ms of CPU per
 request on top of this (BENCHMARKS.md, client cost), more than all of soakgate's own work per
-request, and a load generator's CPU is its reach. aiohttp still does everything else (model
-discovery, /metrics, health checks).
+request, and a load generator's CPU is its reach. The same pool carries a soak's other GETs
+(model discovery, `/metrics` scrapes: `targets/fetch.py`); aiohttp is left to the HTTP reference,
+the guard and a campaign's health checks.
 
 Every answer is bounded: its head by `MAX_HEAD_BYTES`, its body by the cap the request was sent
 with, its bytes on the wire by both (llhttp and httptools set no limit of their own: an endless

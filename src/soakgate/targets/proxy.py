@@ -1,13 +1,15 @@
 """Forward proxies: `HTTP_PROXY`, `HTTPS_PROXY` and `NO_PROXY`, read as curl and the standard
-library read them, for the generation connections (`targets.pool`).
+library read them, for every connection to a target (`targets.pool`: generation requests,
+model discovery, `/metrics` scrapes).
 
 The variables are read by `urllib.request` (lower case first, then upper case; `NO_PROXY` takes
 host names, domain suffixes, `host:port` and `*`); only the parsing of the proxy's URL and the
 CONNECT handshake are written here (RFC 9110 §9.3.6), since the pool speaks HTTP/1.1 itself. A
 plain-http target is reached through an http proxy with absolute-form request targets (RFC
 9112 §3.2.2); an https target through a CONNECT tunnel, TLS to the target inside it, so the
-proxy sees neither the prompts nor the API key. aiohttp's own sessions (model discovery,
-`/metrics` scrapes, an HTTP reference) honour the same variables (`trust_env`).
+proxy sees neither the prompts nor the API key. The aiohttp sessions that remain (an HTTP
+reference, the guard, a campaign's health checks) are given the same proxy
+(`aiohttp_proxy`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
-
-import aiohttp
 
 from soakgate import secrets
 from soakgate.errors import UsageError
@@ -89,6 +89,8 @@ def parse_proxy(value: str, variable: str) -> Proxy:
 
 def aiohttp_proxy(url: str) -> dict[str, Any]:
     """aiohttp's keyword arguments for the proxy `url` goes through (none without one)."""
+    import aiohttp  # imported here: a soak's own connections do not use it
+
     proxy = proxy_for(url)
     if proxy is None:
         return {}
