@@ -123,3 +123,39 @@ def test_fakes_registered_indirectly(capsys: pytest.CaptureFixture[str]) -> None
     }
     main(["audit", str(PATTERNS / "p8_fakes")])
     assert "fake/meta impl: 5 with, 0 without" in capsys.readouterr().out
+
+
+def test_fake_names_built_inside_the_registering_functions_are_found_and_none_guessed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 32 item 3: a namespace constant local to the function, a parameter's default,
+    loops over module and local lists and a dict's items, a helper that builds the name, a
+    function that returns it. `lj` (a parameter given at run time) and `lk` (a local that
+    shadows the module's constant with a run-time value) cannot be known: not found; `ll` has
+    no fake at all."""
+    ops = _audit(capsys, "p9_local_names")
+    found = {name: op["has_fake"] for name, op in ops.items()}
+    assert found == {f"_p9::l{c}": c not in "jkl" for c in "abcdefghijkl"}
+
+
+def test_extension_names_come_from_setup_py_per_translation_unit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`TORCH_LIBRARY(TORCH_EXTENSION_NAME, m)` is named by the extension whose sources list the
+    file (the last part of `CUDAExtension(name=...)`), over a fallback `#define` in the file."""
+    ops = _audit(capsys, "p10_build_setup")
+    assert {name: op["has_fake"] for name, op in ops.items()} == {
+        "_p10::pa": True, "_p10_moe::pb": True,
+    }  # fmt: skip
+
+
+def test_extension_names_come_from_cmake_targets_and_an_unlisted_file_is_not_guessed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """vLLM's form: `define_gpu_extension_target(_C ... SOURCES ${VAR})` with the sources in
+    `set`/`list(APPEND ...)`; `CONCAT(TORCH_EXTENSION_NAME, _ops)` pastes onto the target's
+    name. A file no target lists, in a build of two extensions, keeps the macro's name."""
+    ops = _audit(capsys, "p11_build_cmake")
+    assert {name: op["has_fake"] for name, op in ops.items()} == {
+        "_C::ca": True, "_moe_C_ops::cb": True, "TORCH_EXTENSION_NAME::cz": False,
+    }  # fmt: skip

@@ -1,11 +1,19 @@
 """Fake (meta) registrations that name their op indirectly, found in a Python module's `ast`.
 
 Kernel packages rarely write `@register_fake("ns::op")` for every op. They build the name
-(`f"{NS}::op"`, `NS + "::op"`), loop over names, hide the call in a helper
-(`_try_register(name, fn)` that calls `register_fake(name)(fn)`), or pass a lambda. With a fake
-the op is traced by torch.compile and its schema hazards are live, so missing one of these
-reports the opposite of the truth. Names are resolved from module-level string constants and
-literal loop bounds; a name that cannot be resolved is not guessed.
+(`f"{NS}::op"`, `NS + "::op"`, `"{}::{}".format(NS, op)`), from a constant local to the function
+that registers (`ns = "_xpu_C"` inside `register_fakes()`), or a parameter's default; loop over
+names (a literal, or a module or local list, tuple or dict of them, `.items()`, unpacked
+pairs); hide the call in a helper (`_try_register(name, fn)` that calls `register_fake(name)` or
+`register_fake(f"{NS}::{name}")`), or build the name in one (`_qualified("op")` returning
+`f"{NS}::{op}"`), or pass a lambda. With a fake the op is traced by torch.compile and its schema
+hazards are live, so missing one of these reports the opposite of the truth.
+
+Names are evaluated as Python would bind them: module constants, then each function's
+parameters (their string defaults) and its assignments in order, loop variables while their
+loop runs. Hand-written: no library evaluates string expressions over a module's bindings
+without running it, and running a kernel package's module is not an option. A name that cannot
+be resolved is not guessed.
 """
 
 from __future__ import annotations
@@ -13,10 +21,24 @@ from __future__ import annotations
 import ast
 import itertools
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 FAKE_REGISTRARS = frozenset({"register_fake", "impl_abstract", "register_meta", "_register_fake"})
 FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
 Env = dict[str, list[str]]
+Sequences = dict[str, list[ast.expr]]
+WRAPPERS = frozenset({"sorted", "list", "tuple", "reversed", "set"})
+MAX_VALUES = 4096  # a name expression with more values than this is not expanded (no blow-up)
+
+
+@dataclass(frozen=True, slots=True)
+class _Function:
+    """A module function a name can pass through: its parameters, their string defaults, and
+    the string expression it returns (name builders) or passes to a registrar (helpers)."""
+
+    params: tuple[str, ...]
+    defaults: tuple[tuple[str, ast.expr], ...]
+    expression: ast.expr
 
 
 def _dotted(node: ast.AST) -> str:
@@ -25,6 +47,103 @@ def _dotted(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
         return node.id
     return ""
+
+
+def _called(node: ast.Call) -> str:
+    return _dotted(node.func).rsplit(".", 1)[-1]
+
+
+class _Evaluator:
+    """Every value a string expression can take, given the names bound in `env` and the
+    module's name builders."""
+
+    def __init__(self, builders: dict[str, _Function]) -> None:
+        self.builders = builders
+
+    def strings(self, node: ast.AST | None, env: Env, depth: int = 0) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.Name):
+            return env.get(node.id, [])
+        if isinstance(node, ast.JoinedStr):
+            parts = [
+                self.strings(v.value if isinstance(v, ast.FormattedValue) else v, env, depth)
+                for v in node.values
+            ]
+            return _product(parts, "".join)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = self.strings(node.left, env, depth), self.strings(node.right, env, depth)
+            return _product([left, right], "".join)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+            return self._format(node.left, args, env, depth, lambda t, v: t % v)
+        if isinstance(node, ast.Call):
+            return self._call(node, env, depth)
+        return []
+
+    def _format(self, template: ast.AST, args: list[ast.expr], env: Env, depth: int,
+                apply: object) -> list[str]:  # fmt: skip
+        texts = self.strings(template, env, depth)
+        values = [self.strings(a, env, depth) for a in args]
+        if not texts or any(not v for v in values):
+            return []
+        out = []
+        for text in texts:
+            for combo in itertools.product(*values):
+                try:
+                    out.append(apply(text, combo))  # type: ignore[operator]
+                except (TypeError, ValueError, IndexError, KeyError):
+                    return []
+                if len(out) > MAX_VALUES:
+                    return []
+        return out
+
+    def _call(self, node: ast.Call, env: Env, depth: int) -> list[str]:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "format" and not node.keywords:
+            return self._format(func.value, node.args, env, depth, lambda t, v: t.format(*v))
+        builder = self.builders.get(_called(node)) if isinstance(func, ast.Name) else None
+        if builder is None or depth > 4:
+            return []
+        bound = bind(builder, node, env, self, depth + 1)
+        return [] if bound is None else self.strings(builder.expression, bound, depth + 1)
+
+
+def _product(parts: list[list[str]], join: object) -> list[str]:
+    if any(not p for p in parts):
+        return []
+    size = 1
+    for part in parts:
+        size *= len(part)
+    if size > MAX_VALUES:
+        return []
+    return [join(combo) for combo in itertools.product(*parts)]  # type: ignore[operator]
+
+
+def bind(function: _Function, call: ast.Call, env: Env, evaluator: _Evaluator,
+         depth: int = 0) -> Env | None:  # fmt: skip
+    """The environment inside `function` for this call: module names, its parameters bound to
+    the call's values (or their string defaults); None when a parameter the name needs is
+    neither given nor defaulted as a string."""
+    inner = {k: v for k, v in env.items() if k not in function.params}
+    for name, default in function.defaults:
+        values = evaluator.strings(default, env, depth)
+        if values:
+            inner[name] = values
+    given = list(zip(function.params, call.args, strict=False))
+    given += [(k.arg, k.value) for k in call.keywords if k.arg in function.params]
+    for name, value in given:
+        values = evaluator.strings(value, env, depth)
+        if values:
+            inner[name] = values
+        else:
+            inner.pop(name, None)
+    return inner
+
+
+def strings(node: ast.AST | None, env: Env) -> list[str]:
+    """Every value a string expression can take, given the names bound in `env`."""
+    return _Evaluator({}).strings(node, env)
 
 
 def string_constants(tree: ast.Module) -> Env:
@@ -39,80 +158,199 @@ def string_constants(tree: ast.Module) -> Env:
     return env
 
 
-def strings(node: ast.AST | None, env: Env) -> list[str]:
-    """Every value a string expression can take, given the names bound in `env`."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node.value]
+def _elements(node: ast.expr, sequences: Sequences) -> list[ast.expr] | None:
+    """The elements a `for` loop over `node` takes, when they are written in the module: a
+    literal list/tuple/set, a dict's keys, `.items()`/`.keys()`/`.values()` of one, a name
+    bound to one, or `sorted`/`list`/`tuple`/`reversed`/`enumerate`-free wrappers of these."""
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return list(node.elts)
+    if isinstance(node, ast.Dict):
+        return [k for k in node.keys if k is not None]
     if isinstance(node, ast.Name):
-        return env.get(node.id, [])
-    if isinstance(node, ast.JoinedStr):
-        parts: list[list[str]] = []
-        for value in node.values:
-            if isinstance(value, ast.FormattedValue):
-                parts.append(strings(value.value, env))
-            else:
-                parts.append(strings(value, env))
-        if any(not p for p in parts):
-            return []
-        return ["".join(combo) for combo in itertools.product(*parts)]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = strings(node.left, env), strings(node.right, env)
-        return [a + b for a in left for b in right]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
-        template = strings(node.left, env)
-        args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
-        values = [strings(a, env) for a in args]
-        if not template or any(not v for v in values):
-            return []
-        out = []
-        for text in template:
-            for combo in itertools.product(*values):
-                try:
-                    out.append(text % combo)
-                except (TypeError, ValueError):
-                    return []
-        return out
-    return []
+        return sequences.get(node.id)
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in WRAPPERS
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        return _elements(node.args[0], sequences)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+        source = node.func.value
+        mapping = sequences.get(f"{source.id}{{}}") if isinstance(source, ast.Name) else None
+        if isinstance(source, ast.Dict):
+            mapping = [ast.Tuple([k, v], ast.Load()) for k, v in zip(source.keys, source.values,
+                                                                     strict=True) if k]  # fmt: skip
+        if mapping is None:
+            return None
+        pairs = [p for p in mapping if isinstance(p, ast.Tuple) and len(p.elts) == 2]
+        if node.func.attr == "items":
+            return list(pairs)
+        if node.func.attr == "keys":
+            return [p.elts[0] for p in pairs]
+        if node.func.attr == "values":
+            return [p.elts[1] for p in pairs]
+    return None
+
+
+def _sequence_bindings(name: str, value: ast.expr, sequences: Sequences) -> None:
+    """Record `name = [...]` / `(...)` / `{...}` for later loops (a dict also as its pairs)."""
+    elements = _elements(value, sequences)
+    if elements is None:
+        sequences.pop(name, None)
+        sequences.pop(f"{name}{{}}", None)
+        return
+    sequences[name] = elements
+    if isinstance(value, ast.Dict):
+        sequences[f"{name}{{}}"] = [
+            ast.Tuple([k, v], ast.Load()) for k, v in zip(value.keys, value.values, strict=True)
+            if k is not None
+        ]  # fmt: skip
+
+
+def _functions(tree: ast.Module) -> tuple[dict[str, _Function], dict[str, _Function]]:
+    """(builders, helpers): functions whose single `return` is a string expression over their
+    parameters, and functions that hand a registrar an op name built from their parameters."""
+    builders: dict[str, _Function] = {}
+    helpers: dict[str, _Function] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        args = node.args
+        params = tuple(a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs])
+        positional = [*args.posonlyargs, *args.args]
+        defaults = tuple(
+            (a.arg, d) for a, d in zip(positional[len(positional) - len(args.defaults):],
+                                       args.defaults, strict=True)
+        ) + tuple((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                  if d is not None)  # fmt: skip
+        returns = [n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value]
+        if len(returns) == 1 and _uses(returns[0].value, params):
+            builders[node.name] = _Function(params, defaults, returns[0].value)  # type: ignore[arg-type]
+        for inner in ast.walk(node):
+            if not (isinstance(inner, ast.Call) and inner.args):
+                continue
+            if _called(inner) in FAKE_REGISTRARS and _uses(inner.args[0], params):
+                helpers[node.name] = _Function(params, defaults, inner.args[0])
+    return builders, helpers
+
+
+def _uses(node: ast.AST | None, params: tuple[str, ...]) -> bool:
+    """The expression reads one of `params`."""
+    return node is not None and any(
+        isinstance(n, ast.Name) and n.id in params for n in ast.walk(node)
+    )
 
 
 class _FakeFinder(ast.NodeVisitor):
-    """Walks a module with loop bindings in scope, collecting fake-registered op names."""
+    """Walks a module in execution order with the names bound at each point in scope,
+    collecting fake-registered op names."""
 
-    def __init__(self, env: Env, helpers: dict[str, int], namespaces: dict[str, str]) -> None:
+    def __init__(self, env: Env, builders: dict[str, _Function], helpers: dict[str, _Function],
+                 namespaces: dict[str, str]) -> None:  # fmt: skip
         self.env = env
+        self.sequences: Sequences = {}
+        self.evaluator = _Evaluator(builders)
         self.helpers = helpers
-        self.namespaces = namespaces
+        self.namespaces = dict(namespaces)
         self.found: set[str] = set()
+        self.local = False
+
+    def strings(self, node: ast.AST | None) -> list[str]:
+        return self.evaluator.strings(node, self.env)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for decorator in node.decorator_list:
+            self.visit(decorator)
+        saved = (dict(self.env), dict(self.sequences), dict(self.namespaces), self.local)
+        args = node.args
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+            self.env.pop(a.arg, None)
+            self.sequences.pop(a.arg, None)
+        positional = [*args.posonlyargs, *args.args]
+        pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults,
+                         strict=True))  # fmt: skip
+        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d]
+        for arg, default in pairs:
+            values = strings(default, saved[0])
+            if values:
+                self.env[arg.arg] = values
+        self.local = True
+        for statement in node.body:
+            self.visit(statement)
+        self.env, self.sequences, self.namespaces, self.local = saved
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        return  # a lambda's body runs later, with bindings this walk cannot know
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.generic_visit(node)
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return
+        name = node.targets[0].id
+        values = self.strings(node.value)
+        if values:
+            self.env[name] = values
+        elif self.local:
+            self.env.pop(name, None)
+        _sequence_bindings(name, node.value, self.sequences)
+        value = node.value
+        if isinstance(value, ast.Call) and _called(value) == "Library" and value.args:
+            found = self.strings(value.args[0])
+            if len(found) == 1:
+                self.namespaces[name] = found[0]
 
     def visit_For(self, node: ast.For) -> None:
-        if isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Tuple | ast.List):
-            values = [v for e in node.iter.elts for v in strings(e, self.env)]
+        self.visit(node.iter)
+        elements = _elements(node.iter, self.sequences)
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        if elements is None or not all(isinstance(t, ast.Name) for t in targets):
+            self.generic_visit(node)
+            return
+        saved = {t.id: self.env.get(t.id) for t in targets if isinstance(t, ast.Name)}
+        for position, target in enumerate(targets):
+            assert isinstance(target, ast.Name)
+            if isinstance(node.target, ast.Tuple):
+                parts = [e.elts[position] for e in elements
+                         if isinstance(e, ast.Tuple) and len(e.elts) == len(targets)]  # fmt: skip
+            else:
+                parts = elements
+            values = [v for part in parts for v in self.strings(part)]
             if values:
-                saved = self.env.get(node.target.id)
-                self.env[node.target.id] = values
-                for statement in node.body:
-                    self.visit(statement)
-                if saved is None:
-                    self.env.pop(node.target.id, None)
-                else:
-                    self.env[node.target.id] = saved
-                return
-        self.generic_visit(node)
+                self.env[target.id] = values
+            else:
+                self.env.pop(target.id, None)
+        for statement in [*node.body, *node.orelse]:
+            self.visit(statement)
+        for name, value in saved.items():
+            if value is None:
+                self.env.pop(name, None)
+            else:
+                self.env[name] = value
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = _dotted(node.func).rsplit(".", 1)[-1]
+        name = _called(node)
         if name in FAKE_REGISTRARS and node.args:
             self._add(node.args[0], node)
         elif name == "impl" and _has_fake_key(node, self.env):
             self._add(node.args[0] if node.args else None, node)
-        elif name in self.helpers and len(node.args) > self.helpers[name]:
-            self._add(node.args[self.helpers[name]], node)
+        elif name in self.helpers:
+            helper = self.helpers[name]
+            inner = bind(helper, node, self.env, self.evaluator)
+            if inner is not None:
+                self._record(self.evaluator.strings(helper.expression, inner), None)
         self.generic_visit(node)
 
     def _add(self, arg: ast.AST | None, call: ast.Call) -> None:
         receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
         namespace = self.namespaces.get(_dotted(receiver)) if receiver is not None else None
-        for text in strings(arg, self.env):
+        self._record(self.strings(arg), namespace)
+
+    def _record(self, texts: list[str], namespace: str | None) -> None:
+        for text in texts:
             if "::" in text:
                 self.found.add(text)
             elif namespace:
@@ -125,26 +363,10 @@ def _has_fake_key(call: ast.Call, env: Env) -> bool:
     return any(k in FAKE_KEYS for k in keys)
 
 
-def _helpers(tree: ast.Module) -> dict[str, int]:
-    """Functions that pass one of their parameters to a fake registrar as the op name."""
-    helpers: dict[str, int] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        params = [a.arg for a in node.args.args]
-        for inner in ast.walk(node):
-            if not isinstance(inner, ast.Call) or not inner.args:
-                continue
-            name = _dotted(inner.func).rsplit(".", 1)[-1]
-            first = inner.args[0]
-            if name in FAKE_REGISTRARS and isinstance(first, ast.Name) and first.id in params:
-                helpers[node.name] = params.index(first.id)
-    return helpers
-
-
 def indirect_fakes(tree: ast.Module, namespaces: dict[str, str]) -> set[str]:
     """Qualified names of every op this module registers a fake/meta implementation for."""
-    finder = _FakeFinder(string_constants(tree), _helpers(tree), namespaces)
+    builders, helpers = _functions(tree)
+    finder = _FakeFinder(string_constants(tree), builders, helpers, namespaces)
     finder.visit(tree)
     return finder.found
 

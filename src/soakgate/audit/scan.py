@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from soakgate.audit.build_names import MACRO, Extension, build_files, extension_name, extensions
 from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
 from soakgate.audit.extract_cpp import (
@@ -65,6 +66,8 @@ class _Index:
     mentioned: dict[str, list[str]] | None = None
     macros: dict[str, str] = field(default_factory=dict)
     defines: dict[str, Macro] | None = None
+    builds: list[Extension] = field(default_factory=list)
+    """The extensions the tree's build files define (`build_names`)."""
 
     def parse(self, path: str) -> CppFile:
         if path not in self.parsed:
@@ -117,6 +120,17 @@ class _Index:
         if name not in self.macros:
             self.macros[name] = self._macro(name)
         return self.macros[name]
+
+    def library(self, name: str, path: str) -> str:
+        """The namespace `TORCH_LIBRARY(name, m)` in file `path` registers: the build's
+        TORCH_EXTENSION_NAME for that file where its build files say (`-D` on the command line
+        wins over a fallback `#define` in the sources), else the `#define` chain."""
+        resolved = self.macro(name)
+        if MACRO in (name, resolved) or MACRO in resolved:
+            built = extension_name(self.builds, path)
+            if built is not None:
+                return self.macro(name.replace(MACRO, built)).replace(MACRO, built)
+        return resolved
 
     def _macro(self, name: str) -> str:
         pasted = re.fullmatch(r"\w*CONCAT\w*\(\s*(\w+)\s*,\s*(\w+)\s*\)", name)
@@ -198,7 +212,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
         if path.suffix in CPP_SUFFIXES and b"TORCH_LIBRARY" in data:  # STABLE_ too
             unit = index.parse(key)
             for raw in unit.defs:
-                namespace = raw.schema.namespace or index.macro(raw.library)
+                namespace = raw.schema.namespace or index.library(raw.library, key)
                 name = raw.schema.name + (f".{raw.schema.overload}" if raw.schema.overload else "")
                 collected.defs.append(
                     OpDef(
@@ -211,9 +225,9 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
                         raw.inline_impl,
                     )
                 )
-            collected.defs.extend(_inferred_defs(index, unit))
+            collected.defs.extend(_inferred_defs(index, unit, key))
             collected.cpp_impls.extend(
-                (_qualname(index.macro(i.library), i.op), i) for i in unit.impls
+                (_qualname(index.library(i.library, key), i.op), i) for i in unit.impls
             )
         elif path.suffix == ".py" and any(marker in data for marker in _PY_MARKERS):
             parsed += 1
@@ -228,7 +242,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
     return collected, parsed
 
 
-def _inferred_defs(index: _Index, unit: CppFile) -> list[OpDef]:
+def _inferred_defs(index: _Index, unit: CppFile, path: str) -> list[OpDef]:
     """Ops defined by `m.def("name", fn)`, with the schema torch infers from `fn`."""
     defs = []
     for raw in unit.inferred:
@@ -240,7 +254,7 @@ def _inferred_defs(index: _Index, unit: CppFile) -> list[OpDef]:
             continue  # no definition found, or a type torch would not accept
         defs.append(
             OpDef(
-                f"{index.macro(raw.library)}::{raw.name}",
+                f"{index.library(raw.library, path)}::{raw.name}",
                 schema,
                 raw.location,
                 "cpp-inferred",
@@ -295,10 +309,14 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
 
 def audit_paths(paths: Iterable[str]) -> AuditResult:
     """Audit every op defined in the given files and directories (sources and `.so` files)."""
-    files = collect_files(paths)
+    paths_list = list(paths)
+    files = collect_files(paths_list)
     readable = CPP_SUFFIXES | PATCH_SUFFIXES | {".py"}
     contents = {str(p): _read(p) for p in files if p.suffix in readable}
     index = _Index(contents)
+    index.builds = extensions(
+        build_files([Path(p) for p in paths_list], [Path(p).parent for p in paths_list])
+    )
     collected, parsed = _collect(files, index)
     _follow_extensions(index, [info for _, info in collected.py_impls])
     reports = []
