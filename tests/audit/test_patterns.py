@@ -159,3 +159,44 @@ def test_extension_names_come_from_cmake_targets_and_an_unlisted_file_is_not_gue
     assert {name: op["has_fake"] for name, op in ops.items()} == {
         "_C::ca": True, "_moe_C_ops::cb": True, "TORCH_EXTENSION_NAME::cz": False,
     }  # fmt: skip
+
+
+def test_a_call_reaches_the_definition_a_compiler_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 32 item 2: a CUDA binding's function is the GPU file's body, not the CPU file's of
+    the same name (which normalises `input` in place); a helper is the one the launcher
+    includes, not an unrelated one of the same name in another translation unit (which writes
+    its second argument). Before, both were merged: `input` written, at high confidence."""
+    ops = _audit(capsys, "p12_which_body")
+    assert set(_written(ops["p12::rms"])) == {"out"}
+    assert ops["p12::rms"]["implementations"][0]["alternatives"] == []
+    assert set(_written(ops["p12::act"])) == {"out"}
+    main(["audit", str(PATTERNS / "p12_which_body"), "--fix"])
+    diff = capsys.readouterr().out
+    assert '+  m.def("rms(Tensor(a!) out, Tensor input) -> ()");' in diff
+    assert "Tensor(b!) input" not in diff and "Tensor(a!) input" not in diff
+
+
+def test_a_project_out_function_is_read_and_in_place_through_a_view_writes_its_base(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A project function named `*_out` whose body is in the tree is read, not taken to write
+    its first argument by ATen's convention; `x.view(-1).mul_(s)` in Python writes x (and not
+    the argument s)."""
+    ops = _audit(capsys, "p13_names_and_views")
+    assert set(_written(ops["p13::gather"])) == {"result"}
+    assert set(_written(ops["p13py::scale"])) == {"x"}
+
+
+def test_pointers_copied_into_a_functors_field_array_in_a_launch_macro_are_written(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 32's largest cause of misses: output pointers gathered into a local array, copied
+    element by element into a default-constructed functor's field array inside a launch
+    macro, written by `operator()` through the field; and a functor filled field by field and
+    launched inside `queue.submit`. A field the functor never writes through (`scratch`) and a
+    const input are not written."""
+    ops = _audit(capsys, "p14_functor_fields")
+    assert set(_written(ops["p14::split"])) == {"o1", "o2"}
+    assert set(_written(ops["p14::gate"])) == {"out"}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from soakgate.audit.cpp_alias import Alias, AliasResolver
 from soakgate.audit.cpp_classes import ClassNode, returned_field
 from soakgate.audit.cpp_names import declared_name, short
+from soakgate.audit.cpp_reach import Reach, pick
 from soakgate.audit.cpp_syntax import FunctionNode, text_of
 from soakgate.audit.model import Confidence, Location, WriteEvidence
 
@@ -57,6 +58,8 @@ class Context:
 
     functions: Lookup
     classes: ClassLookup
+    reach: Reach | None = None
+    """The files each file includes (`cpp_reach`): which same-named definition a call reaches."""
     cache: dict[int, FunctionWrites] = field(default_factory=dict)
     active: set[int] = field(default_factory=set)
 
@@ -227,7 +230,8 @@ class CallFlow(AliasResolver):
         functors = [c for c in self.context.classes(name) if c.call is not None]
         if functors:
             return self._analyse_functor(functors[0], arity)
-        candidates = [c for c in self.context.functions(name) if len(c.params) >= arity]
+        reached = pick(self.context.functions(name), self.fn.path, self.context.reach)
+        candidates = [c for c in reached if len(c.params) >= arity]
         exact = [c for c in candidates if len(c.params) == arity] or candidates
         results = [r for c in exact if (r := self._analyse(c)) is not None]
         if not results:

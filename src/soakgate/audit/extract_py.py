@@ -364,9 +364,19 @@ def analyse_python_impl(
 
 
 def _root_name(node: ast.AST) -> str:
-    while isinstance(node, ast.Subscript | ast.Attribute):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else ""
+    """The name an expression's storage belongs to, through indexing, attributes and views
+    (`x[0]`, `x.view(-1)`, `x.narrow(0, 1, 2)[0]`): an in-place method on it writes that name."""
+    while True:
+        if isinstance(node, ast.Subscript | ast.Attribute):
+            node = node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _PY_VIEWS
+        ):
+            node = node.func.value
+        else:
+            return node.id if isinstance(node, ast.Name) else ""
 
 
 def _python_call(node: ast.Call, params: dict[str, str], add: _Adder) -> None:

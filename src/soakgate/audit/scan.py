@@ -10,6 +10,7 @@ from pathlib import Path
 from soakgate.audit.build_names import MACRO, Extension, build_files, extension_name, extensions
 from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
+from soakgate.audit.cpp_reach import Reach, include_reach, pick
 from soakgate.audit.extract_cpp import (
     CPP_SUFFIXES,
     ClassNode,
@@ -67,6 +68,8 @@ class _Index:
     macros: dict[str, str] = field(default_factory=dict)
     defines: dict[str, Macro] | None = None
     builds: list[Extension] = field(default_factory=list)
+    reach: Reach | None = None
+    """The files each file includes (set by `audit_paths`)."""
     """The extensions the tree's build files define (`build_names`)."""
 
     def parse(self, path: str) -> CppFile:
@@ -160,7 +163,10 @@ def _cpp_impl(index: _Index, raw: RawImpl, op: OpDef) -> ImplInfo | None:
     if raw.lambda_fn is not None:
         chosen = [raw.lambda_fn]
     else:
-        candidates = index.lookup(raw.function or "")
+        # the definitions the binding's file reaches, for its dispatch key's device (`cpp_reach`)
+        candidates = pick(
+            index.lookup(raw.function or ""), raw.location.path, index.reach, raw.dispatch_key
+        )
         arity = len(op.schema.arguments)
         # Every same-named definition of the right arity: a CUDA body and its `#if` stub or
         # CPU fallback are all implementations of the op; the schema must cover each.
@@ -172,7 +178,7 @@ def _cpp_impl(index: _Index, raw: RawImpl, op: OpDef) -> ImplInfo | None:
     info = ImplInfo(fn.name, raw.dispatch_key, Location(fn.path, fn.line(fn.body)))
     info.alternatives = [Location(c.path, c.line(c.body)) for c in chosen[1:]]
     for candidate in chosen:
-        result = infer_writes(candidate, index.lookup, index.lookup_class)
+        result = infer_writes(candidate, index.lookup, index.lookup_class, index.reach)
         for position, evidence in result.writes.items():
             if position < len(names):
                 info.writes.extend(_rename(e, names[position]) for e in evidence)
@@ -295,7 +301,7 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
             names = [name for name, _ in fn.params]
             passed = dict(enumerate(call.args))
             passed.update((names.index(k), p) for k, p in call.keywords if k in names)
-            result = infer_writes(fn, index.lookup, index.lookup_class)
+            result = infer_writes(fn, index.lookup, index.lookup_class, index.reach)
             for position, proofs in result.writes.items():
                 param = passed.get(position)
                 if param is None:
@@ -314,6 +320,7 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
     readable = CPP_SUFFIXES | PATCH_SUFFIXES | {".py"}
     contents = {str(p): _read(p) for p in files if p.suffix in readable}
     index = _Index(contents)
+    index.reach = include_reach(contents)
     index.builds = extensions(
         build_files([Path(p) for p in paths_list], [Path(p).parent for p in paths_list])
     )

@@ -36,6 +36,7 @@ from soakgate.audit.cpp_names import (
     short,
     walk,
 )
+from soakgate.audit.cpp_reach import Reach
 from soakgate.audit.extract_cpp import FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, WriteEvidence
 
@@ -108,6 +109,8 @@ class _Analyzer(CallFlow):
             kind = node.type
             if kind == "init_declarator":
                 self._declare(node)
+            elif kind == "declaration":
+                self._declare_functor(node)
             elif kind == "assignment_expression":
                 self._assign(node)
             elif kind == "update_expression":
@@ -204,6 +207,8 @@ class _Analyzer(CallFlow):
             return
         if left.type == "field_expression" and self._bind_field(left, right):
             return
+        if left.type == "subscript_expression" and self._bind_field_element(left, right):
+            return
         if left.type == "subscript_expression" and self._fill_table(left, right):
             return
         self._store(node, left)
@@ -236,6 +241,71 @@ class _Analyzer(CallFlow):
                 self.bound_at[(text_of(base), field_name)] = left
             return True
         return False
+
+    def _bind_field_element(self, left: Node, right: Node | None) -> bool:
+        """`kernel.outs[j] = ptrs[j];` fills an array field of a local functor element by
+        element: the field carries every pointer put into it (a may-alias)."""
+        target = left.child_by_field_name("argument")
+        if target is None or target.type != "field_expression":
+            return False
+        base = target.child_by_field_name("argument")
+        if base is None or base.type != "identifier" or text_of(base) in self.aliases:
+            return False
+        alias = self.alias_of(right)
+        if (
+            right is not None
+            and right.type == "subscript_expression"
+            and (alias is None or alias.kind in {"loaded", "address"})
+        ):
+            # `ptrs[j]` of a local array of pointers (`float* ptrs[2] = {o1_ptr, o2_ptr}`): the
+            # element is one of its pointers (the launch checks the field holds pointers)
+            alias = self.alias_of(right.child_by_field_name("argument"))
+        if alias is None or alias.kind not in {"pointer", "tensor", "table"}:
+            return False
+        if alias.kind == "table":
+            alias = replace(alias, kind="pointer")
+        field_name = text_of(target.child_by_field_name("field") or target)
+        carried = self.structs.setdefault(text_of(base), {})
+        previous = carried.get(field_name)
+        carried[field_name] = previous.merged(alias) if previous is not None else alias
+        return True
+
+    def _declare_functor(self, node: Node) -> None:
+        """`SplitKernel<2> kernel;`: a functor declared without arguments, to be filled field by
+        field and launched (its type is what the launch analyses)."""
+        kind = node.child_by_field_name("type")
+        if kind is None:
+            return
+        name = callee(kind)
+        if not any(c.call is not None for c in self.context.classes(name)):
+            return
+        for child in node.children_by_field_name("declarator"):
+            if child.type == "identifier":
+                self.struct_types[text_of(child)] = name
+
+    def _launch_functor(self, node: Node, args: list[Node]) -> None:
+        """A functor filled field by field handed to a call (`h.parallel_for(range, kernel)`, a
+        launch macro's expansion): what its `operator()` writes through a field is written
+        through the pointers that field carries."""
+        for arg in args:
+            var = text_of(arg) if arg.type == "identifier" else ""
+            carried = self.structs.get(var)
+            if not carried or var not in self.struct_types:
+                continue
+            functors = self.context.classes(self.struct_types[var])
+            functor = next((c for c in functors if c.call is not None), None)
+            inner = self._analyse(functor.call) if functor and functor.call else None
+            if functor is None or inner is None:
+                continue
+            call_text = short(text_of(node), 60)
+            for index, (field_name, declared) in enumerate(functor.fields):
+                alias = carried.get(field_name)
+                proofs = inner.writes.get(index) or inner.indirect.get(index)
+                if alias is None or alias.const or not proofs or "*" not in declared:
+                    continue
+                kind = "mutating-call" if alias.kind == "tensor" else "kernel-store"
+                text = f"{call_text} -> {proofs[0].expression}"
+                self.evidence(alias, kind, node, proofs[0].confidence, text)
 
     def _fill_table(self, left: Node, right: Node | None) -> bool:
         """`ptrs[i] = (int64_t)x.data_ptr();` into a local array makes it an address table."""
@@ -323,9 +393,13 @@ class _Analyzer(CallFlow):
         aliases = [self.alias_of(arg) for arg in args]
         first = aliases[0] if aliases else None
         qualified = "::" in text_of(function)
+        # ATen's conventions (`at::add_out(out, ..)`, `at::add_(self, ..)`) name the written
+        # argument; a project function of that name whose body is in the tree is read instead.
+        own_body = not qualified and bool(self.context.functions(name))
         if (
             first is not None
             and first.kind == "tensor"
+            and not own_body
             and (
                 name.endswith("_out")
                 or (name.endswith("_") and qualified and name not in NON_WRITING_INPLACE)
@@ -339,6 +413,8 @@ class _Analyzer(CallFlow):
                 self.evidence(written, "pointer-write", node, Confidence.HIGH)
             return
         carries = any(a.type == "identifier" and text_of(a) in self.structs for a in args)
+        if carries:
+            self._launch_functor(node, args)
         if carries or any(a is not None for a in aliases):
             self._pass_to(name, node, args, aliases)
 
@@ -422,8 +498,10 @@ class _Analyzer(CallFlow):
 
 
 def infer_writes(
-    fn: FunctionNode, lookup: Lookup, classes: ClassLookup | None = None
-) -> FunctionWrites:
-    """Parameters `fn` writes (with evidence) and parameters it returns."""
-    context = Context(lookup, classes or (lambda name: []))
+    fn: FunctionNode, lookup: Lookup, classes: ClassLookup | None = None,
+    reach: Reach | None = None,
+) -> FunctionWrites:  # fmt: skip
+    """Parameters `fn` writes (with evidence) and parameters it returns; `reach` tells which
+    files each file includes (calls then reach the definitions a compiler would)."""
+    context = Context(lookup, classes or (lambda name: []), reach)
     return _Analyzer(fn, context, 0).run()
