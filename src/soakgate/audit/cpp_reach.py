@@ -29,7 +29,7 @@ _INCLUDE = re.compile(rb'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 _GPU_SUFFIXES = frozenset({".cu", ".cuh", ".hip", ".sycl"})
 _GPU_PARTS = frozenset({"cuda", "gpu", "xpu", "rocm", "hip", "sycl", "esimd", "musa"})
 _CPU_PARTS = frozenset({"cpu", "x86", "avx", "avx2", "avx512", "aarch64", "neon"})
-_GPU_KEYS = frozenset({"CUDA", "XPU", "HIP", "MPS", "PrivateUse1", "MTIA", "Meta"})
+_GPU_KEYS = frozenset({"CUDA", "XPU", "HIP", "MPS", "PrivateUse1", "MTIA"})
 Reach = Callable[[str], frozenset[str]]
 
 
