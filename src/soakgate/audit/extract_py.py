@@ -304,6 +304,8 @@ def custom_op_schema(name: str, fn: ast.FunctionDef, written: set[str]) -> str:
     return f"{name}({', '.join(params)}) -> {ret}"
 
 
+_FAKE_MARKERS = (b"register_fake", b"impl_abstract", b"register_meta", b"impl(")
+"""A module registers fakes indirectly only if it names a registrar (or an `impl`)."""
 _PY_VIEWS = frozenset(
     {
         "view",
@@ -428,5 +430,6 @@ def extract_python(source: bytes, path: str) -> PyFile:
     extractor = _Extractor(source, path)
     extractor.constants = string_constants(tree)
     extractor.visit(tree)
-    extractor.out.fakes |= indirect_fakes(tree, extractor.libraries)
+    if any(marker in source for marker in _FAKE_MARKERS):
+        extractor.out.fakes |= indirect_fakes(tree, extractor.libraries)
     return extractor.out

@@ -209,6 +209,19 @@ def _sequence_bindings(name: str, value: ast.expr, sequences: Sequences) -> None
         ]  # fmt: skip
 
 
+def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
+    """The nodes of a function's body, not those of functions, lambdas or classes it defines
+    (each is looked at on its own: the module is read once in all)."""
+    found: list[ast.AST] = []
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def _functions(tree: ast.Module) -> tuple[dict[str, _Function], dict[str, _Function]]:
     """(builders, helpers): functions whose single `return` is a string expression over their
     parameters, and functions that hand a registrar an op name built from their parameters."""
@@ -219,16 +232,19 @@ def _functions(tree: ast.Module) -> tuple[dict[str, _Function], dict[str, _Funct
             continue
         args = node.args
         params = tuple(a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs])
+        if not params:
+            continue
         positional = [*args.posonlyargs, *args.args]
         defaults = tuple(
             (a.arg, d) for a, d in zip(positional[len(positional) - len(args.defaults):],
                                        args.defaults, strict=True)
         ) + tuple((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
                   if d is not None)  # fmt: skip
-        returns = [n for n in ast.walk(node) if isinstance(n, ast.Return) and n.value]
-        if len(returns) == 1 and _uses(returns[0].value, params):
-            builders[node.name] = _Function(params, defaults, returns[0].value)  # type: ignore[arg-type]
-        for inner in ast.walk(node):
+        own = _own_nodes(node)
+        returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
+        if len(returns) == 1 and _uses(returns[0], params):
+            builders[node.name] = _Function(params, defaults, returns[0])
+        for inner in own:
             if not (isinstance(inner, ast.Call) and inner.args):
                 continue
             if _called(inner) in FAKE_REGISTRARS and _uses(inner.args[0], params):
