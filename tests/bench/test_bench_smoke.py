@@ -87,6 +87,32 @@ def test_bench_audit_prints_the_scan_time_and_finds_every_op() -> None:
     assert "ops: 12 (expected 12)" in macros
 
 
+def test_bench_audit_real_audits_whole_sdists_and_says_where_the_time_goes(
+    tmp_path: Path,
+) -> None:
+    """`--real` over a cache holding two small "sdists" (fixture trees as archives)."""
+    import tarfile
+
+    fixtures = BENCH.parent / "tests" / "audit" / "fixtures" / "patterns"
+    (tmp_path / "sdists").mkdir()
+    for name in ("p12_which_body", "p13_names_and_views"):
+        with tarfile.open(tmp_path / "sdists" / f"{name}-1.0.tar.gz", "w:gz") as tar:
+            tar.add(fixtures / name, arcname=f"{name}-1.0")
+    out = run_bench("bench_audit.py", "--real", "--cache", str(tmp_path), "--profile", "5")
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert rows["p12_which_body-1.0"][:3] == ["7", "7", "2"], out  # files, parsed, ops
+    assert rows["p13_names_and_views-1.0"][2] == "2" and "all" in rows, out
+    assert "where the time goes" in out and "tottime" in out
+
+
+def test_bench_audit_real_without_sdists_says_so(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_audit.py"), "--real", "--cache", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "no sdists in" in done.stdout
+
+
 def test_bench_audit_accuracy_without_its_corpus_says_so(tmp_path: Path) -> None:
     (tmp_path / "somelib" / "truth").mkdir(parents=True)
     done = subprocess.run(
