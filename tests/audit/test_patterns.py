@@ -200,3 +200,13 @@ def test_pointers_copied_into_a_functors_field_array_in_a_launch_macro_are_writt
     ops = _audit(capsys, "p14_functor_fields")
     assert set(_written(ops["p14::split"])) == {"o1", "o2"}
     assert set(_written(ops["p14::gate"])) == {"out"}
+
+
+def test_platform_alternatives_inside_a_parameter_list_and_a_launch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`#ifndef USE_ROCM` / `#else` inside a kernel's parameter list and its launch's argument
+    list (the held-out miss of aphrodite's `squeezellm_gemm`): the first alternative is read,
+    so `mul` is written and nothing else."""
+    ops = _audit(capsys, "p15_platform_alternatives")
+    assert set(_written(ops["p15::lut_gemm"])) == {"mul"}

@@ -263,6 +263,44 @@ def _walk_tree(source: bytes, path: str, out: CppFile, lines: Expanded | None, d
         stack.extend(reversed(node.children))
 
 
+_LITERALS = re.compile(rb'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
+_DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b")
+
+
+def first_alternatives(source: bytes) -> bytes:
+    """`#if`/`#else` alternatives inside parentheses (a parameter or argument list written
+    twice, once per platform) reduced to the first one, the others blanked: tree-sitter cannot
+    parse a list that holds both. Every byte keeps its offset (blanked text becomes spaces),
+    so locations and `--fix`'s edits are unchanged. Directives outside parentheses are left to
+    the grammar, which parses them."""
+    if b"#" not in source or b"(" not in source:
+        return source
+    lines = source.split(b"\n")
+    depth = 0
+    stack: list[bool] = []  # per open #if inside parentheses: are we past its first branch?
+    changed = False
+    for number, line in enumerate(lines):
+        directive = _DIRECTIVE.match(line)
+        if directive is not None and (depth > 0 or stack):
+            word = directive.group(1)
+            if word.startswith(b"if"):
+                stack.append(False)
+            elif word in (b"elif", b"else") and stack:
+                stack[-1] = True
+            elif word == b"endif" and stack:
+                stack.pop()
+            lines[number] = b" " * len(line)
+            changed = True
+            continue
+        if any(stack):
+            lines[number] = b" " * len(line)
+            changed = True
+            continue
+        code = _LITERALS.sub(b"", line).split(b"//", 1)[0]
+        depth = max(0, depth + code.count(b"(") - code.count(b")"))
+    return b"\n".join(lines) if changed else source
+
+
 def extract_cpp(source: bytes, path: str, expanded: Expanded | None = None) -> CppFile:
     """Op definitions, impl bindings, function bodies, functors and `#define`s of one source.
 
@@ -270,6 +308,7 @@ def extract_cpp(source: bytes, path: str, expanded: Expanded | None = None) -> C
     literals); with `expanded` (the project's macros expanded), bodies come from that copy.
     """
     out = CppFile()
+    source = first_alternatives(source)
     if expanded is None:
         _walk_tree(source, path, out, None, defs=True)
         return out
