@@ -88,6 +88,7 @@ def _clean(output: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a Ray cluster losing nodes on a loaded machine: each wait is bounded
 def test_lost_nodes_are_fault_windows_with_their_resent_requests_and_a_block_short_of_gpus_fails(
     tmp_path: Path,
 ) -> None:
@@ -234,6 +235,7 @@ def _check_resends(db: Path, run_id: str, logs: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a Ray cluster losing nodes on a loaded machine: each wait is bounded
 def test_resume_after_a_killed_driver_stops_its_local_cluster_and_counts_from_the_database(
     tmp_path: Path,
 ) -> None:
@@ -335,6 +337,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a Ray cluster losing nodes on a loaded machine: each wait is bounded
 def test_a_local_cluster_node_slow_to_start_is_one_line_and_leaves_nothing(
     tmp_path: Path,
 ) -> None:
