@@ -263,7 +263,8 @@ def _walk_tree(source: bytes, path: str, out: CppFile, lines: Expanded | None, d
         stack.extend(reversed(node.children))
 
 
-_LITERALS = re.compile(rb'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
+_LITERALS = re.compile(rb'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|/\*.*?\*/')
+_TOP_LEVEL = re.compile(rb"[A-Za-z_}]")
 _DIRECTIVE = re.compile(rb"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b")
 
 
@@ -296,6 +297,8 @@ def first_alternatives(source: bytes) -> bytes:
             lines[number] = b" " * len(line)
             changed = True
             continue
+        if _TOP_LEVEL.match(line):
+            depth = 0  # a new declaration at column 0: an unbalanced line above is forgotten
         code = _LITERALS.sub(b"", line).split(b"//", 1)[0]
         depth = max(0, depth + code.count(b"(") - code.count(b")"))
     return b"\n".join(lines) if changed else source
