@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from soakgate.audit.py_fakes import string_constants, strings
+from soakgate.audit.py_fakes import called_name, string_constants, strings
 
 MACRO = "TORCH_EXTENSION_NAME"
 _FLAG = re.compile(r"-D\s*TORCH_EXTENSION_NAME=([A-Za-z_]\w*)\b")
@@ -58,7 +58,7 @@ def setup_extensions(source: bytes, root: str) -> list[Extension]:
     env = string_constants(tree)
     found = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _callee(node).endswith("Extension")):
+        if not (isinstance(node, ast.Call) and called_name(node).endswith("Extension")):
             continue
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         name_node = keywords.get("name", node.args[0] if node.args else None)
@@ -78,16 +78,8 @@ def setup_extensions(source: bytes, root: str) -> list[Extension]:
     return found
 
 
-def _callee(call: ast.Call) -> str:
-    func = call.func
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return func.id if isinstance(func, ast.Name) else ""
-
-
 def _tokens(text: str) -> list[str]:
-    """CMake arguments: whitespace-separated, quotes dropped, comments removed."""
-    text = re.sub(r"#[^\n]*", "", text)
+    """CMake arguments (comments already removed): whitespace-separated, quotes dropped."""
     return [t.strip("\"'") for t in text.split() if t.strip("\"'")]
 
 
@@ -128,12 +120,13 @@ def cmake_extensions(text: str, root: str) -> list[Extension]:
     return found
 
 
-def build_files(roots: Iterable[Path], shallow: Iterable[Path] = ()) -> dict[str, bytes]:
+def build_files(
+    roots: Iterable[Path], shallow: Iterable[Path] = (), skip: frozenset[str] = frozenset()
+) -> dict[str, bytes]:
     """`setup.py`, `CMakeLists.txt` and `*.cmake` under the audited folders `roots`, in the
     folders of audited files (`shallow`, not below them), and in up to `ANCESTORS` folders
     above each (a tree audited from its `csrc/` keeps its build files at the top), stopping at
-    a repository's root."""
-    skip = {".git", "__pycache__", "node_modules", ".venv", "venv", ".tox", "build"}
+    a repository's root; folders named in `skip` (the audit's own) are not searched."""
     seen: dict[str, bytes] = {}
 
     def add(path: Path) -> None:

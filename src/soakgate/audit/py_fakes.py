@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 FAKE_REGISTRARS = frozenset({"register_fake", "impl_abstract", "register_meta", "_register_fake"})
@@ -49,7 +49,8 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def _called(node: ast.Call) -> str:
+def called_name(node: ast.Call) -> str:
+    """The last part of the called name: `register_fake` for `torch.library.register_fake(..)`."""
     return _dotted(node.func).rsplit(".", 1)[-1]
 
 
@@ -70,10 +71,10 @@ class _Evaluator:
                 self.strings(v.value if isinstance(v, ast.FormattedValue) else v, env, depth)
                 for v in node.values
             ]
-            return _product(parts, "".join)
+            return _product(parts)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             left, right = self.strings(node.left, env, depth), self.strings(node.right, env, depth)
-            return _product([left, right], "".join)
+            return _product([left, right])
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
             args = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
             return self._format(node.left, args, env, depth, lambda t, v: t % v)
@@ -82,7 +83,7 @@ class _Evaluator:
         return []
 
     def _format(self, template: ast.AST, args: list[ast.expr], env: Env, depth: int,
-                apply: object) -> list[str]:  # fmt: skip
+                apply: Callable[[str, tuple[str, ...]], str]) -> list[str]:  # fmt: skip
         texts = self.strings(template, env, depth)
         values = [self.strings(a, env, depth) for a in args]
         if not texts or any(not v for v in values):
@@ -91,7 +92,7 @@ class _Evaluator:
         for text in texts:
             for combo in itertools.product(*values):
                 try:
-                    out.append(apply(text, combo))  # type: ignore[operator]
+                    out.append(apply(text, combo))
                 except (TypeError, ValueError, IndexError, KeyError):
                     return []
                 if len(out) > MAX_VALUES:
@@ -102,14 +103,16 @@ class _Evaluator:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr == "format" and not node.keywords:
             return self._format(func.value, node.args, env, depth, lambda t, v: t.format(*v))
-        builder = self.builders.get(_called(node)) if isinstance(func, ast.Name) else None
+        builder = self.builders.get(called_name(node)) if isinstance(func, ast.Name) else None
         if builder is None or depth > 4:
             return []
-        bound = bind(builder, node, env, self, depth + 1)
-        return [] if bound is None else self.strings(builder.expression, bound, depth + 1)
+        return self.strings(
+            builder.expression, bind(builder, node, env, self, depth + 1), depth + 1
+        )
 
 
-def _product(parts: list[list[str]], join: object) -> list[str]:
+def _product(parts: list[list[str]]) -> list[str]:
+    """Every concatenation of one value of each part (none past MAX_VALUES)."""
     if any(not p for p in parts):
         return []
     size = 1
@@ -117,14 +120,14 @@ def _product(parts: list[list[str]], join: object) -> list[str]:
         size *= len(part)
     if size > MAX_VALUES:
         return []
-    return [join(combo) for combo in itertools.product(*parts)]  # type: ignore[operator]
+    return ["".join(combo) for combo in itertools.product(*parts)]
 
 
 def bind(function: _Function, call: ast.Call, env: Env, evaluator: _Evaluator,
-         depth: int = 0) -> Env | None:  # fmt: skip
+         depth: int = 0) -> Env:  # fmt: skip
     """The environment inside `function` for this call: module names, its parameters bound to
-    the call's values (or their string defaults); None when a parameter the name needs is
-    neither given nor defaulted as a string."""
+    the call's values (or their string defaults); a parameter with neither is unbound, so a
+    name that needs it has no value."""
     inner = {k: v for k, v in env.items() if k not in function.params}
     for name, default in function.defaults:
         values = evaluator.strings(default, env, depth)
@@ -180,8 +183,7 @@ def _elements(node: ast.expr, sequences: Sequences) -> list[ast.expr] | None:
         source = node.func.value
         mapping = sequences.get(f"{source.id}{{}}") if isinstance(source, ast.Name) else None
         if isinstance(source, ast.Dict):
-            mapping = [ast.Tuple([k, v], ast.Load()) for k, v in zip(source.keys, source.values,
-                                                                     strict=True) if k]  # fmt: skip
+            mapping = _pairs(source)
         if mapping is None:
             return None
         pairs = [p for p in mapping if isinstance(p, ast.Tuple) and len(p.elts) == 2]
@@ -194,6 +196,15 @@ def _elements(node: ast.expr, sequences: Sequences) -> list[ast.expr] | None:
     return None
 
 
+def _pairs(mapping: ast.Dict) -> list[ast.expr]:
+    """A dict literal's (key, value) pairs as tuples, as `.items()` yields them."""
+    return [
+        ast.Tuple([k, v], ast.Load())
+        for k, v in zip(mapping.keys, mapping.values, strict=True)
+        if k is not None
+    ]
+
+
 def _sequence_bindings(name: str, value: ast.expr, sequences: Sequences) -> None:
     """Record `name = [...]` / `(...)` / `{...}` for later loops (a dict also as its pairs)."""
     elements = _elements(value, sequences)
@@ -203,10 +214,7 @@ def _sequence_bindings(name: str, value: ast.expr, sequences: Sequences) -> None
         return
     sequences[name] = elements
     if isinstance(value, ast.Dict):
-        sequences[f"{name}{{}}"] = [
-            ast.Tuple([k, v], ast.Load()) for k, v in zip(value.keys, value.values, strict=True)
-            if k is not None
-        ]  # fmt: skip
+        sequences[f"{name}{{}}"] = _pairs(value)
 
 
 def _own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.AST]:
@@ -234,12 +242,7 @@ def _functions(tree: ast.Module) -> tuple[dict[str, _Function], dict[str, _Funct
         params = tuple(a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs])
         if not params:
             continue
-        positional = [*args.posonlyargs, *args.args]
-        defaults = tuple(
-            (a.arg, d) for a, d in zip(positional[len(positional) - len(args.defaults):],
-                                       args.defaults, strict=True)
-        ) + tuple((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
-                  if d is not None)  # fmt: skip
+        defaults = tuple((a.arg, d) for a, d in _defaults(args))
         own = _own_nodes(node)
         returns = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
         if len(returns) == 1 and _uses(returns[0], params):
@@ -247,9 +250,19 @@ def _functions(tree: ast.Module) -> tuple[dict[str, _Function], dict[str, _Funct
         for inner in own:
             if not (isinstance(inner, ast.Call) and inner.args):
                 continue
-            if _called(inner) in FAKE_REGISTRARS and _uses(inner.args[0], params):
+            if called_name(inner) in FAKE_REGISTRARS and _uses(inner.args[0], params):
                 helpers[node.name] = _Function(params, defaults, inner.args[0])
     return builders, helpers
+
+
+def _defaults(args: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
+    """Each parameter that has a default, with it (positional and keyword-only)."""
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(
+        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
+    )
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d]
+    return pairs
 
 
 def _uses(node: ast.AST | None, params: tuple[str, ...]) -> bool:
@@ -284,11 +297,7 @@ class _FakeFinder(ast.NodeVisitor):
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
             self.env.pop(a.arg, None)
             self.sequences.pop(a.arg, None)
-        positional = [*args.posonlyargs, *args.args]
-        pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults,
-                         strict=True))  # fmt: skip
-        pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d]
-        for arg, default in pairs:
+        for arg, default in _defaults(args):
             values = strings(default, saved[0])
             if values:
                 self.env[arg.arg] = values
@@ -314,7 +323,7 @@ class _FakeFinder(ast.NodeVisitor):
             self.env.pop(name, None)
         _sequence_bindings(name, node.value, self.sequences)
         value = node.value
-        if isinstance(value, ast.Call) and _called(value) == "Library" and value.args:
+        if isinstance(value, ast.Call) and called_name(value) == "Library" and value.args:
             found = self.strings(value.args[0])
             if len(found) == 1:
                 self.namespaces[name] = found[0]
@@ -348,7 +357,7 @@ class _FakeFinder(ast.NodeVisitor):
                 self.env[name] = value
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = _called(node)
+        name = called_name(node)
         if name in FAKE_REGISTRARS and node.args:
             self._add(node.args[0], node)
         elif name == "impl" and _has_fake_key(node, self.env):
@@ -356,8 +365,7 @@ class _FakeFinder(ast.NodeVisitor):
         elif name in self.helpers:
             helper = self.helpers[name]
             inner = bind(helper, node, self.env, self.evaluator)
-            if inner is not None:
-                self._record(self.evaluator.strings(helper.expression, inner), None)
+            self._record(self.evaluator.strings(helper.expression, inner), None)
         self.generic_visit(node)
 
     def _add(self, arg: ast.AST | None, call: ast.Call) -> None:

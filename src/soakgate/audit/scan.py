@@ -68,9 +68,9 @@ class _Index:
     macros: dict[str, str] = field(default_factory=dict)
     defines: dict[str, Macro] | None = None
     builds: list[Extension] = field(default_factory=list)
+    """The extensions the tree's build files define (`build_names`)."""
     reach: Reach | None = None
     """The files each file includes (set by `audit_paths`)."""
-    """The extensions the tree's build files define (`build_names`)."""
 
     def parse(self, path: str) -> CppFile:
         if path not in self.parsed:
@@ -129,7 +129,7 @@ class _Index:
         TORCH_EXTENSION_NAME for that file where its build files say (`-D` on the command line
         wins over a fallback `#define` in the sources), else the `#define` chain."""
         resolved = self.macro(name)
-        if MACRO in (name, resolved) or MACRO in resolved:
+        if name == MACRO or MACRO in resolved:
             built = extension_name(self.builds, path)
             if built is not None:
                 return self.macro(name.replace(MACRO, built)).replace(MACRO, built)
@@ -322,7 +322,7 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
     index = _Index(contents)
     index.reach = include_reach(contents)
     index.builds = extensions(
-        build_files([Path(p) for p in paths_list], [Path(p).parent for p in paths_list])
+        build_files([Path(p) for p in paths_list], [Path(p).parent for p in paths_list], _SKIP_DIRS)
     )
     collected, parsed = _collect(files, index)
     _follow_extensions(index, [info for _, info in collected.py_impls])
