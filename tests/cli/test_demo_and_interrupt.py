@@ -23,6 +23,7 @@ def test_demo_reports_an_exact_match(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     text = " ".join(result.stdout.split())
     assert "exact match" in text and "soakgate summary" in text
+    assert "[green]" not in text and "[/]" not in text, text  # a verdict, not markup
     store = open_store(db)
     rows = list(store.generations())
     store.close()

@@ -24,6 +24,8 @@ def main(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when the detected collapses match the mock's ground truth exactly."""
     from pathlib import Path
 
+    from rich.text import Text
+
     from soakgate.load import LoadSpec
     from soakgate.load.demo import run_demo
     from soakgate.load.progress import LiveProgress, summary_table
@@ -45,12 +47,13 @@ def main(args: argparse.Namespace) -> int:
             result, check = run_demo(config, on_tick=live.update)
     console = wide_console()
     console.print(summary_table(config.label, result.tallies, result.elapsed_s))
-    verdict = "[green]exact match[/]" if check.exact else "[red]MISMATCH[/]"
-    console.print(
+    # the console shows strings as text (no markup): the verdict's colour is a styled span
+    verdict = ("exact match", "green") if check.exact else ("MISMATCH", "red")
+    console.print(Text.assemble(
         f"ground truth: {check.injected} collapses injected, {check.detected} detected, "
-        f"{check.missed} missed, {check.false_alarms} false alarms — {verdict}; "
-        f"{check.faults_injected} faults injected, {check.errors_recorded} errors recorded"
-    )
+        f"{check.missed} missed, {check.false_alarms} false alarms — ", verdict,
+        f"; {check.faults_injected} faults injected, {check.errors_recorded} errors recorded",
+    ))  # fmt: skip
     console.print(f"stored in {config.db} (run {result.run.run_id})")
     if result.stopped_by == "stop":
         return 130  # interrupted: the ground-truth check covers only what ran
