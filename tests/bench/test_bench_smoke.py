@@ -284,3 +284,19 @@ def test_bench_paired_prints_each_process_with_and_without_the_clock() -> None:
     assert "with pairing" in out and "without" in out and "decided paired" in out
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("drift-shared")]
     assert len(rows) == 2 and all(len(row) == 20 for row in rows)  # name, 6 rates "x ± y", "|"
+
+
+def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    run_bench("bench_reference_tokens.py", "--top-p", "1.0", "--calibration", "40", "--holdout",
+              "8", "--generations", "4", "--controls", "lost-mlp", "--held-out", "wrong-norm",
+              "--batch", "8", "--max-tokens", "8", "--out", str(tmp_path), timeout_s=600)  # fmt: skip
+    assert {p.name for p in tmp_path.iterdir()} == {
+        f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout") for part in ("ref", "soak")
+    }
+    out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05")
+    assert "after: worst token >" in out and "soak z >" in out, out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") == 2}
+    assert set(rows) == {"clean", "lost-mlp", "wrong-norm"}, out
+    assert "held out" in rows["wrong-norm"] and "tuning" in rows["lost-mlp"], out
+    assert "us per generation without the soak values" in out, out

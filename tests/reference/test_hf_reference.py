@@ -74,6 +74,9 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
         typical = connection.execute("SELECT COUNT(*) FROM generations WHERE "
                                      "json_extract(details, '$.reference.typical') IS NOT NULL"
                                      ).fetchone()[0]  # fmt: skip
+        soak_z = connection.execute("SELECT COUNT(*) FROM generations WHERE "
+                                    "json_extract(details, '$.reference.soak_z') IS NOT NULL"
+                                    ).fetchone()[0]  # fmt: skip
         calibrations = [json.loads(d) for (d,) in connection.execute(
             "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
     assert scored == 80  # every row, on the candidate's own ids
@@ -81,6 +84,10 @@ def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
     assert all(c["n"] >= 57 for c in calibrations)  # the model's own samples, a few may fail
     # the exact entropy at every position: every row has its typicality, calibrated jointly
     assert typical == 80 and all(c["typical_threshold"] is not None for c in calibrations)
+    # the soak samples (temperature 0.8): the whole-generation flag is its standardized
+    # surprisal under that sampling distribution, exact in process, on every row
+    assert all(c["whole_score"] == "soak_z" for c in calibrations)
+    assert soak_z == 80
     # 5% calibrated: 2 expected of 40 (the threshold's own rate is random: below ~12%, 95%)
     assert counts["same-model"] <= 12, counts
     assert counts["two-layers"] >= 24, counts  # 183/200 (92%) in a longer run (README)

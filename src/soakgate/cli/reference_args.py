@@ -124,6 +124,7 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
             f"{args.false_flag_rate:g}: at least {need} samples are needed"
         )
     from soakgate.reference.scorer import ReferenceScorer, ScoringSettings
+    from soakgate.reference.soak import Sampling
 
     backlog = args.score_backlog or 4 * config.load.concurrency * len(config.targets)
     settings = ScoringSettings(
@@ -144,6 +145,7 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
             spec.url, spec.model, api_key, args.score_timeout, connections,
             TOP_ALTERNATIVES if alternatives is None else alternatives, tls,
         )  # fmt: skip
+        reference.sampling = Sampling.of(config.request.temperature, config.request.top_p)
         return ReferenceScorer(reference, settings, ServerSampler(spec))
     from pathlib import Path
 
@@ -152,4 +154,5 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
     if not (Path(model_path) / "config.json").is_file():  # refused before any load
         raise UsageError(f"--reference-model {model_path}: no config.json (not a model folder)")
     hf = HFReference(model_path, args.reference_batch or BATCH, args.reference_threads)
+    hf.sampling = Sampling.of(config.request.temperature, config.request.top_p)
     return ReferenceScorer(hf, settings, hf)

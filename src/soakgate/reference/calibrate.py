@@ -8,17 +8,19 @@ is itself random, Beta(n + 1 - r, r); its 95% upper quantile says whether n supp
 below ceil(1/a) - 1 samples no threshold exists (refused); when the upper quantile exceeds 2a the
 calibration is stored with a warning.
 
-With a second score (the whole generation's typicality, score.py) a sample is flagged when either
-score is above its threshold, and the two thresholds are order statistics of one common rank k:
-W_(k) and T_(k). k is the smallest rank at which E(k), the calibration samples that either
-threshold flags, keeps (E(k) + 2) / (n + 1) <= a. For a fixed k, adding the fresh sample to the
-calibration set moves each score's top n + 1 - k by at most one sample, so at most E(k) + 2 of
-the n + 1 exchangeable samples are flagged and a fresh one is flagged with probability at most
-(E(k) + 2) / (n + 1); k is chosen on the calibration alone, which the shipped test checks by
-simulation at the defaults (tests/reference/test_typicality.py). With + 1 (the one-score rule)
-the rate was exceeded by 20% when the scores are independent. The joint rule needs 2/a - 1
-samples (1,999 at the default rate 0.001); below that the typicality is not calibrated and the
-worst token judges alone, as before. The realised rate is bounded with Beta(E + 2, n + 1 - E).
+With a second score (the whole generation's: its standardized surprisal under the soak's
+sampling distribution where every sample has one, else its typicality; score.py) a sample is
+flagged when either score is above its threshold, and the two thresholds are order statistics of
+one common rank k: W_(k) and T_(k). k is the smallest rank at which E(k), the calibration
+samples that either threshold flags, keeps (E(k) + 2) / (n + 1) <= a. For a fixed k, adding the
+fresh sample to the calibration set moves each score's top n + 1 - k by at most one sample, so
+at most E(k) + 2 of the n + 1 exchangeable samples are flagged and a fresh one is flagged with
+probability at most (E(k) + 2) / (n + 1); k is chosen on the calibration alone, which the
+shipped test checks by simulation at the defaults (tests/reference/test_typicality.py). With + 1
+(the one-score rule) the rate was exceeded by 20% when the scores are independent. The joint
+rule needs 2/a - 1 samples (1,999 at the default rate 0.001); below that the second score is not
+calibrated and the worst token judges alone, as before. The realised rate is bounded with
+Beta(E + 2, n + 1 - E).
 """
 
 from __future__ import annotations
@@ -61,13 +63,17 @@ class Calibration:
     """The same quantiles of the samples' mean surprisal (`score.mean_surprisal`), which the
     report's unit-level verdict judges a unit's against (stats/shift.py)."""
     typical_threshold: float | None = None
-    """Typicality (`score.typical_surprisal`) strictly above this is flagged too; None when the
-    reference gave no entropies (the worst token alone, at the whole rate)."""
+    """The whole-generation score (`whole_score`) strictly above this is flagged too; None when
+    the reference gave no alternatives (the worst token alone, at the whole rate)."""
     flagged: int | None = None
     """Calibration samples flagged by either threshold (E(k)); None for one score."""
     typical_quantiles: dict[str, float] = field(default_factory=dict)
     """The same quantiles of the samples' typicality, when every sample has one: the report's
     unit-level verdict judges a unit's typicality against their 90th percentile."""
+    whole_score: str = "typical_surprisal"
+    """Which whole-generation score `typical_threshold` is for: `soak_z` (`score.whole_z`) when
+    every sample had one, else `typical_surprisal` (a calibration stored before issue 28's soak
+    z, or a greedy soak)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (event data / run metadata)."""
@@ -108,11 +114,11 @@ def joint_rank(
 
 def calibrate(
     scores: Sequence[float], false_flag_rate: float, means: Sequence[float] = (),
-    typicals: Sequence[float | None] = (),
+    typicals: Sequence[float | None] = (), soak_zs: Sequence[float | None] = (),
 ) -> Calibration:  # fmt: skip
-    """The threshold for `false_flag_rate` from calibration scores (with `typicals`, one per
-    sample and none None: both thresholds, calibrated together); UsageError when there are too
-    few to place one."""
+    """The threshold for `false_flag_rate` from calibration scores (with a whole-generation
+    score for every sample, none None: `soak_zs`, else `typicals`: both thresholds, calibrated
+    together); UsageError when there are too few to place one."""
     if not 0 < false_flag_rate < 1:
         raise UsageError(f"--false-flag-rate must be between 0 and 1, got {false_flag_rate}")
     n = len(scores)
@@ -124,12 +130,15 @@ def calibrate(
             "or a larger --false-flag-rate)"
         )
     ordered = sorted(scores)
-    both = len(typicals) == n and all(t is not None for t in typicals)
-    joint = joint_rank(scores, typicals, false_flag_rate) if both else None  # type: ignore[arg-type]
+    has_typical = len(typicals) == n and all(t is not None for t in typicals)
+    has_z = len(soak_zs) == n and all(z is not None for z in soak_zs)
+    wholes, whole_score = (soak_zs, "soak_z") if has_z else (typicals, "typical_surprisal")
+    both = has_z or has_typical
+    joint = joint_rank(scores, wholes, false_flag_rate) if both else None  # type: ignore[arg-type]
     typical_threshold = flagged = None
     if joint is not None:
         rank, flagged = joint
-        typical_threshold = sorted(typicals)[rank - 1]  # type: ignore[type-var]
+        typical_threshold = sorted(wholes)[rank - 1]  # type: ignore[type-var]
         upper = float(stats.beta.ppf(0.95, flagged + JOINT_SCORES, n + 1 - flagged))
     else:
         rank = min(math.ceil((n + 1) * (1.0 - false_flag_rate)), n)
@@ -144,12 +153,12 @@ def calibrate(
     if both and joint is None:
         need_joint = math.ceil(JOINT_SCORES / false_flag_rate) - 1
         warning = ((warning + "; ") if warning else "reference calibration: ") + (
-            f"the whole-generation typicality needs {need_joint} samples at a false-flag rate "
+            f"the whole-generation score needs {need_joint} samples at a false-flag rate "
             f"of {false_flag_rate:g}: only the worst token is judged (give --calibration "
             f"{max(need_joint, 5000)})"
         )
     means_found = _quantiles(means) if len(means) == n else {}
-    typical_found = _quantiles(typicals) if both else {}  # type: ignore[arg-type]
+    typical_found = _quantiles(typicals) if has_typical else {}  # type: ignore[arg-type]
     return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning,
                        _quantiles(scores), means_found, typical_threshold, flagged,
-                       typical_found)  # fmt: skip
+                       typical_found, whole_score)  # fmt: skip

@@ -20,6 +20,7 @@ from soakgate.errors import UsageError
 from soakgate.prompts import Prompt
 from soakgate.reference.http import ReferenceFailed, ScoreRequest
 from soakgate.reference.score import TokenScore
+from soakgate.reference.soak import Sampling, soak_stats_torch
 from soakgate.targets import Outcome, RequestSpec
 
 BATCH = 16
@@ -57,6 +58,8 @@ class HFReference:
         every usable core)."""
         self._calibrating = False
         self.prefill_tokens = 0
+        self.sampling: Sampling | None = None
+        """The soak's sampling settings: each token is also scored under them (`soak.py`)."""
         self._model: Any = None
         self._tokenizer: Any = None
         self._pending: list[tuple[list[int], int, asyncio.Future[list[TokenScore]]]] = []
@@ -195,7 +198,8 @@ class HFReference:
         mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids, _ in batch])
         with torch.no_grad():
             logits = self._model(input_ids=inputs, attention_mask=mask, use_cache=False).logits
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1)
         out = []
         for row, (ids, first) in enumerate(batch):
             start = max(first, 1)
@@ -204,10 +208,17 @@ class HFReference:
             chosen = rows.gather(1, targets[:, None])[:, 0]
             ranks = (rows > chosen[:, None]).sum(1) + 1
             entropies = -(rows.exp() * rows).nan_to_num().sum(1)  # exact: the whole vocabulary
+            soak: list[tuple[float, float, float] | None] = [None] * len(targets)
+            if self.sampling is not None:
+                stats = soak_stats_torch(
+                    torch, logits[row, start - 1 : len(ids) - 1], targets, self.sampling
+                )
+                soak = list(zip(*(x.tolist() for x in stats), strict=True))
             out.append([
-                TokenScore(p - first, t, float(lp), int(r), self._tokenizer.decode([t]), float(h))
-                for p, t, lp, r, h in zip(range(start, len(ids)), ids[start:], chosen.tolist(),
-                                          ranks.tolist(), entropies.tolist(), strict=True)
+                TokenScore(p - first, t, float(lp), int(r), self._tokenizer.decode([t]), float(h),
+                           s)
+                for p, t, lp, r, h, s in zip(range(start, len(ids)), ids[start:], chosen.tolist(),
+                                             ranks.tolist(), entropies.tolist(), soak, strict=True)
             ])  # fmt: skip
         return out
 

@@ -13,6 +13,7 @@ scored with the generated ones, and the row says `alignment: text`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ import orjson
 
 from soakgate.errors import TargetError
 from soakgate.reference.score import TokenScore, entropy_from_top
+from soakgate.reference.soak import Sampling, soak_stats_top
 from soakgate.targets.tls import SYSTEM, TlsOptions
 
 TOP_ALTERNATIVES = 20
@@ -49,9 +51,12 @@ class ScoreRequest:
     """The chat messages (chat endpoint), for an in-process reference's chat template."""
 
 
-def parse_prompt_logprobs(body: Any, ids: Sequence[int], first: int) -> list[TokenScore]:
+def parse_prompt_logprobs(
+    body: Any, ids: Sequence[int], first: int, sampling: Sampling | None = None
+) -> list[TokenScore]:
     """The TokenScores of positions `first..` of a vLLM completions answer with prompt_logprobs,
-    for the prompt `ids` that was sent. Raises ReferenceFailed when the shape is not vLLM's."""
+    for the prompt `ids` that was sent (each also under `sampling`, from the alternatives).
+    Raises ReferenceFailed when the shape is not vLLM's."""
     try:
         entries = body["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
@@ -61,10 +66,12 @@ def parse_prompt_logprobs(body: Any, ids: Sequence[int], first: int) -> list[Tok
             f"prompt_logprobs has {len(entries) if isinstance(entries, list) else 'no'} "
             f"entries for a prompt of {len(ids)} tokens"
         )
-    return [_token(entries[i], ids[i], i - first) for i in range(max(first, 1), len(ids))]
+    return [_token(entries[i], ids[i], i - first, sampling) for i in range(max(first, 1), len(ids))]
 
 
-def _token(entry: Any, token_id: int | None, position: int) -> TokenScore:
+def _token(
+    entry: Any, token_id: int | None, position: int, sampling: Sampling | None = None
+) -> TokenScore:
     """One position's entry: the token's own logprob (keyed by its id, or the only key)."""
     if not isinstance(entry, dict) or not entry:
         raise ReferenceFailed(f"prompt_logprobs position {position} is empty")
@@ -80,14 +87,16 @@ def _token(entry: Any, token_id: int | None, position: int) -> TokenScore:
         raise ReferenceFailed(f"prompt_logprobs position {position} has no logprob") from None
     rank = value.get("rank")
     text = value.get("decoded_token")
-    entropy = None
+    entropy = soak = None
     if len(entry) > 1:
         known = [v.get("logprob") if isinstance(v, dict) else None for v in entry.values()]
         if all(isinstance(x, int | float) for x in known):
             entropy = entropy_from_top(known)  # type: ignore[arg-type]
+            if sampling is not None:
+                soak = soak_stats_top(known, logprob, sampling)  # type: ignore[arg-type]
     return TokenScore(
         position, token_id, logprob, rank if isinstance(rank, int) else None,
-        text if isinstance(text, str) else "", entropy,
+        text if isinstance(text, str) else "", entropy, soak,
     )  # fmt: skip
 
 
@@ -99,8 +108,7 @@ def text_generated(tokens: list[TokenScore], generated: str) -> list[TokenScore]
         start -= 1
         covered += len(tokens[start].text)
     tail = tokens[start:]
-    return [TokenScore(i, t.token_id, t.logprob, t.rank, t.text, t.entropy)
-            for i, t in enumerate(tail)]  # fmt: skip
+    return [dataclasses.replace(t, position=i) for i, t in enumerate(tail)]
 
 
 class HttpReference:
@@ -126,6 +134,9 @@ class HttpReference:
         vLLM started with a smaller `--max-logprobs`): the worst token then judges alone."""
         self.alternatives = alternatives
         """Alternatives asked for at the start (`--reference-alternatives`)."""
+        self.sampling: Sampling | None = None
+        """The soak's sampling settings: each token is also scored under them, from the
+        alternatives (`soak.soak_stats_top`)."""
 
     def describe(self) -> dict[str, Any]:
         """What is stored with the run about this reference."""
@@ -169,7 +180,8 @@ class HttpReference:
                     raise
                 body = await self._post(ids, 0)  # refused only for the alternatives?
                 self.top = 0  # yes: ask for none from now on
-            return parse_prompt_logprobs(body, ids, len(request.prompt_ids)), "token_ids"
+            scored = parse_prompt_logprobs(body, ids, len(request.prompt_ids), self.sampling)
+            return scored, "token_ids"
         if request.prompt_text is None:
             raise ReferenceFailed("no_token_ids: a chat generation needs the candidate's ids")
         body = await self._post(request.prompt_text + request.text)

@@ -15,7 +15,15 @@ at most at the false-flag rate:
   variation that the prompt and the position put into the plain mean. The entropy is exact for
   an in-process reference (`--reference-model`) and estimated from the top alternatives a server
   returns (`entropy_from_top`); either way the score is calibrated on the reference's own samples
-  scored the same way, so an estimate costs power, never the false-flag rate.
+  scored the same way, so an estimate costs power, never the false-flag rate;
+- the whole generation's standardized surprisal under the soak's own sampling distribution
+  (`soak.soak_z`: its temperature and nucleus; mean 0 and variance 1 for a clean generation of
+  any length). Where the soak samples, this is the whole-generation score the flag uses (the
+  typicality is still stored, and the report's unit-level verdict judges it); a greedy soak, or
+  a calibration without it, uses the typicality. Measured on the real model (BENCHMARKS.md
+  section 17): at `--top-p 0.95` it flagged 66-99% of four whole-distribution controls'
+  generations where the typicality flagged 44-98%, and on controls it was not designed on
+  85.3% against 57.3% (a wrong norm weight).
 
 The thresholds are calibrated on the reference's own samples at the soak's settings, which
 absorbs the temperature, the length and the model's own long tail.
@@ -30,7 +38,7 @@ from typing import Any
 
 SCORE_NAME = "max_surprisal"
 """What `Generation.reference_score` holds: the largest surprisal of a generated token, nats."""
-SCORES = (SCORE_NAME, "typical_surprisal")
+SCORES = (SCORE_NAME, "typical_surprisal", "soak_z")
 """The scores a calibration is drawn for (its fingerprint names them)."""
 CONTEXT_TOKENS = 8
 """Tokens of text kept on each side of an implausible token (for the report)."""
@@ -56,6 +64,10 @@ class TokenScore:
     """The reference's entropy at this position, nats (exact in process; from the top
     alternatives over HTTP, see `entropy_from_top`); None when the reference gave no
     alternatives."""
+    soak: tuple[float, float, float] | None = None
+    """The token under the soak's sampling distribution (`soak.py`): its tempered surprisal,
+    that surprisal's mean and variance at this position; None when the soak is greedy or the
+    reference gave no alternatives."""
 
     @property
     def surprisal(self) -> float:
@@ -100,6 +112,14 @@ def entropy_from_top(logprobs: Iterable[float]) -> float:
     return known - rest * math.log(rest) if rest > 1e-12 else known
 
 
+def whole_z(tokens: Sequence[TokenScore]) -> float | None:
+    """The generation's standardized surprisal under the soak's sampling distribution
+    (`soak.soak_z`); None when a token lacks its values."""
+    from soakgate.reference.soak import soak_z
+
+    return soak_z([t.soak for t in tokens])
+
+
 def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenScore]:
     """The tokens whose surprisal is above the threshold, in order."""
     return [t for t in tokens if t.surprisal > threshold]
@@ -108,12 +128,14 @@ def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenSco
 def evidence(
     tokens: Sequence[TokenScore], threshold: float, alignment: str,
     typical_threshold: float | None = None, shift_cutoffs: tuple[float | None, float | None] = (
-        None, None),
+        None, None), whole_score: str = "typical_surprisal",
 ) -> tuple[float, bool, dict[str, Any]]:  # fmt: skip
     """Score, flag and the `details["reference"]` payload of a scored generation: the first
     implausible token with the text around it, and up to KEEP_IMPLAUSIBLE of them; the whole
-    generation's typicality, and `flagged_by` (`token`, `whole`) when a score crossed its
-    threshold. The typicality flags only where the calibration set its threshold.
+    generation's typicality and soak z, and `flagged_by` (`token`, `whole`) when a score crossed
+    its threshold. The whole-generation score is the one the calibration was drawn for
+    (`whole_score`: `soak_z` or `typical_surprisal`, whose threshold `typical_threshold` is), and
+    flags only where the calibration set its threshold.
     `shift_cutoffs` (the calibration's 90th percentiles of the typicality and of the mean
     surprisal) add `above_p90`: the row's typicality (else its mean surprisal) is above its
     percentile, which one in ten of the reference's own rows is (the live metrics' shifted
@@ -121,12 +143,15 @@ def evidence(
     score = max_surprisal(tokens)
     bad = implausible(tokens, threshold)
     typical = typical_surprisal(tokens)
-    whole = typical is not None and typical_threshold is not None and typical > typical_threshold
+    z = whole_z(tokens)
+    judged = z if whole_score == "soak_z" else typical
+    whole = judged is not None and typical_threshold is not None and judged > typical_threshold
     mean = mean_surprisal(tokens)
     payload: dict[str, Any] = {
         "status": "scored", "score": round(score, 4), "threshold": round(threshold, 4),
         "mean": mean,  # unrounded: judged against a calibration quantile
-        "typical": typical, "alignment": alignment, "tokens": len(tokens),
+        "typical": typical, "soak_z": None if z is None else round(z, 4),
+        "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
     typical_cutoff, mean_cutoff = shift_cutoffs
     if typical is not None and typical_cutoff is not None:
@@ -135,6 +160,7 @@ def evidence(
         payload["above_p90"] = mean > mean_cutoff
     if typical_threshold is not None:
         payload["typical_threshold"] = round(typical_threshold, 6)
+        payload["whole_score"] = whole_score
     by = [name for name, hit in (("token", bool(bad)), ("whole", whole)) if hit]
     if by:
         payload["flagged_by"] = by

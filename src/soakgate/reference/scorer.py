@@ -27,7 +27,9 @@ from soakgate.reference.score import (
     mean_surprisal,
     typical_surprisal,
     unscored,
+    whole_z,
 )
+from soakgate.reference.soak import Sampling
 from soakgate.targets import Outcome, RequestSpec
 
 
@@ -35,6 +37,8 @@ class Reference(Protocol):
     """A trusted model that scores tokens (a server, or a model in this process)."""
 
     prefill_tokens: int
+    sampling: Sampling | None
+    """The soak's sampling settings, under which each token is also scored (`soak.py`)."""
 
     async def start(self) -> None: ...
     async def close(self) -> None: ...
@@ -142,6 +146,7 @@ class ReferenceScorer:
         score, flagged, payload = evidence(
             tokens, calibration.threshold, alignment, calibration.typical_threshold,
             (calibration.typical_quantiles.get("p90"), calibration.mean_quantiles.get("p90")),
+            calibration.whole_score,
         )  # fmt: skip
         payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency
         generation.reference_score, generation.suspect = score, flagged
@@ -187,7 +192,7 @@ class ReferenceScorer:
         sampled_spec = dataclasses.replace(spec, return_token_ids=True)
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
         began = time.perf_counter()
-        scores: list[tuple[float, float, float | None]] = []
+        scores: list[tuple[float, float, float | None, float | None]] = []
         failures = drawn = 0
         chunk = max(CHUNK, 2 * concurrency)
         for start in range(0, len(prompts), chunk):
@@ -208,7 +213,7 @@ class ReferenceScorer:
             )
         self.calibration = calibrate(
             [s[0] for s in scores], settings.false_flag_rate, [s[1] for s in scores],
-            [s[2] for s in scores],
+            [s[2] for s in scores], [s[3] for s in scores],
         )  # fmt: skip
         return {
             **self.calibration.to_dict(), "score": SCORE_NAME, "samples_failed": failures,
@@ -240,12 +245,14 @@ class ReferenceScorer:
 
     async def _calibration_scores(
         self, answers: list[tuple[Prompt, Outcome]], endpoint: str, concurrency: int
-    ) -> tuple[list[tuple[float, float, float | None]], int]:
-        """Each clean sample's scores (worst token, mean, typicality); the count of samples that
-        failed or could not be scored."""
+    ) -> tuple[list[tuple[float, float, float | None, float | None]], int]:
+        """Each clean sample's scores (worst token, mean, typicality, soak z); the count of
+        samples that failed or could not be scored."""
         gate = asyncio.Semaphore(concurrency)
 
-        async def one(prompt: Prompt, outcome: Outcome) -> tuple[float, float, float | None] | None:
+        async def one(
+            prompt: Prompt, outcome: Outcome
+        ) -> tuple[float, float, float | None, float | None] | None:
             if outcome.error_class is not None:
                 return None
             async with gate:
@@ -253,7 +260,8 @@ class ReferenceScorer:
                     tokens, _ = await self.reference.score(request_for(prompt, outcome, endpoint))
                 except ReferenceFailed:
                     return None
-            return max_surprisal(tokens), mean_surprisal(tokens), typical_surprisal(tokens)
+            return (max_surprisal(tokens), mean_surprisal(tokens), typical_surprisal(tokens),
+                    whole_z(tokens))  # fmt: skip
 
         results = await asyncio.gather(*(one(p, o) for p, o in answers))
         scores = [s for s in results if s is not None]

@@ -1,0 +1,146 @@
+"""Bench (issue 28): the per-generation flag of reference scoring before and after the soak z,
+on the real model's tokens written by `bench_reference_tokens.py`.
+
+For each `top_p` whose files are in DIR it builds soakgate's own `TokenScore`s from the stored
+values (float16: the figures can differ from an exact run in the last rank of a threshold),
+calibrates with soakgate's own `calibrate` at the default rate on the 5,000 clean calibration
+samples, and flags every clean holdout and corrupted generation with soakgate's own `evidence`:
+
+- `before`: the worst token and the typicality calibrated together (the rule shipped until the
+  soak z; `whole_score` `typical_surprisal`);
+- `after`: the worst token and the soak z calibrated together (`soak.soak_z`, the rule shipped).
+
+Controls in `tuning-*` files are those the soak z was designed on; those in `heldout-*` files
+were kept apart until the score was frozen (BENCHMARKS.md section 17 has their first run).
+Clopper-Pearson 95% intervals. Last, the client's CPU per scored generation to parse a
+reference's answer (88 scored tokens, 20 alternatives each, as vLLM returns them) with and
+without the soak values.
+
+Run: python bench/bench_reference_soak.py DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from soakgate.reference.calibrate import Calibration, calibrate  # noqa: E402
+from soakgate.reference.score import (  # noqa: E402
+    TokenScore,
+    evidence,
+    max_surprisal,
+    typical_surprisal,
+    whole_z,
+)
+from soakgate.stats.rates import clopper_pearson  # noqa: E402
+
+RATE = [0.001]
+
+
+def load(stem: Path) -> dict[str, list[list[TokenScore]]]:
+    """Each group's generations as soakgate's TokenScores."""
+    import numpy as np
+
+    arrays: dict[str, dict[str, Any]] = {}
+    for part in ("ref", "soak"):
+        with np.load(f"{stem}-{part}.npz") as data:
+            for key in data.files:
+                name, field = key.split("/")
+                arrays.setdefault(name, {})[field] = data[key].astype(np.float64)
+    groups = {}
+    for name, fields in arrays.items():
+        offsets = fields["offsets"].astype(int)
+        lp, h, ls, m, w = (fields[f].tolist() for f in ("lp", "h", "ls", "m", "w"))
+        groups[name] = [
+            [TokenScore(i - a, None, lp[i], None, "", h[i], (-ls[i], m[i], w[i]))
+             for i in range(a, b)]
+            for a, b in itertools.pairwise(offsets)
+        ]  # fmt: skip
+    return groups
+
+
+def _share(hits: int, n: int) -> str:
+    low, high = clopper_pearson(hits, n, 0.95)
+    return f"{100 * hits / n:5.1f}% [{100 * low:4.1f}, {100 * high:5.1f}]"
+
+
+def flagged(rows: list[list[TokenScore]], made: Calibration) -> int:
+    return sum(
+        evidence(tokens, made.threshold, "token_ids", made.typical_threshold,
+                 whole_score=made.whole_score)[1]
+        for tokens in rows
+    )  # fmt: skip
+
+
+def parse_cost(rounds: int = 200) -> None:
+    """CPU per generation of `http.parse_prompt_logprobs` with and without the soak values."""
+    import math
+    import random
+    import time
+
+    from soakgate.reference.http import parse_prompt_logprobs
+    from soakgate.reference.soak import Sampling
+
+    rng = random.Random(1)
+    ids = list(range(1, 130))
+    entries: list[Any] = [None]
+    for token in ids[1:]:
+        top = sorted((math.log(rng.random() * 0.3 + 1e-6) for _ in range(20)), reverse=True)
+        entry = {str(1000 + k): {"logprob": lp, "rank": k + 1, "decoded_token": "x"}
+                 for k, lp in enumerate(top)}  # fmt: skip
+        entry[str(token)] = {"logprob": -3.0, "rank": 30, "decoded_token": "y"}
+        entries.append(entry)
+    body = {"choices": [{"prompt_logprobs": entries}]}
+    cost = {}
+    for sampling in (None, Sampling(0.8, 0.95)):
+        began = time.process_time()
+        for _ in range(rounds):
+            parse_prompt_logprobs(body, ids, 41, sampling)
+        cost[sampling is not None] = (time.process_time() - began) / rounds * 1e6
+    print(f"client CPU to parse a reference's answer (88 scored tokens, 20 alternatives): "
+          f"{cost[False]:,.0f} us per generation without the soak values, {cost[True]:,.0f} us "
+          "with them")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("dir", type=Path, help="bench_reference_tokens.py's --out")
+    parser.add_argument("--rate", type=float, default=RATE[0], help="false-flag rate")
+    args = parser.parse_args()
+    RATE[0] = args.rate
+    stems = sorted(args.dir.glob("tuning-p*-ref.npz"), reverse=True)
+    if not stems:
+        raise SystemExit(f"no tuning-p*-ref.npz in {args.dir}: run bench_reference_tokens.py")
+    for ref in stems:
+        top_p = ref.name[len("tuning-p") : -len("-ref.npz")]
+        groups = load(args.dir / f"tuning-p{top_p}")
+        held = args.dir / f"heldout-p{top_p}"
+        held_groups = load(held) if Path(f"{held}-ref.npz").is_file() else {}
+        calibration = groups.pop("calibration")
+        worst = [max_surprisal(t) for t in calibration]
+        before = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration])
+        after = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration],
+                          [whole_z(t) for t in calibration])  # fmt: skip
+        print(f"top_p {top_p}: calibration {len(calibration):,} clean samples, rate {RATE[0]}; "
+              f"before: worst token > {before.threshold:.3f} or typicality > "
+              f"{before.typical_threshold:.4f}; after: worst token > {after.threshold:.3f} or "
+              f"soak z > {after.typical_threshold:.3f}")  # fmt: skip
+        header = f"{'before (worst + typicality)':<29} after (worst + soak z)"
+        print(f"  {'generations':<16} {'':<9} {header}")
+        rows = [("tuning", "clean holdout" if n == "holdout" else n, g) for n, g in groups.items()]
+        rows += [("held out", n, g) for n, g in held_groups.items()]
+        for kind, name, generations in rows:
+            n = len(generations)
+            print(f"  {name:<16} {kind:<9} {_share(flagged(generations, before), n):<29} "
+                  f"{_share(flagged(generations, after), n)}", flush=True)  # fmt: skip
+    parse_cost()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Bench (issue 28): every scored token of clean and corrupted generations of the shared real
+model, written to a file, so that per-generation scores can be designed on some controls and
+measured once on controls they were not designed on.
+
+The generations are those of `bench_reference_typical.py` (the same sampler, prompts and
+controls), plus three controls that are kept apart for a held-out measurement (`--held-out`
+writes them to their own file):
+
+- `wrong-norm`: layer 1's post-attention RMSNorm weight × 1.3 (a norm kernel with a wrong
+  weight or epsilon), every step;
+- `attn-scale`: every layer's query projection × 1.25 (an attention kernel with the wrong
+  softmax scale), every step;
+- `fp8-act`: every layer's MLP output rounded to float8 e4m3 (an activation-quantised kernel),
+  every step.
+
+Each generation is scored teacher-forced under the clean model; per generated token the file
+holds, under the reference at temperature 1 (what soakgate's in-process reference computes):
+its log-probability `lp`, the entropy `h` and the varentropy `v` (variance of the surprisal)
+at that position, and `tail`, the probability of a token less likely than it; and as the soak's
+sampling distribution sees it (temperature 0.8, the nucleus; `soakgate.reference.soak`, the
+shipped computation): `ls` (minus the tempered surprisal), `m` and `w` (its mean and variance
+under the sampling distribution), and `lq`, the token's log-probability under the sampling
+distribution itself (minus infinity outside the nucleus, stored as -60).
+Arrays are flat float16 over tokens with `offsets` per generation, one group per name.
+
+Run: python bench/bench_reference_tokens.py --device cuda --batch 128 --out DIR
+     [--calibration 5000 --holdout 3000 --generations 600 --top-p 1.0 0.95]
+Needs torch and transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_reference_typical as typical  # noqa: E402
+import benchlib  # noqa: E402
+
+from soakgate.prompts import builtin_prompts  # noqa: E402
+from soakgate.reference.hf import HFReference  # noqa: E402
+from soakgate.reference.soak import Sampling, soak_stats_torch  # noqa: E402
+
+HELD_OUT = ("wrong-norm", "attn-scale", "fp8-act")
+FIELDS = ("lp", "h", "v", "tail", "ls", "m", "w", "lq")
+FLOOR = -60.0
+"""Log-probabilities below this (a token outside the nucleus: minus infinity) are stored as this."""
+
+
+class Candidate(typical.Candidate):
+    """`bench_reference_typical`'s candidate with the held-out controls' hooks."""
+
+    def __init__(self, reference: HFReference) -> None:
+        super().__init__(reference)
+        torch = self.torch
+        layers = self.model.model.layers
+        norm = layers[1].post_attention_layernorm
+        norm.register_forward_hook(self._hook("wrong-norm", lambda out: out * 1.3))
+        for layer in layers:
+            layer.self_attn.q_proj.register_forward_hook(
+                self._hook("attn-scale", lambda out: out * 1.25)
+            )
+            layer.mlp.register_forward_hook(
+                self._hook("fp8-act", lambda out: out.to(torch.float8_e4m3fn).to(out.dtype))
+            )
+
+
+def _stats(torch: Any, logp: Any, targets: Any) -> list[Any]:
+    """(lp, h, v, tail) of each target under the distributions `logp` (rows: positions)."""
+    p = logp.exp()
+    safe = logp.clamp_min(FLOOR)
+    chosen = safe.gather(1, targets[:, None])[:, 0]
+    h = -(p * safe).sum(1)
+    v = (p * safe * safe).sum(1) - h * h
+    tail = (p * (safe < chosen[:, None])).sum(1)
+    return [chosen, h, v.clamp_min(0.0), tail]
+
+
+def token_stats(candidate: Candidate, prompt_ids: list[int], generated: list[list[int]],
+                top_p: float) -> list[list[list[float]]]:  # fmt: skip
+    """Per generation, per FIELDS, the values at each generated token under the clean model."""
+    torch = candidate.torch
+    longest = max(map(len, generated))
+    rows = [[*prompt_ids, *g, *[candidate.eos] * (longest - len(g))] for g in generated]
+    with torch.no_grad():
+        logits = candidate.model(torch.tensor(rows)).logits[:, len(prompt_ids) - 1 : -1].float()
+    out = []
+    sampling = Sampling(typical.TEMPERATURE, top_p)
+    for i, g in enumerate(generated):
+        row = logits[i, : len(g)]
+        targets = torch.tensor(g)
+        plain = _stats(torch, torch.log_softmax(row, -1), targets)
+        own, mean, variance = soak_stats_torch(torch, row, targets, sampling)
+        sampled = benchlib.nucleus(torch, row, top_p, typical.TEMPERATURE)
+        lq = sampled.log().clamp_min(FLOOR).gather(1, targets[:, None])[:, 0]
+        out.append([t.tolist() for t in (*plain, -own, mean, variance, lq)])
+    return out
+
+
+def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,
+         mode: str | None, seed: int) -> list[list[list[float]]]:  # fmt: skip
+    """`count` generations under `mode` (None: clean), each as FIELDS' per-token lists."""
+    torch = candidate.torch
+    generator = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
+    prompts = builtin_prompts()
+    found: list[list[list[float]]] = []
+    index = 0
+    while len(found) < count:
+        ids = reference._tokenizer(prompts[(seed + index) % len(prompts)].text).input_ids
+        index += 1
+        batch = typical.BATCH[0]
+        generated = [g for g in candidate.sample(ids, top_p, mode, generator, batch) if g]
+        if mode is not None and mode.startswith("late-"):
+            generated = [g for g in generated if len(g) > typical.LATE]
+        if generated:
+            found += token_stats(candidate, ids, generated, top_p)
+    return found[:count]
+
+
+def save(stem: Path, groups: dict[str, list[list[list[float]]]]) -> None:
+    """Two files per stem (each under the device's 16 MiB): the reference's fields and the
+    sampling distribution's, float16."""
+    import numpy as np
+
+    for part, fields in (("ref", FIELDS[:4]), ("soak", FIELDS[4:])):
+        arrays: dict[str, Any] = {}
+        for name, rows in groups.items():
+            lengths = [len(r[0]) for r in rows]
+            arrays[f"{name}/offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            for field in fields:
+                j = FIELDS.index(field)
+                flat = [x for r in rows for x in r[j]]
+                arrays[f"{name}/{field}"] = np.asarray(flat, dtype=np.float16)
+        np.savez_compressed(f"{stem}-{part}.npz", **arrays)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--calibration", type=int, default=5000)
+    parser.add_argument("--holdout", type=int, default=3000)
+    parser.add_argument("--generations", type=int, default=600)
+    parser.add_argument("--top-p", type=float, nargs="+", default=[1.0, 0.95])
+    parser.add_argument("--model", type=Path, default=typical.MODEL)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=typical.TOKENS[0])
+    parser.add_argument("--controls", nargs="+", default=list(typical.CONTROLS),
+                        choices=typical.CONTROLS)  # fmt: skip
+    parser.add_argument("--held-out", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    typical.BATCH[0], typical.TOKENS[0] = args.batch, args.max_tokens
+    reference = HFReference(args.model)
+    reference.threads = reference.calibration_threads
+    reference._load()
+    if args.device != "cpu":
+        import torch
+
+        torch.set_default_device(args.device)
+        reference._model.to(args.device)
+    candidate = Candidate(reference)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for top_p in args.top_p:
+        began = time.perf_counter()
+        tuning: dict[str, Any] = {
+            "calibration": draw(candidate, reference, args.calibration, top_p, None, 1),
+            "holdout": draw(candidate, reference, args.holdout, top_p, None, 2),
+        }
+        for i, control in enumerate(typical.CONTROLS):
+            if control in args.controls:
+                tuning[control] = draw(candidate, reference, args.generations, top_p, control,
+                                       10 + i)  # fmt: skip
+        held = {control: draw(candidate, reference, args.generations, top_p, control, 40 + i)
+                for i, control in enumerate(HELD_OUT) if control in args.held_out}  # fmt: skip
+        save(args.out / f"tuning-p{top_p}", tuning)
+        save(args.out / f"heldout-p{top_p}", held)
+        print(f"top_p {top_p}: {sum(map(len, tuning.values()))} + {sum(map(len, held.values()))} "
+              f"generations in {time.perf_counter() - began:.0f} s", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

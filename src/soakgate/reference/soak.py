@@ -1,0 +1,111 @@
+"""A generated token as the soak's own sampling distribution sees it (issue 28).
+
+The candidate server samples each token from the model's distribution at the soak's temperature,
+cut to its nucleus (`top_p`). Under that distribution q, a clean server's token x has a
+surprisal s = -log q_T(x) (q_T: the tempered distribution, before the cut) whose mean m and
+variance w at that position are known exactly: m = E_q[-log q_T], w = Var_q[-log q_T]. The sum
+over a generation of (s - m), divided by sqrt(sum w), is then a standardized score with mean 0
+and variance 1 for a clean generation of any length (`score.soak_z`): the locally most powerful
+test against a model that is a little too flat everywhere, and length-free, so one threshold is
+as strict for a long generation as for a short one.
+
+Why the tempered surprisal and not q's own: a token outside q's nucleus has probability 0 under
+q, and a reference whose numbers differ slightly from the server's (bf16 against float32, ties
+at the nucleus edge) would find such tokens in clean generations; under q_T the token just
+outside the edge is about as surprising as the one just inside it.
+
+In process (`--reference-model`) the whole vocabulary is known and the three values are exact.
+Over HTTP only the top alternatives the reference returns are (`soak_stats_top`): the mass they
+leave is counted as one more outcome with that probability, so the values are approximations;
+the calibration scores the reference's own samples the same way, so an approximation costs power,
+never the false-flag rate.
+
+`top_k` passed through `--extra` is not modelled (the nucleus is the only cut applied here).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """The soak's sampling settings, as the score models them."""
+
+    temperature: float
+    top_p: float = 1.0
+
+    @classmethod
+    def of(cls, temperature: float, top_p: float | None) -> Sampling | None:
+        """The settings of a sampled soak; None for a greedy one (temperature 0: every token is
+        the most likely one and there is no distribution to score against)."""
+        if temperature <= 0:
+            return None
+        return cls(temperature, 1.0 if top_p is None else min(max(top_p, 0.0), 1.0))
+
+
+def soak_stats_torch(
+    torch: Any, logits: Any, targets: Any, sampling: Sampling
+) -> tuple[Any, Any, Any]:
+    """(s, m, w) per position of `logits` (positions x vocabulary, float32) for the tokens
+    `targets`: exact, over the whole vocabulary."""
+    tempered = torch.log_softmax(logits / sampling.temperature, dim=-1)
+    q = tempered.exp()
+    if sampling.top_p < 1.0:
+        ordered, index = q.sort(-1, descending=True)
+        ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= sampling.top_p, 0.0)
+        q = torch.zeros_like(q).scatter(-1, index, ordered)
+        q = q / q.sum(-1, keepdim=True)
+    surprisal = -tempered
+    finite = torch.where(q > 0, surprisal, torch.zeros_like(surprisal))
+    mean = (q * finite).sum(-1)
+    variance = ((q * finite * finite).sum(-1) - mean * mean).clamp_min(0.0)
+    own = surprisal.gather(-1, targets[:, None])[:, 0]
+    return own, mean, variance
+
+
+def soak_stats_top(
+    known: Sequence[float], own: float, sampling: Sampling
+) -> tuple[float, float, float]:
+    """(s, m, w) at one position from the log-probabilities (temperature 1) of the outcomes a
+    server returned there, the token's own `own` among them, and the mass they leave counted
+    as one more outcome. One pass each for the tempered weights and the nucleus (it runs for
+    every scored token of every row: ~6 us per token, BENCHMARKS.md section 17)."""
+    exp, log, t = math.exp, math.log, sampling.temperature
+    mass, scaled = 0.0, []
+    for lp in known:
+        if lp > -700.0:  # exp underflows below (and nan fails the comparison)
+            mass += exp(lp)
+            scaled.append(lp / t)
+    if 1.0 - mass > 1e-12:
+        scaled.append(log(1.0 - mass) / t)
+    scaled.sort(reverse=True)
+    top = scaled[0]
+    weights = [exp(x - top) for x in scaled]
+    total = sum(weights)
+    norm = top + log(total)
+    cut, kept, first, second = sampling.top_p * total, 0.0, 0.0, 0.0
+    for x, weight in zip(scaled, weights, strict=True):
+        if kept >= cut:  # vLLM's rule: the smallest set of most likely outcomes reaching top_p
+            break
+        kept += weight
+        surprisal = norm - x
+        first += weight * surprisal
+        second += weight * surprisal * surprisal
+    mean = first / kept
+    return norm - own / t, mean, max(second / kept - mean * mean, 0.0)
+
+
+def soak_z(stats: Sequence[tuple[float, float, float] | None]) -> float | None:
+    """sum(s - m) / sqrt(sum w) over a generation's tokens; None when a token has no values or
+    there are none."""
+    if not stats or any(x is None for x in stats):
+        return None
+    total = spread = 0.0
+    for s, m, w in stats:  # type: ignore[misc]
+        total += s - m
+        spread += w
+    return total / math.sqrt(max(spread, 1e-9))
