@@ -10,9 +10,16 @@ samples, and flags every clean holdout and corrupted generation with soakgate's 
   soak z; `whole_score` `typical_surprisal`);
 - `after`: the worst token and the soak z calibrated together (`soak.soak_z`, the rule shipped).
 
-Controls in `tuning-*` files are those the soak z was designed on; those in `heldout-*` files
+Where the files hold them (`--ratios`, top_p 1.0), a held-out control's row also shows what its
+likelihood ratio flags, calibrated at the same rate on the clean calibration samples: the
+Neyman-Pearson test that knows the corruption, the ceiling for any score. Controls in
+`tuning-*` files are those the soak z was designed on; those in `heldout-*` files
 were kept apart until the score was frozen (BENCHMARKS.md section 17 has their first run).
-Clopper-Pearson 95% intervals. Last, the client's CPU per scored generation to parse a
+Clopper-Pearson 95% intervals. With `--unit-reps N` (default 200) it also builds units as
+`bench_reference_typical.py` does (2,000 scored generations, the control on 1 in 10, each
+against a fresh calibration of 5,000 from the clean pool) and prints the share judged SHIFTED by
+the unit-level verdict `report` applies (`stats.shift`, on the typicality and, beside it, on the
+mean surprisal), with its Monte Carlo error. Last, the client's CPU per scored generation to parse a
 reference's answer (88 scored tokens, 20 alternatives each, as vLLM returns them) with and
 without the soak values.
 
@@ -43,8 +50,13 @@ from soakgate.stats.rates import clopper_pearson  # noqa: E402
 RATE = [0.001]
 
 
+LLR: dict[str, dict[str, Any]] = {}
+"""group -> control -> each generation's log-likelihood ratio of the control's model to the clean
+one, where `bench_reference_tokens.py --ratios` stored them."""
+
+
 def load(stem: Path) -> dict[str, list[list[TokenScore]]]:
-    """Each group's generations as soakgate's TokenScores."""
+    """Each group's generations as soakgate's TokenScores (likelihood ratios into LLR)."""
     import numpy as np
 
     arrays: dict[str, dict[str, Any]] = {}
@@ -52,6 +64,9 @@ def load(stem: Path) -> dict[str, list[list[TokenScore]]]:
         with np.load(f"{stem}-{part}.npz") as data:
             for key in data.files:
                 name, field = key.split("/")
+                if field.startswith("llr-"):
+                    LLR.setdefault(name, {})[field[4:]] = data[key].astype(np.float64)
+                    continue
                 arrays.setdefault(name, {})[field] = data[key].astype(np.float64)
     groups = {}
     for name, fields in arrays.items():
@@ -112,6 +127,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("dir", type=Path, help="bench_reference_tokens.py's --out")
     parser.add_argument("--rate", type=float, default=RATE[0], help="false-flag rate")
+    parser.add_argument("--unit-reps", type=int, default=200, help="units per row (0: none)")
+    parser.add_argument("--unit-size", type=int, default=2000, help="scored generations per unit")
     args = parser.parse_args()
     RATE[0] = args.rate
     stems = sorted(args.dir.glob("tuning-p*-ref.npz"), reverse=True)
@@ -119,6 +136,7 @@ def main() -> None:
         raise SystemExit(f"no tuning-p*-ref.npz in {args.dir}: run bench_reference_tokens.py")
     for ref in stems:
         top_p = ref.name[len("tuning-p") : -len("-ref.npz")]
+        LLR.clear()
         groups = load(args.dir / f"tuning-p{top_p}")
         held = args.dir / f"heldout-p{top_p}"
         held_groups = load(held) if Path(f"{held}-ref.npz").is_file() else {}
@@ -137,9 +155,42 @@ def main() -> None:
         rows += [("held out", n, g) for n, g in held_groups.items()]
         for kind, name, generations in rows:
             n = len(generations)
-            print(f"  {name:<16} {kind:<9} {_share(flagged(generations, before), n):<29} "
-                  f"{_share(flagged(generations, after), n)}", flush=True)  # fmt: skip
+            line = (f"  {name:<16} {kind:<9} {_share(flagged(generations, before), n):<29} "
+                    f"{_share(flagged(generations, after), n)}")  # fmt: skip
+            ceiling = LLR.get("calibration", {}).get(name)
+            if ceiling is not None and name in LLR.get(name, {}):
+                cut = calibrate(list(ceiling), RATE[0]).threshold
+                line += f"   {_share(int((LLR[name][name] > cut).sum()), n)} likelihood ratio"
+            print(line, flush=True)
+        if args.unit_reps:
+            units(calibration, rows, args.unit_reps, args.unit_size)
     parse_cost()
+
+
+def units(calibration: list[list[TokenScore]], rows: list[tuple[str, str, Any]], reps: int,
+          size: int) -> None:  # fmt: skip
+    """The unit-level verdict per control (bench_reference_typical.unit_verdicts)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_reference_typical as typical
+
+    from soakgate.reference.score import mean_surprisal
+
+    def summary(rows: list[list[TokenScore]]) -> list[tuple[float, float, None, float]]:
+        return [(max_surprisal(t), typical_surprisal(t) or 0.0, None, mean_surprisal(t))
+                for t in rows]  # fmt: skip
+
+    typical.UNIT_REPS[0], typical.UNIT_SIZE[0], typical.RATE[0] = reps, size, RATE[0]
+    clean = [*summary(calibration), *summary(next(g for _, n, g in rows if n == "clean holdout"))]
+    cal = min(5000, len(clean) - size)
+    print(f"  unit level: {reps} units of {size:,} scored generations, the control on 1 in "
+          f"{round(1 / typical.SHARE)}, each against a fresh calibration of {cal:,} "
+          "(stats.shift, one-sided 5%)")  # fmt: skip
+    print(f"  {'units':<16} {'':<9} {'SHIFTED by typicality':<22} SHIFTED by mean surprisal")
+    for index, (kind, name, generations) in enumerate(rows):
+        bad = None if name == "clean holdout" else summary(generations)
+        shares = typical.unit_verdicts(clean, bad, cal, 50 + index)
+        print(f"  {name:<16} {kind:<9} {typical._unit_share(shares[0]):<22} "
+              f"{typical._unit_share(shares[1])}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -102,13 +102,20 @@ def token_stats(candidate: Candidate, prompt_ids: list[int], generated: list[lis
     return out
 
 
+Rows = list[list[list[float]]]
+
+
 def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,
-         mode: str | None, seed: int) -> list[list[list[float]]]:  # fmt: skip
-    """`count` generations under `mode` (None: clean), each as FIELDS' per-token lists."""
+         mode: str | None, seed: int, ratios: tuple[str, ...] = ()
+         ) -> tuple[Rows, dict[str, list[float]]]:  # fmt: skip
+    """`count` generations under `mode` (None: clean), each as FIELDS' per-token lists; and for
+    each control in `ratios`, each generation's log-likelihood ratio of that control's model to
+    the clean one (at the temperature, no nucleus: `bench_reference_typical`'s ceiling)."""
     torch = candidate.torch
     generator = torch.Generator(device=torch.get_default_device()).manual_seed(seed)
     prompts = builtin_prompts()
-    found: list[list[list[float]]] = []
+    found: Rows = []
+    llr: dict[str, list[float]] = {r: [] for r in ratios}
     index = 0
     while len(found) < count:
         ids = reference._tokenizer(prompts[(seed + index) % len(prompts)].text).input_ids
@@ -119,12 +126,16 @@ def draw(candidate: Candidate, reference: HFReference, count: int, top_p: float,
             generated = [g for g in generated if len(g) > typical.LATE]
         if generated:
             found += token_stats(candidate, ids, generated, top_p)
-    return found[:count]
+            clean = candidate.logprobs(ids, generated, None) if ratios else []
+            for r in ratios:
+                changed = candidate.logprobs(ids, generated, r)
+                llr[r] += [a - b for a, b in zip(changed, clean, strict=True)]
+    return found[:count], {r: v[:count] for r, v in llr.items()}
 
 
-def save(stem: Path, groups: dict[str, list[list[list[float]]]]) -> None:
-    """Two files per stem (each under the device's 16 MiB): the reference's fields and the
-    sampling distribution's, float16."""
+def save(stem: Path, groups: dict[str, Rows], ratios: dict[str, dict[str, list[float]]]) -> None:
+    """Two files per stem (each under the device's 16 MiB): the reference's fields (and the
+    likelihood ratios, `NAME/llr-CONTROL`, float32) and the sampling distribution's, float16."""
     import numpy as np
 
     for part, fields in (("ref", FIELDS[:4]), ("soak", FIELDS[4:])):
@@ -136,6 +147,9 @@ def save(stem: Path, groups: dict[str, list[list[list[float]]]]) -> None:
                 j = FIELDS.index(field)
                 flat = [x for r in rows for x in r[j]]
                 arrays[f"{name}/{field}"] = np.asarray(flat, dtype=np.float16)
+            if part == "ref":
+                for control, values in ratios.get(name, {}).items():
+                    arrays[f"{name}/llr-{control}"] = np.asarray(values, dtype=np.float32)
         np.savez_compressed(f"{stem}-{part}.npz", **arrays)
 
 
@@ -151,6 +165,9 @@ def main() -> None:
     parser.add_argument("--controls", nargs="+", default=list(typical.CONTROLS),
                         choices=typical.CONTROLS)  # fmt: skip
     parser.add_argument("--held-out", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
+    parser.add_argument(
+        "--ratios", action="store_true", help="top_p 1.0: held-out controls' likelihood ratios"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -167,18 +184,30 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for top_p in args.top_p:
         began = time.perf_counter()
-        tuning: dict[str, Any] = {
-            "calibration": draw(candidate, reference, args.calibration, top_p, None, 1),
-            "holdout": draw(candidate, reference, args.holdout, top_p, None, 2),
-        }
+        # the Neyman-Pearson ceiling of each held-out control, without a nucleus (as
+        # bench_reference_typical computes it for the others)
+        ratios = tuple(args.held_out) if args.ratios and top_p >= 1.0 else ()
+        found: dict[str, dict[str, list[float]]] = {}
+        tuning: dict[str, Rows] = {}
+        tuning["calibration"], found["calibration"] = draw(
+            candidate, reference, args.calibration, top_p, None, 1, ratios
+        )
+        tuning["holdout"], found["holdout"] = draw(
+            candidate, reference, args.holdout, top_p, None, 2, ratios
+        )
         for i, control in enumerate(typical.CONTROLS):
             if control in args.controls:
-                tuning[control] = draw(candidate, reference, args.generations, top_p, control,
-                                       10 + i)  # fmt: skip
-        held = {control: draw(candidate, reference, args.generations, top_p, control, 40 + i)
-                for i, control in enumerate(HELD_OUT) if control in args.held_out}  # fmt: skip
-        save(args.out / f"tuning-p{top_p}", tuning)
-        save(args.out / f"heldout-p{top_p}", held)
+                tuning[control], _ = draw(candidate, reference, args.generations, top_p, control,
+                                          10 + i)  # fmt: skip
+        held: dict[str, Rows] = {}
+        for i, control in enumerate(HELD_OUT):
+            if control in args.held_out:
+                own = (control,) if ratios else ()
+                held[control], found[control] = draw(
+                    candidate, reference, args.generations, top_p, control, 40 + i, own
+                )
+        save(args.out / f"tuning-p{top_p}", tuning, found)
+        save(args.out / f"heldout-p{top_p}", held, found)
         print(f"top_p {top_p}: {sum(map(len, tuning.values()))} + {sum(map(len, held.values()))} "
               f"generations in {time.perf_counter() - began:.0f} s", flush=True)  # fmt: skip
 

@@ -290,13 +290,20 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
     pytest.importorskip("transformers")
     run_bench("bench_reference_tokens.py", "--top-p", "1.0", "--calibration", "40", "--holdout",
               "8", "--generations", "4", "--controls", "lost-mlp", "--held-out", "wrong-norm",
-              "--batch", "8", "--max-tokens", "8", "--out", str(tmp_path), timeout_s=600)  # fmt: skip
+              "--batch", "8", "--max-tokens", "8", "--ratios", "--out", str(tmp_path),
+              timeout_s=600)  # fmt: skip
     assert {p.name for p in tmp_path.iterdir()} == {
         f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout") for part in ("ref", "soak")
     }
-    out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05")
+    out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
+                    "3", "--unit-size", "20")  # fmt: skip
     assert "after: worst token >" in out and "soak z >" in out, out
-    rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") == 2}
+    rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") >= 2}
     assert set(rows) == {"clean", "lost-mlp", "wrong-norm"}, out
     assert "held out" in rows["wrong-norm"] and "tuning" in rows["lost-mlp"], out
+    # the held-out control's likelihood ratio (--ratios): the ceiling beside the two rules
+    assert rows["wrong-norm"].count("% [") == 3 and "likelihood ratio" in rows["wrong-norm"], out
+    assert "unit level: 3 units of 20 scored generations" in out, out
+    units = [line for line in out.splitlines() if line.count(" ± ") == 2]
+    assert len(units) == 3, out
     assert "us per generation without the soak values" in out, out
