@@ -88,7 +88,7 @@ def _clean(output: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # a Ray cluster losing nodes on a loaded machine: each wait is bounded
+@pytest.mark.timeout(1500)  # a Ray cluster losing nodes on a loaded machine: each wait is bounded
 def test_lost_nodes_are_fault_windows_with_their_resent_requests_and_a_block_short_of_gpus_fails(
     tmp_path: Path,
 ) -> None:
@@ -106,8 +106,17 @@ def test_lost_nodes_are_fault_windows_with_their_resent_requests_and_a_block_sho
                 wait_for(lambda: _driver_node(db), "the cluster event")
                 assert _driver_node(db) == cluster.head_node.node_id
                 first = _remove_a_worker_once_it_serves(cluster, db)
-                # its units were placed again on the GPUs left; then the other worker goes too
-                wait_for(lambda: _replaced(db, first[1]), "the lost units placed again")
+                # its units were placed again on the GPUs left; then the other worker goes too.
+                # Twice (beside four busy loops and more, load 8-12) this was not seen within
+                # 180 s; whether it came later is not known (the campaign's output went with the
+                # kill: it is kept now). Ray notices the lost node, the driver places the units
+                # again and each starts a server in a new worker process, on a starved machine.
+                try:
+                    wait_for(lambda: _replaced(db, first[1]), "the lost units placed again", 480)
+                except AssertionError as exc:
+                    process.kill()
+                    said = process.communicate()[0]
+                    raise AssertionError(f"{exc}; the campaign said:\n{said}") from None
                 second = _remove_the_other_worker(cluster, db)
                 output, _ = process.communicate(timeout=400)
             finally:
