@@ -5,6 +5,7 @@ recommends, the written plan, and one-line errors."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +139,22 @@ def test_pilot_line_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[
     argv = ["plan", "--pilot", str(db), "--ratio", "2", "--write", str(tmp_path / "p.toml")]
     assert main([*argv, "--arms", "a", "b", "--hypothesis", "h"]) == 2
     assert "a block design: add --blocks" in capsys.readouterr().err
+
+
+def test_a_budget_holds_the_warm_ups_so_designs_are_weighed_at_equal_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 26 item 6: `plan --n N` weighs the designs for the same requests. The warm-up design
+    # soaked its warm-ups on top of N (148,800 per arm for a budget of 60,000 here) and was
+    # compared, and recommended, as if it cost the same.
+    db = _pilot_db(tmp_path, "uptime", 12)
+    out = _plan(capsys, "--pilot", str(db), "--label", "eager", "--ratio", "1.5", "--n", "60000")
+    soaked = {line.split(":")[0].strip(): int(m.group(1).replace(",", ""))
+              for line in out.splitlines()
+              if (m := re.search(r"\(([\d,]+) soaked per arm\)", line))}  # fmt: skip
+    assert set(soaked) == {"blocks from a fresh start", "blocks after a warm-up"}, out
+    assert all(n <= 60_000 for n in soaked.values()), out
+    assert "after a warm-up of 11,100 (60,000 soaked per arm)" in out, out
 
 
 def test_writes_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

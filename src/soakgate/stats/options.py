@@ -189,7 +189,11 @@ def _pilot_blocks(
     found: list[Sized] = []
     for count in counts:
         if n is not None or length is not None:
-            m = length or max(1, (n or 0) // count)
+            # a budget of n per arm holds the warm-ups too: every design is weighed at the same
+            # requests soaked (a warm-up that leaves no counted request is no design for it)
+            m = length or (n or 0) // count - warmup
+            if m < 1:
+                continue
             model = pilot.blocks(warmup, m)
             if model is not None:
                 found.append(_at(model, Blocks(count, m, warmup), q))
