@@ -36,6 +36,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
 
 from soakgate.reference.calibrate import Calibration, calibrate  # noqa: E402
 from soakgate.reference.score import (  # noqa: E402
@@ -170,7 +171,6 @@ def main() -> None:
 def units(calibration: list[list[TokenScore]], rows: list[tuple[str, str, Any]], reps: int,
           size: int) -> None:  # fmt: skip
     """The unit-level verdict per control (bench_reference_typical.unit_verdicts)."""
-    sys.path.insert(0, str(REPO / "bench"))
     import bench_reference_typical as typical
 
     from soakgate.reference.score import mean_surprisal

@@ -93,7 +93,7 @@ def test_a_clean_generations_score_is_standard_normal_at_any_length() -> None:
 
 
 @pytest.mark.slow
-def test_a_model_wrong_everywhere_a_little_is_flagged_per_generation() -> None:
+def test_a_model_a_little_too_flat_everywhere_is_flagged_per_generation() -> None:
     # the shipped defaults: 5,000 calibration samples at the false-flag rate 0.001
     calibration = _generations(5000, 48, 1)
     worst = [max_surprisal(t) for t in calibration]

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from soakgate.reference.soak import soak_z
+
 SCORE_NAME = "max_surprisal"
 """What `Generation.reference_score` holds: the largest surprisal of a generated token, nats."""
 SCORES = (SCORE_NAME, "typical_surprisal", "soak_z")
@@ -115,8 +117,6 @@ def entropy_from_top(logprobs: Iterable[float]) -> float:
 def whole_z(tokens: Sequence[TokenScore]) -> float | None:
     """The generation's standardized surprisal under the soak's sampling distribution
     (`soak.soak_z`); None when a token lacks its values."""
-    from soakgate.reference.soak import soak_z
-
     return soak_z([t.soak for t in tokens])
 
 

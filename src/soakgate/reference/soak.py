@@ -5,9 +5,9 @@ cut to its nucleus (`top_p`). Under that distribution q, a clean server's token 
 surprisal s = -log q_T(x) (q_T: the tempered distribution, before the cut) whose mean m and
 variance w at that position are known exactly: m = E_q[-log q_T], w = Var_q[-log q_T]. The sum
 over a generation of (s - m), divided by sqrt(sum w), is then a standardized score with mean 0
-and variance 1 for a clean generation of any length (`score.soak_z`): the locally most powerful
-test against a model that is a little too flat everywhere, and length-free, so one threshold is
-as strict for a long generation as for a short one.
+and variance 1 for a clean generation of any length (`soak_z`; `score.whole_z` on a row's
+tokens): the locally most powerful test against a model that is a little too flat everywhere,
+and length-free, so one threshold is as strict for a long generation as for a short one.
 
 Why the tempered surprisal and not q's own: a token outside q's nucleus has probability 0 under
 q, and a reference whose numbers differ slightly from the server's (bf16 against float32, ties
