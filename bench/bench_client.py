@@ -63,6 +63,16 @@ def soakgate_cmd(job: Job) -> list[str]:
     )  # fmt: skip
 
 
+def soakgate_nocheck_cmd(job: Job) -> list[str]:
+    """`soakgate run` without the crosstalk check's prompt spans (issue 29: what they cost)."""
+    return [*soakgate_cmd(job), "--no-crosstalk-spans"]
+
+
+def soakgate_canaries_cmd(job: Job) -> list[str]:
+    """`soakgate run` with canaries as well as the prompt spans."""
+    return [*soakgate_cmd(job), "--canaries"]
+
+
 def aiohttp_uvloop_cmd(job: Job) -> list[str] | str:
     """The bare aiohttp loop on uvloop, so uvloop's gain is compared like for like."""
     if importlib.util.find_spec("uvloop") is None:
@@ -263,6 +273,8 @@ CLIENTS: dict[str, Command] = {
     "vllm-bench": vllm_cmd,
     "inference-perf": inference_perf_cmd,
     "aiohttp+uvloop": aiohttp_uvloop_cmd,
+    "soakgate-nocheck": soakgate_nocheck_cmd,
+    "soakgate-canaries": soakgate_canaries_cmd,
 }
 DEFAULT_CLIENTS = "soakgate,aiohttp,h2load,locust,guidellm,aiperf,vllm-bench,inference-perf"
 

@@ -18,6 +18,14 @@ output reaches the next one a position late (each token attends to its neighbour
 every answer is fluent-looking and wrong, with HTTP 200, until the process dies of SIGSEGV
 (`--corrupt-crash-rate` per request) and is restarted clean. Its decisions are logged to
 `--ground-truth` like the mock's.
+
+With `--crosstalk-at-in-flight K` (issue 29's control) a request served while K or more are in
+flight (itself included) leaks, with probability `--crosstalk-rate`, as a cache or buffer
+shared between requests does: `--crosstalk-mode context` answers it from the prompt of the
+latest other request waiting (a prefix-cache or KV slot handed to the wrong request: the answer
+continues another user's text), `output` puts the last answer served (another request's, in
+flight with it) in the second half of its own (an output buffer not cleared between slots).
+The leak's source is logged as `crosstalk` in the ground truth.
 """
 
 from __future__ import annotations
@@ -72,6 +80,11 @@ class ModelServer(MockServer):
         model.model.layers[0].register_forward_hook(self._corrupt)
         self.window = window
         self._lock = asyncio.Lock()
+        self.waiting: dict[str, str] = {}
+        """Request id -> prompt of the requests waiting to be served (context leaks' sources)."""
+        self.last: tuple[str, str, list[int]] | None = None
+        """(request id, prompt, answer ids) of the last request served (output leaks')."""
+        self.leak: tuple[int, float, str] = (0, 0.0, "context")
         self._step(self.tokenizer("warm up").input_ids)  # compiles here, before "listening on"
 
     def _corrupt(self, _module: Any, _inputs: Any, output: Any) -> Any:
@@ -116,6 +129,35 @@ class ModelServer(MockServer):
             ids.append(token)
         return ids, len(prompt), "length"
 
+    def _leak_source(self, request_id: str, prompt: str) -> tuple[str, str, list[int]] | None:
+        """(source request id, its prompt, its answer ids) when this request leaks, else None."""
+        threshold, rate, mode = self.leak
+        if not threshold or self.metrics.in_flight < threshold:
+            return None
+        if self.injector.rng.random() >= rate:
+            return None
+        if mode == "output":
+            last = self.last
+            return last if last is not None and last[1] != prompt else None
+        others = [(rid, text) for rid, text in self.waiting.items() if text != prompt]
+        return (*others[-1], []) if others else None
+
+    def _leaky(
+        self, sampling: Sampling, leak: tuple[str, str, list[int]] | None
+    ) -> tuple[list[int], int, str]:
+        """`_complete`, through the leak when there is one."""
+        import dataclasses
+
+        if leak is None:
+            return self._complete(sampling)
+        _, prompt, answer = leak
+        if self.leak[2] == "context":  # another user's text continued
+            ids, _, finish = self._complete(dataclasses.replace(sampling, prompt=prompt))
+            return ids, len(self.tokenizer(sampling.prompt).input_ids), finish
+        ids, prompt_tokens, finish = self._complete(sampling)
+        half = len(ids) // 2
+        return (ids[:half] + answer)[: sampling.max_tokens], prompt_tokens, finish
+
     async def _generate(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         try:
             sampling = parse_sampling(endpoint, json.loads(await request.read()))
@@ -132,12 +174,17 @@ class ModelServer(MockServer):
             self.truth.write({"request_id": request_id, "corrupt": True, "crash": True})
             die_of_sigsegv()
         self.metrics.in_flight += 1
+        self.waiting[request_id] = sampling.prompt
         try:
             async with self._lock:  # the state it is served with, logged as it starts
+                del self.waiting[request_id]
+                leak = self._leak_source(request_id, sampling.prompt)
                 self.truth.write({"request_id": request_id, "corrupt": self.corrupted,
-                                  "crash": False})  # fmt: skip
-                ids, prompt_tokens, finish = await asyncio.to_thread(self._complete, sampling)
+                                  "crash": False, "crosstalk": leak[0] if leak else None})  # fmt: skip
+                ids, prompt_tokens, finish = await asyncio.to_thread(self._leaky, sampling, leak)
+                self.last = (request_id, sampling.prompt, ids)
         finally:
+            self.waiting.pop(request_id, None)
             self.metrics.in_flight -= 1
         text = self.tokenizer.decode(ids)
         sampling.prompt_ids = self.tokenizer(sampling.prompt).input_ids  # real ids, when asked
@@ -158,6 +205,9 @@ def main() -> None:
     parser.add_argument("--corrupt-rate", type=float, default=1.0)
     parser.add_argument("--corrupt-crash-rate", type=float, default=0.0)
     parser.add_argument("--ground-truth", type=Path, default=None)
+    parser.add_argument("--crosstalk-at-in-flight", type=int, default=0)
+    parser.add_argument("--crosstalk-rate", type=float, default=1.0)
+    parser.add_argument("--crosstalk-mode", choices=("context", "output"), default="context")
     args = parser.parse_args()
     config = MockConfig(
         model_name="tiny-llama", max_model_len=2048, ground_truth=args.ground_truth, seed=args.seed,
@@ -165,6 +215,7 @@ def main() -> None:
         corrupt_crash_rate=args.corrupt_crash_rate,
     )  # fmt: skip
     server = ModelServer(config, args.model_dir, args.dropped_op, args.layers, args.window)
+    server.leak = (args.crosstalk_at_in_flight, args.crosstalk_rate, args.crosstalk_mode)
 
     async def serve() -> None:
         runner = web.AppRunner(server.make_app())

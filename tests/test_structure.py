@@ -20,7 +20,7 @@ LAYERS: tuple[str | set[str], ...] = (
     "__main__",
     "cli",  # the commands: thin, over everything below
     {"campaign", "report", "bisect"},  # each independent of the others
-    {"probes", "reference", "audit"},  # observers of the soak; the schema audit
+    {"probes", "reference", "checks", "audit"},  # observers of the soak; the schema audit
     "load",  # the soak loop: it is handed its probes and scorer, it imports none
     {"guard", "mockserver"},
     {"targets", "store", "detectors", "stats", "servers"},

@@ -25,6 +25,10 @@ ERROR_CLASSES = (
     "unexpected_choices",  # more choices than requested, or choices with a bad index
     "proxy_error",  # a proxy's or gateway's own error page (nginx's 502), not the server's answer
 )
+CHECKS = ("crosstalk",)
+"""Integrity checks a clean answer can fail, each an outcome of its own (`Generation.checks`):
+`crosstalk`, an answer that carries another request's canary or a long span of another request's
+prompt that its own does not explain (`soakgate.checks`)."""
 NOT_THE_SERVERS = ("cancelled", "client_error", "http_4xx")
 """Error classes that say nothing about the server under test: the soak stopped the request,
 soakgate itself failed, or the server refused the request as invalid (the client's settings:
@@ -97,6 +101,9 @@ class Generation:
     suspect: bool | None = None
     """Reference scoring: True when the score is above the calibrated threshold (None: not
     scored). Independent of `collapsed`: a row can be both."""
+    checks: list[str] = field(default_factory=list)
+    """Names of the integrity checks (CHECKS) this clean answer failed, evidence in
+    `details[name]`. Apart from `flags`: a failed check is not a collapse."""
     gateway_retries: int | None = None
     """Times a gateway between soakgate and the server said it retried the request upstream
     (`x-litellm-attempted-retries`, `x-envoy-attempt-count`; headers in `details["gateway"]`);

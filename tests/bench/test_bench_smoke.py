@@ -307,3 +307,10 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
     units = [line for line in out.splitlines() if line.count(" ± ") == 2]
     assert len(units) == 3, out
     assert "us per generation without the soak values" in out, out
+
+
+def test_bench_crosstalk_prints_found_leaks_per_prompt_set() -> None:
+    out = run_bench("bench_crosstalk.py", "--skip-real", "--mock-requests", "60", timeout_s=600)
+    for name in ("builtin", "system", "synthetic", "memorized"):
+        assert f"  {name}" in out
+    assert out.count("found with the right source") == 8 and "flagged clean rows" in out

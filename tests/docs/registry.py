@@ -50,6 +50,7 @@ class Names:
 Entry = Run | Serve | Collect | Covered | Names
 
 A_URL, B_URL = "http://127.0.0.1:8000", "http://127.0.0.1:8001"
+CROSSTALK = "tests/checks/test_crosstalk.py::test_compare_and_report_judge_crosstalk_as_an_outcome_of_its_own"
 REFERENCE_COMPARE = "tests/reference/test_report.py::test_compare_outcome_suspect_uses_the_collapse_verdict_machinery"
 DEMO = "tests/cli/test_demo_and_interrupt.py::test_demo_reports_an_exact_match"
 LLAMA = "tests/realservers/test_llamacpp.py::test_soak_parses_usage_and_logprob_token_ids"
@@ -156,6 +157,9 @@ COMMANDS: dict[str, Entry] = {
     "--requests 5000": Run((("--requests 5000", "--requests 40"),)),
     "soakgate determinism": Names("soakgate determinism "),
     "soakgate compare runs.sqlite eager compiled --outcome suspect": Covered(REFERENCE_COMPARE),
+    "soakgate run --target compiled=http://127.0.0.1:8001 --canaries --requests 2000 "
+    "--db runs.sqlite": Run(),
+    "soakgate compare runs.sqlite eager compiled --outcome crosstalk": Covered(CROSSTALK),
     "soakgate run --target compiled=http://127.0.0.1:8001 --score-reference http://127.0.0.1:8000 "
     "--calibration 5000 --requests 5000": Run(
         (("--requests 5000", "--requests 40"), ("--calibration 5000", "--calibration 999"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.model import Campaign, ConfigEntry
+from soakgate.checks import CrosstalkSettings, open_crosstalk
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import ConfigError, SoakgateError
 from soakgate.load.runner import SoakConfig, new_run
@@ -95,6 +97,7 @@ def soak_config(
         detectors=detector_config(campaign),
         store_text=load.store_text, campaign=block.block_id,
         reference_fraction=campaign.reference_fraction,
+        answer_check=functools.partial(open_crosstalk, CrosstalkSettings()),
     )  # fmt: skip
 
 

@@ -168,6 +168,30 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         help="keep every text, or only flagged/errored ones and 1 in 100 clean ones",
     )  # fmt: skip
     parser.add_argument(
+        "--canaries", action="store_true",
+        help="end every prompt with its request's canary (a unique, checked marker), so that an "
+        "answer carrying another request's is flagged crosstalk; changes what is sent",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-crosstalk-spans", dest="crosstalk_spans", action="store_false",
+        help="do not look for spans of other requests' prompts in the answers",
+    )  # fmt: skip
+    parser.add_argument(
+        "--crosstalk-span", type=positive_int, default=8, metavar="WORDS",
+        help="words in a row an answer must share with another request's prompt (and with no "
+        "other prompt of the window) to be flagged crosstalk (default 8)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--crosstalk-answers", action="store_true",
+        help="also flag an answer sharing 16 words in a row with the answer of another prompt "
+        "in flight at the same time (off by default: a model that reproduces memorized text "
+        "does that by itself)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--crosstalk-window", type=positive_int, default=1024, metavar="N",
+        help="requests sent last whose prompts an answer is checked against (default 1024)",
+    )  # fmt: skip
+    parser.add_argument(
         "--char-run-threshold", type=positive_int, default=80,
         help="flag a run of one ordinary character at least this long",
     )  # fmt: skip
@@ -183,6 +207,9 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
 
 def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     """Build and validate a SoakConfig from parsed arguments."""
+    import functools
+
+    from soakgate.checks import CrosstalkSettings, open_crosstalk
     from soakgate.detectors import DetectorConfig
     from soakgate.load import LoadSpec
     from soakgate.load.runner import SoakConfig
@@ -223,6 +250,9 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
         context=context, progress_every_s=getattr(args, "progress_every", 30.0),
         probes=StandardProbes(),
+        answer_check=functools.partial(open_crosstalk, CrosstalkSettings(
+            canaries=args.canaries, spans=args.crosstalk_spans, span=args.crosstalk_span,
+            window=args.crosstalk_window, answers=args.crosstalk_answers)),
     )  # fmt: skip
 
 

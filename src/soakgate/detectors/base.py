@@ -65,6 +65,12 @@ class DetectorConfig:
         return data
 
     @classmethod
+    def of_run(cls, detectors: dict[str, Any]) -> DetectorConfig:
+        """The detector settings of a run record, less what other stages keep beside them
+        (`RUN_EXTRAS`: reference scoring's calibration, the crosstalk check's settings)."""
+        return cls.from_dict({k: v for k, v in detectors.items() if k not in RUN_EXTRAS})
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DetectorConfig:
         """Inverse of to_dict; unknown keys are a usage error."""
         known = set(cls.__dataclass_fields__)
@@ -75,6 +81,11 @@ class DetectorConfig:
         if "enabled" in values:
             values["enabled"] = tuple(values["enabled"])
         return cls(**values)
+
+
+RUN_EXTRAS = frozenset({"reference", "crosstalk"})
+"""Keys of a run's `detectors` that are not detector settings: reference scoring's calibration
+(`load.scoring`) and the crosstalk check's settings (`checks.crosstalk`)."""
 
 
 class Output(NamedTuple):

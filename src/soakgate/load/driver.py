@@ -22,6 +22,7 @@ from soakgate.load.backoff import TargetBackoff
 from soakgate.load.lease import SendLease, open_lease
 from soakgate.load.record import score_generation, unscored_generation
 from soakgate.load.spec import (
+    AnswerCheck,
     GenerationScorer,
     LoadSpec,
     OpenCheck,
@@ -88,6 +89,8 @@ class _Shared:
     """Target name -> its open-loop arrival schedule (`--rate`; empty: closed loop)."""
     exhausted: dict[str, asyncio.Event] = field(default_factory=dict)
     """Per target, set when a worker found its soak over (wakes workers still ramping up)."""
+    answer_check: AnswerCheck | None = None
+    """Told of every request sent (it may change the prompt), judges every answer's row."""
 
 
 async def soak(
@@ -111,6 +114,7 @@ async def soak(
     abort: asyncio.Event | None = None,
     scorer: GenerationScorer | None = None,
     on_dispatch: Callable[[str, int], None] | None = None,
+    answer_check: AnswerCheck | None = None,
 ) -> SoakResult:
     """Drive the soak to its end (count, time, `stop` being set, or the store failing) and
     flush every result; `abort` cancels what is in flight instead of waiting for it.
@@ -122,7 +126,9 @@ async def soak(
     differential against a reference);
     `on_generation` sees every generation as it is queued for the store (sequential looks);
     `scorer` scores chosen rows under a reference before they are stored; `on_dispatch(target,
-    seq)` is told of each request just before it is sent (a Ray unit's record of what it sent).
+    seq)` is told of each request just before it is sent (a Ray unit's record of what it sent);
+    `answer_check` sees every request sent (it may add a canary) and judges every answer's row
+    (the crosstalk check).
     """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
@@ -137,6 +143,7 @@ async def soak(
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         abort=abort or asyncio.Event(), scorer=scorer, on_dispatch=on_dispatch,
+        answer_check=answer_check,
     )  # fmt: skip
     sessions = {t.name: make_session() for t in targets}
     writer.flush()  # rows queued before this soak are not its to score
@@ -334,6 +341,8 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
         if shared.on_dispatch is not None:
             shared.on_dispatch(name, seq)
         prompt = shared.picker.pick(seq)
+        if shared.answer_check is not None:  # e.g. the prompt with its canary
+            prompt = shared.answer_check.sent(seq, prompt)
         request_id = f"{shared.run.run_id}-{seq}"
         outcome = Outcome(started_at=time.time())
         check = shared.check
@@ -447,6 +456,8 @@ def _row(
         generation.details["differential"] = {
             "greedy": True, "compared": divergence is not None, **marks,
         }  # fmt: skip
+    if shared.answer_check is not None:  # after the differential's marks: it reads them
+        shared.answer_check.answered(generation)
     return generation
 
 

@@ -63,7 +63,7 @@ def score_generation(
                 details[name] = evidence
             if flagged:
                 flags.append(name)
-    keep = store_text == "all" or generation.flags or not generation.ok
+    keep = store_text == "all" or generation.flags or generation.checks or not generation.ok
     if not keep and not (store_text == "flagged" and generation.seq % TEXT_SAMPLE_EVERY == 0):
         generation.text = None
         generation.token_ids = None

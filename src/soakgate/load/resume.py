@@ -138,9 +138,8 @@ def apply_stored_settings(run: Run, config: Any, elapsed_s: float) -> None:
     config.prompt_order = load.get("prompt_order", config.prompt_order)
     config.seed = load.get("seed", config.seed)
     config.store_text = load.get("store_text", config.store_text)
-    settings = {k: v for k, v in run.detectors.items() if k != "reference"}  # its calibration
-    if settings:
-        config.detectors = DetectorConfig.from_dict(settings)
+    if run.detectors:
+        config.detectors = DetectorConfig.of_run(run.detectors)
 
 
 def check_prompts(run: Run, prompts: Sequence[Prompt]) -> None:

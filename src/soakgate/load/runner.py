@@ -22,7 +22,14 @@ from soakgate.load import resume
 from soakgate.load.driver import note, soak
 from soakgate.load.resume import prompts_digest
 from soakgate.load.scoring import SoakScorer, prepare_scoring, until_signal
-from soakgate.load.spec import LoadSpec, RequestCheck, SoakResult, TargetTally
+from soakgate.load.spec import (
+    AnswerCheck,
+    LoadSpec,
+    OpenAnswerCheck,
+    RequestCheck,
+    SoakResult,
+    TargetTally,
+)
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Run
 from soakgate.store import BatchWriter, Store, open_store
@@ -74,6 +81,9 @@ class SoakConfig:
     from the stored run, and takes the stored value of every other."""
     scorer: SoakScorer | None = None
     """Reference scoring (reference/): calibrated before the soak, then scoring chosen rows."""
+    answer_check: OpenAnswerCheck | None = None
+    """What checks every request and answer (`checks.crosstalk.open_crosstalk`, handed in by
+    the command), opened for the run; None: nothing."""
     probes: SoakProbes | None = None
     """What runs beside the requests (`probes.soak.StandardProbes`: the greedy differential
     against `references`, the watch of each target's /metrics). None: the plain soak (no
@@ -340,7 +350,7 @@ async def _soak_with_signals(
             run, config.targets, config.request, config.load, picker, config.detectors, writer,
             store_text=config.store_text, stop=stop, on_tick=on_tick, check=check,
             labels=config.labels, on_generation=monitor.observe if monitor else None,
-            abort=abort, scorer=config.scorer,
+            abort=abort, scorer=config.scorer, answer_check=open_answer_check(config, run),
         )  # fmt: skip
         on_tick(result.tallies, result.elapsed_s)  # the rows of the last batch too
         result.warnings.extend(warnings)
@@ -354,6 +364,13 @@ async def _soak_with_signals(
             await config.scorer.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def open_answer_check(config: SoakConfig, run: Run) -> AnswerCheck | None:
+    """The config's answer check opened for `run` (None without one)."""
+    if config.answer_check is None:
+        return None
+    return config.answer_check(run, config.resume is not None)
 
 
 def watch_streams(

@@ -4,7 +4,7 @@ hooks it calls, and the per-target tallies (shared by the driver, the campaign a
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -22,6 +22,26 @@ class RequestCheck(Protocol):
     async def open(self, targets: Sequence[TargetSpec], concurrency: int) -> OpenCheck:
         """Ready for the soak (in its event loop): connections made, references discovered."""
         ...
+
+
+class AnswerCheck(Protocol):
+    """A check of every request and answer, supplied by the soak's caller
+    (`checks.crosstalk.Crosstalk`); the driver imports none of them."""
+
+    def sent(self, seq: int, prompt: Prompt) -> Prompt:
+        """Request `seq` is about to be sent: the prompt as it is to be sent (e.g. with a
+        canary)."""
+        ...
+
+    def answered(self, generation: Generation) -> None:
+        """The row of an answer, before it is stored: a failed check is named in its `checks`
+        with its evidence in its details."""
+        ...
+
+
+OpenAnswerCheck = Callable[[Run, bool], AnswerCheck]
+"""Opens an AnswerCheck for a run (True: a resumed run, stored before; the check keeps the
+settings the run stored, and stores its own in the run's detectors)."""
 
 
 class OpenCheck(Protocol):
@@ -137,6 +157,8 @@ class TargetTally:
     """Scored rows judged against the calibration's 90th percentile (`above_p90`)."""
     shifted: int = 0
     """Of them, rows above it (one in ten of a reference-like unit's)."""
+    checks: dict[str, int] = field(default_factory=dict)
+    """Integrity check -> answered rows that failed it (`records.CHECKS`)."""
     streams: StreamTiming = field(default_factory=StreamTiming)
     """Whether its streamed answers come whole (a buffering proxy: `load.streamcheck`)."""
     last_at: float | None = None
@@ -169,6 +191,8 @@ class TargetTally:
         self.latency.observe(generation.ended_at - generation.started_at)
         if generation.stream and generation.ttft_s is not None:
             self.ttft.observe(generation.ttft_s)
+        for name in generation.checks:
+            self.checks[name] = self.checks.get(name, 0) + 1
         if generation.suspect is not None:
             self.scored += 1
             self.suspects += generation.suspect

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import socket
@@ -14,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from soakgate.mockserver.config import MockConfig
-from soakgate.mockserver.inject import GroundTruthLog, Injector
+from soakgate.mockserver.inject import GroundTruthLog, Injector, leak
 from soakgate.mockserver.metrics import Metrics
 from soakgate.mockserver.plan import (
     BadRequest,
@@ -58,6 +59,8 @@ class MockServer:
         self.arrivals = 0
         self.seq = 0
         self.streams: set[_Cut] = set()
+        self.recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=64)
+        """(request id, user text) of the requests that arrived last (crosstalk's sources)."""
         self._chat_style = "chat-logprobs" in config.quirks
         self._models = json.dumps(
             {
@@ -141,6 +144,10 @@ class MockServer:
         plans = [make_plan(self.config, request_id, sampling, decision, rng, index)
                  for index in range(sampling.n)]  # fmt: skip
         plan = plans[0]
+        text = _user_text(body)
+        if decision.crosstalk and decision.injected is None:
+            self._leak(plan, text)
+        self.recent.append((request_id, text))
         self._log(plan, endpoint)
         if decision.crash:
             die_of_sigsegv()
@@ -160,6 +167,15 @@ class MockServer:
             return await self._answer(request, plans)
         finally:
             metrics.in_flight -= 1
+
+    def _leak(self, plan: Plan, own: str) -> None:
+        """Put the last words of the latest other request's prompt (one that differs from this
+        one's) into the answer; nothing when no recent request has another prompt."""
+        for request_id, text in reversed(self.recent):
+            if text != own and text.split():
+                plan.token_ids, plan.pieces = leak(plan.token_ids, text)
+                plan.text, plan.leaked_from = "".join(plan.pieces), request_id
+                return
 
     def _log(self, plan: Plan, endpoint: str) -> None:
         """One ground-truth line for this request."""
@@ -181,6 +197,7 @@ class MockServer:
                 "fluent": len(plan.fluent_positions),
                 "fluent_positions": plan.fluent_positions,
                 "shifted": decision.shift,
+                "crosstalk": plan.leaked_from,
                 "burst": decision.burst,
                 "corrupt": decision.corrupt,
                 "crash": decision.crash,
@@ -359,6 +376,18 @@ def die_of_sigsegv() -> None:
     sys.stderr.write("Fatal Python error: Segmentation fault (injected: corrupted state)\n")
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _user_text(body: dict[str, Any]) -> str:
+    """The prompt a user wrote: the completions prompt, or chat's last message's text."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    messages = body.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict):
+        content = messages[-1].get("content")
+        return content if isinstance(content, str) else ""
+    return ""
 
 
 def _maybe_die(config: MockConfig) -> None:

@@ -84,6 +84,10 @@ class MockConfig:
     words the mock's model finds unlikely (what reference scoring must catch)."""
     fluent_max_tokens: int = 3
     """Most tokens replaced in one fluently corrupted request (at least one)."""
+    crosstalk_rate: float = 0.0
+    """Fraction of answers that carry the tail of another recent request's prompt (its last
+    words, its canary included) in their middle: a leak between requests, logged with the
+    request it came from (`crosstalk` in the ground truth)."""
     shift_rate: float = 0.0
     """Fraction of clean requests whose every token is drawn from a flattened distribution (each
     likely next token's probability raised to 1/shift_temperature, renormalised): fluent text,
@@ -126,6 +130,7 @@ class MockConfig:
                 "--perturb-rate": self.perturb_rate,
                 "--fluent-rate": self.fluent_rate,
                 "--shift-rate": self.shift_rate,
+                "--crosstalk-rate": self.crosstalk_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
                 "--corrupt-rate": self.corrupt_rate,
@@ -282,6 +287,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a little less likely)",
     )  # fmt: skip
     add(
+        "--crosstalk-rate", type=float, default=d.crosstalk_rate,
+        help="fraction of answers that carry the last words of another recent request's prompt "
+        "(a leak between requests; the source is in the ground truth)",
+    )  # fmt: skip
+    add(
         "--shift-temperature", type=float, default=d.shift_temperature,
         help="flatness of shifted outputs: probabilities raised to 1/T (default 2)",
     )  # fmt: skip
@@ -351,6 +361,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         fluent_rate=args.fluent_rate,
         fluent_max_tokens=args.fluent_max_tokens,
         shift_rate=args.shift_rate,
+        crosstalk_rate=args.crosstalk_rate,
         shift_temperature=args.shift_temperature,
         corrupt_at_in_flight=args.corrupt_at_in_flight,
         corrupt_rate=args.corrupt_rate,

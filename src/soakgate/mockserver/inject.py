@@ -12,6 +12,7 @@ from typing import IO
 from soakgate.mockserver import lm
 from soakgate.mockserver.config import MockConfig
 from soakgate.mockserver.text import BANG_ID, EMPTY_ID, VOCAB, WORD_IDS, detokenize
+from soakgate.mockserver.vocab import PIECE_ID
 
 DEGENERATE_MIN = 100
 """Degenerate tail length guaranteed when the output is >= 128 tokens."""
@@ -37,6 +38,8 @@ class Decision:
     """The server dies of SIGSEGV on this request (its state was corrupt)."""
     shift: bool = False
     """Every token is drawn from a flattened distribution (`MockConfig.shift_rate`)."""
+    crosstalk: bool = False
+    """The answer carries another recent request's last prompt words (`crosstalk_rate`)."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -59,6 +62,7 @@ class Injector:
             or config.perturb_rate
             or config.fluent_rate
             or config.shift_rate
+            or config.crosstalk_rate
             or config.state_collapse
             or config.corrupt_at_in_flight
         )
@@ -99,7 +103,9 @@ class Injector:
         # drawn only when asked for, so that seeds without it decide exactly as before
         fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate
         shift_draw = config.shift_rate > 0 and rng.random() < config.shift_rate
-        return Decision(None, None, perturbed, self._burst, fluent_draw, shift=shift_draw)
+        leak = config.crosstalk_rate > 0 and rng.random() < config.crosstalk_rate
+        return Decision(None, None, perturbed, self._burst, fluent_draw, shift=shift_draw,
+                        crosstalk=leak)  # fmt: skip
 
     def _corrupts(self, in_flight: int) -> bool:
         """Whether this arrival corrupts the state (drawn only under the load that can)."""
@@ -235,3 +241,22 @@ def shifted(
         before = lm.sample_tempered(before, temperature, rng)
         ids.append(before)
     return ids, detokenize(ids)
+
+
+LEAKED_WORDS = 24
+"""How many of the source prompt's last words a leaked answer carries."""
+
+
+def leak(ids: list[int], source: str) -> tuple[list[int], list[str]]:
+    """An answer carrying the last LEAKED_WORDS words of another request's prompt in its middle
+    (as many as fit): its token ids (a leaked word's id is the vocabulary's piece, else the
+    empty token) and the text of each position."""
+    words = source.split()[-LEAKED_WORDS:]
+    pieces = [VOCAB[t] for t in ids]
+    count = min(len(words), len(ids))
+    start = (len(ids) - count) // 2
+    leaked = [" " + w for w in words[len(words) - count :]]
+    pieces[start : start + count] = leaked
+    ids = list(ids)
+    ids[start : start + count] = [PIECE_ID.get(p, EMPTY_ID) for p in leaked]
+    return ids, pieces

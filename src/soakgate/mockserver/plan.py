@@ -86,6 +86,11 @@ class Plan:
     """Output positions whose tokens fluent corruption replaced (ground truth)."""
     index: int = 0
     """Which choice of the request this is (OpenAI's `n`)."""
+    pieces: list[str] | None = None
+    """The text of each output position, where it is not its token's piece (a leaked answer:
+    `inject.leak`); None: the vocabulary's pieces."""
+    leaked_from: str | None = None
+    """The request whose prompt words the answer carries (ground truth of `crosstalk`)."""
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:

@@ -173,7 +173,8 @@ class EventWriter:
         """The event carrying output token number `position`; the last one carries the
         finish_reason too, as vLLM sends it (no separate empty event)."""
         token = self.plan.token_ids[position]
-        text = _TOKEN_JSON[token].encode()
+        pieces = self.plan.pieces
+        text = (_TOKEN_JSON[token] if pieces is None else json.dumps(pieces[position])).encode()
         reason = b"null"
         if position == len(self.plan.token_ids) - 1:
             reason = json.dumps(self.plan.finish_reason).encode()
@@ -181,7 +182,7 @@ class EventWriter:
             tail = b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
             return self._head + self._text_key + text + self._close_text + tail
         lp = _logprobs(self.plan, [token], position, self._offset, self._chat_style)
-        self._offset += len(VOCAB[token])
+        self._offset += len(VOCAB[token] if pieces is None else pieces[position])
         extra = ""
         if self.plan.sampling.return_token_ids:
             extra = f',"token_ids":[{token}]'

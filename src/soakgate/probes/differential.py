@@ -43,16 +43,16 @@ def divergence_unit(target: Outcome, reference: Outcome) -> str:
 async def compare_with_reference(
     reference: OpenAIClient, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome,
     repeat: bool = True,
-) -> tuple[int | None, dict[str, object]]:  # fmt: skip
+) -> tuple[int | None, dict[str, object], Outcome]:  # fmt: skip
     """Ask the reference the target's (greedy) request: the first divergence of the target's
     answer from it (None when the reference failed), and what the row keeps of it. With
     `repeat`, the reference is asked once more right after, and where that second answer first
     diverges from its first (`reference_repeat`, -1: identical) is kept too: the reference's own
     nondeterminism, measured beside every comparison, which the verdict judges divergence
-    against."""
+    against. The reference's answer comes last."""
     answer = await reference.generate(prompt, spec, f"{request_id}-ref")
     if answer.error_class is not None:
-        return None, {"reference_error": answer.error_class}
+        return None, {"reference_error": answer.error_class}, answer
     marks: dict[str, object] = {"unit": divergence_unit(outcome, answer)}
     if repeat:
         again = await reference.generate(prompt, spec, f"{request_id}-ref2")
@@ -60,7 +60,15 @@ async def compare_with_reference(
             marks["reference_repeat"] = outcome_divergence(again, answer)
         else:
             marks["reference_repeat_error"] = again.error_class
-    return outcome_divergence(outcome, answer), marks
+    return outcome_divergence(outcome, answer), marks, answer
+
+
+CROSS_MATCH = 16
+"""Leading tokens (characters where there are no ids: four times as many) a divergent answer
+must share with the reference's answer to another prompt, and more than with its own, to be
+taken for that prompt's answer (`Compared.cross_check`)."""
+KEPT_ANSWERS = 512
+"""Reference answers kept for the cross-check (the latest, one per prompt text)."""
 
 
 def is_sampled(seq: int, fraction: float, seed: int = 0) -> bool:
@@ -163,6 +171,9 @@ class Compared:
     session: Session
     clients: dict[str, OpenAIClient] = field(default_factory=dict)
     """Target name -> the client its chosen requests are compared against."""
+    answers: dict[tuple[str, str], tuple[str, Outcome]] = field(default_factory=dict)
+    """(target, prompt text) -> (request id, the reference's answer) of the last compared
+    requests (KEPT_ANSWERS at most), for the cross-check of divergent answers."""
 
     def choose(self, target: str, seq: int, spec: RequestSpec) -> RequestSpec | None:
         """The greedy request, for a sampled request of a compared target."""
@@ -173,10 +184,42 @@ class Compared:
     async def check(
         self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome
     ) -> tuple[int | None, dict[str, object]]:
-        """The target's answer compared with its reference's (`compare_with_reference`)."""
-        return await compare_with_reference(
+        """The target's answer compared with its reference's (`compare_with_reference`); a
+        divergent one is cross-checked against the reference's answers to other prompts."""
+        divergence, marks, answer = await compare_with_reference(
             self.clients[target], prompt, spec, request_id, outcome, self.differential.repeat
         )
+        if divergence is not None and divergence >= 0:
+            match = self.cross_check(target, prompt.text, outcome, divergence)
+            if match is not None:
+                marks["matches_other_prompt"] = match
+        if answer.error_class is None:
+            self.answers.pop((target, prompt.text), None)
+            self.answers[(target, prompt.text)] = (request_id, answer)
+            if len(self.answers) > KEPT_ANSWERS:
+                del self.answers[next(iter(self.answers))]
+        return divergence, marks
+
+    def cross_check(
+        self, target: str, text: str, outcome: Outcome, own: int
+    ) -> dict[str, object] | None:
+        """The kept reference answer to another prompt that this divergent answer follows
+        furthest, when it shares at least CROSS_MATCH leading tokens with it and more than with
+        its own (a greedy answer to another user's prompt: crosstalk)."""
+        best: tuple[int, str, str] | None = None
+        for (kept_target, kept_text), (source, answer) in self.answers.items():
+            if kept_target != target or kept_text == text:
+                continue
+            shared = outcome_divergence(outcome, answer)
+            unit = divergence_unit(outcome, answer)
+            if shared < 0:  # identical
+                shared = len(answer.token_ids or []) if unit == "tokens" else len(answer.text)
+            needed = CROSS_MATCH if unit == "tokens" else 4 * CROSS_MATCH
+            if shared >= needed and shared > own and (best is None or shared > best[0]):
+                best = (shared, source, unit)
+        if best is None:
+            return None
+        return {"source": best[1], "shared": best[0], "unit": best[2]}
 
     async def close(self) -> None:
         await self.session.close()

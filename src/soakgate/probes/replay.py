@@ -218,7 +218,7 @@ async def _replay_all(
             await discover_model(session, config.target)  # unreachable: TargetError, nothing stored
             store.save_run(run)
             writer = BatchWriter(store)
-            detectors = {r.run_id: DetectorConfig.from_dict(r.detectors) for r in store.runs()}
+            detectors = {r.run_id: DetectorConfig.of_run(r.detectors) for r in store.runs()}
             planned = 4 * config.repeats * len(replayed)
             sender = Sender(config.target, run, writer, detectors, config.bounds, planned, progress)
             try:
@@ -336,7 +336,7 @@ async def _background(
     writer = BatchWriter(store)
     try:
         result = await soak(run, [config.target], spec, load, picker,
-                            DetectorConfig.from_dict(source.detectors), writer, stop=stop,
+                            DetectorConfig.of_run(source.detectors), writer, stop=stop,
                             on_tick=seen)  # fmt: skip
     finally:
         writer.flush()

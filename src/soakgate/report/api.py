@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from soakgate.errors import StoreError, UsageError
-from soakgate.records import Run
+from soakgate.records import CHECKS, Run
 from soakgate.report.export import Selection
 from soakgate.report.gate import GateOptions
 from soakgate.report.model import Analysis, ClusteringOptions
@@ -180,7 +180,13 @@ def compare(
     gates = [line for r in reports if r.gate is not None for line in gate_lines(r.gate)]
     heading = "gate (every outcome of B against A; Holm across outcomes and arms):"
     parts = [heading + "\n" + "\n".join(gates)] if gates else []
-    text = "\n\n".join([*parts, *(render_comparison(r) for r in reports)])
+    details = [] if outcome in CHECKS else [render_comparison(r) for r in reports]
+    text = "\n\n".join([*parts, *details])
+    if outcome in CHECKS:
+        text = (
+            f"outcome: {outcome} (integrity check): answered generations that failed it / "
+            "answered generations per arm, from the runs that ran it\n" + text
+        )
     if outcome == SUSPECT:
         text = (
             "outcome: suspect (reference scoring): suspect / scored generations per arm, in place "

@@ -68,6 +68,7 @@ def _generation_types() -> dict[str, Any]:
         "reference_score": pa.float64(), "suspect": pa.bool_(), "gateway_retries": pa.int64(),
         "token_ids": pa.list_(pa.int64()), "scores": pa.map_(pa.string(), pa.float64()),
         "details": _json_type(), "flags": pa.list_(pa.string()), "collapsed": pa.bool_(),
+        "checks": pa.list_(pa.string()),
     }  # fmt: skip
 
 
@@ -88,7 +89,7 @@ def _event_types() -> dict[str, Any]:
 SPECS = {
     "generations": TableSpec(
         (*FIELDS, "collapsed"), ("started_at", "ended_at"), ("details",),
-        ("token_ids", "scores", "flags"), _generation_types,
+        ("token_ids", "scores", "flags", "checks"), _generation_types,
     ),
     "runs": TableSpec(
         ("run_id", "label", "targets", "started_at", "ended_at", "status", "plan_sha256",

@@ -14,12 +14,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from soakgate.records import CHECKS
 from soakgate.report.formatting import percent
 from soakgate.report.outcomes import IntArray, PerRequest, UnitOutcomes
 from soakgate.stats.outcomes import (
     ANY_FAILURE,
     COLLAPSE,
     CRASH,
+    CROSSTALK,
     DIVERGENCE,
     ERROR,
     OUTCOMES,
@@ -38,7 +40,7 @@ from soakgate.stats.verdict import CONFIGURATIONS, SCOPE_WORDS, decide
 NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
     SHIFTED: "shifted (typicality above the reference's p90)", DIVERGENCE: "divergence",
-    ANY_FAILURE: "any failure",
+    CROSSTALK: "crosstalk", ANY_FAILURE: "any failure",
 }  # fmt: skip
 
 
@@ -212,6 +214,7 @@ def _any_failure(
     parts = [(a.error, b.error), (a.collapse, b.collapse)]
     if with_suspect:
         parts.append((a.suspect, b.suspect))
+    parts += [(a.checks.get(name), b.checks.get(name)) for name in CHECKS]
     failing = sum(1 for x, y in parts if (x.events if x else 0) + (y.events if y else 0) > 0)
     if failing < 2:
         return None
@@ -230,6 +233,9 @@ def outcome_comparisons(
         COLLAPSE: lambda: _per_request(COLLAPSE, a.collapse, b.collapse, alpha, seed),
         SUSPECT: lambda: _per_request(SUSPECT, a.suspect, b.suspect, alpha, seed),
         SHIFTED: lambda: _per_request(SHIFTED, a.shifted, b.shifted, alpha, seed),
+        CROSSTALK: lambda: _per_request(
+            CROSSTALK, a.checks.get(CROSSTALK), b.checks.get(CROSSTALK), alpha, seed
+        ),
         DIVERGENCE: lambda: _divergence(a, b, alpha),
         ANY_FAILURE: lambda: _any_failure(a, b, alpha, seed),
     }

@@ -34,7 +34,7 @@ from prometheus_client.exposition import generate_latest
 from soakgate import __version__
 from soakgate.errors import UsageError
 from soakgate.load.spec import Buckets
-from soakgate.records import ERROR_CLASSES, Event
+from soakgate.records import CHECKS, ERROR_CLASSES, Event
 from soakgate.report.metrics_server import BoundedServer, CachedPage
 from soakgate.stats.rates import clopper_pearson
 
@@ -70,6 +70,9 @@ SERIES = {
     "soakgate_reference_generations_total": "counter: generations chosen for reference scoring, "
     "by label, target and outcome (suspect, plausible, unscored); a suspect one may also be "
     "counted collapsed above",
+    "soakgate_check_failures_total": "counter: answered generations that failed an integrity "
+    "check, by label, target and check (crosstalk: another request's canary or prompt in the "
+    "answer)",
     "soakgate_suspect_rate": "gauge: suspect / reference-scored generations",
     "soakgate_suspect_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
     "bound of the suspect rate",
@@ -100,6 +103,7 @@ class _Totals:
     unscored: int = 0
     shift_judged: int = 0
     shifted: int = 0
+    checks: dict[str, int] = field(default_factory=dict)
 
     def add(self, tally: Any) -> None:
         """Add one soak's tally of this unit."""
@@ -124,12 +128,15 @@ class _Totals:
         self.unscored += getattr(tally, "unscored", 0)
         self.shift_judged += getattr(tally, "shift_judged", 0)
         self.shifted += getattr(tally, "shifted", 0)
+        for name, count in list(getattr(tally, "checks", {}).items()):
+            self.checks[name] = self.checks.get(name, 0) + count
 
     def copy(self) -> _Totals:
         """A copy that later additions to this one do not change."""
         latency, ttft = Buckets(list(self.latency.counts), self.latency.total), Buckets(
             list(self.ttft.counts), self.ttft.total)  # fmt: skip
-        return dataclasses.replace(self, errors=dict(self.errors), latency=latency, ttft=ttft)
+        return dataclasses.replace(self, errors=dict(self.errors), latency=latency, ttft=ttft,
+                                   checks=dict(self.checks))  # fmt: skip
 
 
 def _latest(a: float | None, b: float | None) -> float | None:
@@ -273,6 +280,7 @@ class LiveMetrics:
         info.add_metric([__version__, f"{self._started_at:.0f}"], 1.0)
         yield from (generations, rate, upper, scored, flying, last, progress, faults, active, info)
         yield from self._reference(units)
+        yield from self._checks(units)
 
     def _speed(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
         """Latency and time-to-first-token histograms and the output token counter, per unit."""
@@ -299,6 +307,18 @@ class LiveMetrics:
             held.add_metric(unit, totals.backoff_s)
             holds.add_metric(unit, totals.backoffs)
         yield from (latency, ttft, tokens, up, held, holds)
+
+    def _checks(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
+        """Integrity checks' failures: every check for every unit (0 until one fails), so a
+        rate over the series starts at the soak's start."""
+        name = "soakgate_check_failures"
+        counts = CounterMetricFamily(
+            name, SERIES[f"{name}_total"], labels=["label", "target", "check"]
+        )
+        for (label, target), totals in sorted(units.items()):
+            for check in CHECKS:
+                counts.add_metric([label, target, check], totals.checks.get(check, 0))
+        yield counts
 
     def _reference(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
         """Reference scoring's series, for the units that had generations chosen for it."""

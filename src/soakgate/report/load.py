@@ -75,6 +75,9 @@ class SliceColumns:
     (-1: identical), in row order."""
     characters: bool
     """Divergence positions count characters (some compared row had no token ids)."""
+    checks: dict[str, BoolArray] = field(default_factory=dict)
+    """Integrity check (`records.CHECKS`) -> the rows that failed it (only checks some row of
+    the slice failed)."""
 
     @property
     def requests(self) -> int:
@@ -159,7 +162,8 @@ Windows = dict[str, list[tuple[int, float]]]
 class _Pieces:
     """Batches of one (label, target, run), joined at the end."""
 
-    def __init__(self, windows: Sequence[tuple[int, float]], suspect_ids: IntArray) -> None:
+    def __init__(self, windows: Sequence[tuple[int, float]], suspect_ids: IntArray,
+                 check_ids: dict[str, IntArray] | None = None) -> None:  # fmt: skip
         self.columns: dict[str, list[npt.NDArray[np.generic]]] = {}
         self.errors: Counter[str] = Counter()
         self.rows = 0
@@ -167,6 +171,7 @@ class _Pieces:
         self.characters = False
         self.windows = windows
         self.suspect_ids = suspect_ids
+        self.check_ids = check_ids or {}
 
     def add(self, batch: ColumnBatch, mask: BoolArray) -> None:
         error_codes, error_values = batch.error
@@ -189,6 +194,7 @@ class _Pieces:
             "crash_lost": ~ok & judged & self._lost(batch.incarnation[mask], batch.ended[mask]),
             "suspect": np.isin(row_ids, self.suspect_ids),
             "repeat": repeat[repeat != NO_DIVERGENCE],
+            **{f"check:{name}": np.isin(row_ids, ids) & ok for name, ids in self.check_ids.items()},
         }  # fmt: skip
         for name, values in parts.items():
             self.columns.setdefault(name, []).append(values)
@@ -214,6 +220,8 @@ class _Pieces:
             joined["divergence"], self.greedy, joined["collapsed_ids"],
             joined["collapsed_runlike"], joined["server_error"], joined["judged"],
             joined["crash_lost"], joined["suspect"], joined["repeat"], self.characters,
+            {name[6:]: flags for name, flags in joined.items()
+             if name.startswith("check:") and flags.any()},
         )  # fmt: skip
 
 
@@ -286,10 +294,11 @@ def fault_windows(events: Iterable[Event]) -> dict[str, Windows]:
 
 def load_columns(
     reader: ColumnReader, runs: list[Run], events: list[Event], ledger: list[LedgerEntry],
-    suspect_ids: Iterable[int] = (),
+    suspect_ids: Iterable[int] = (), checked: Iterable[tuple[int, str]] = (),
 ) -> Columns:  # fmt: skip
     """Read every run's rows (up to the newest row at the start) into slices, and the rows
-    shown as exemplars; `suspect_ids` are the rows reference scoring flagged."""
+    shown as exemplars; `suspect_ids` are the rows reference scoring flagged, `checked` the
+    (row id, checks) of the rows that failed an integrity check."""
 
     upto = reader.max_row_id()
     greedy_runs = {e.run_id for e in events if e.kind == "reference_baseline"}
@@ -299,13 +308,14 @@ def load_columns(
     records = {run.run_id: run for run in runs}
     windows = fault_windows(events)
     suspects = np.fromiter(suspect_ids, np.int64)
+    check_ids = _check_ids(checked)
     for run_id in _run_order(runs, reader.run_ids()):
         if run_id in probe_runs:
             continue
         mine = windows.get(run_id, {})
 
         def make(target: str, mine: Windows = mine) -> _Pieces:
-            return _Pieces(mine.get(target, []), suspects)
+            return _Pieces(mine.get(target, []), suspects, check_ids)
 
         split = _scan_run(reader, records.get(run_id), run_id, upto, run_id in greedy_runs, make)
         for into, pieces in zip((slices, warmups), split, strict=True):
@@ -314,6 +324,26 @@ def load_columns(
     columns = Columns(runs, events, ledger, slices, warmups=warmups)
     columns.exemplars = reader.rows(exemplar_ids(columns))
     return columns
+
+
+def _check_ids(checked: Iterable[tuple[int, str]]) -> dict[str, IntArray]:
+    """Check name -> the ids of the rows that failed it (sorted)."""
+    found: dict[str, list[int]] = {}
+    for row_id, names in checked:
+        for name in str(names).split(","):
+            if name:
+                found.setdefault(name, []).append(int(row_id))
+    return {name: np.array(sorted(ids), np.int64) for name, ids in found.items()}
+
+
+def checked_rows(store: Store) -> list[tuple[int, str]]:
+    """(row id, checks) of the rows that failed an integrity check: through SQLite's partial
+    index, else from the rows (ids as `RowReader` numbers them)."""
+    from soakgate.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return store.checked_rows()
+    return [(i, ",".join(g.checks)) for i, g in enumerate(store.generations(), 1) if g.checks]
 
 
 def _probe_runs(runs: Iterable[Run]) -> set[str]:
@@ -348,7 +378,7 @@ def load_store(store: Store, contexts: bool = False) -> Columns:
     reader = reader_for(store)
     try:
         columns = load_columns(reader, runs, store.events(), store.ledger(),
-                               suspect_ids(reference[0]))  # fmt: skip
+                               suspect_ids(reference[0]), checked_rows(store))  # fmt: skip
     finally:
         reader.close()
     columns.reference, columns.reference_rows = reference
@@ -376,10 +406,11 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
         runs, events, ledger = store.runs(), store.events(), store.ledger()
         reference = load_reference(store, runs)
         suspects = suspect_ids(reference[0])
+        checked = checked_rows(store)
         gateway = gateway_tallies(store.gateway_counts(), _probe_runs(runs))
         if not arrow_available() or store.shared_in_process:
             latency = load_latency(store_batches(store), runs, _probe_runs(runs))
-            columns = load_columns(store.column_reader(), runs, events, ledger, suspects)
+            columns = load_columns(store.column_reader(), runs, events, ledger, suspects, checked)
             columns.reference, columns.reference_rows = reference
             columns.gateway, columns.latency = gateway, latency
             if contexts:
@@ -389,7 +420,7 @@ def load_path(path: str | Path, contexts: bool = False) -> Columns:
         store.close()
     reader = ArrowReader(read_only_uri(Path(path)), str(path))
     try:
-        columns = load_columns(reader, runs, events, ledger, suspects)
+        columns = load_columns(reader, runs, events, ledger, suspects, checked)
         upto = reader.max_row_id()
         latency = load_latency(lambda run_id: reader.latency(run_id, upto), runs,
                                _probe_runs(runs))  # fmt: skip

@@ -9,19 +9,20 @@ from typing import Any
 from soakgate.report.formatting import percent
 from soakgate.report.gate import Gate, outcome_words
 from soakgate.report.outcomes import PerRequest, UnitOutcomes
-from soakgate.stats.outcomes import divergence_words
+from soakgate.stats.outcomes import CROSSTALK, divergence_words
 
 OUTCOME_HEADERS = (
-    "unit", "requests", "server errors", "crashes", "collapses", "suspect", "divergence",
-    "any failure",
+    "unit", "requests", "server errors", "crashes", "collapses", "crosstalk", "suspect",
+    "divergence", "any failure",
 )  # fmt: skip
 OUTCOME_NOTE = (
     "requests: those that say something about the server (not cancelled, not soakgate's own "
     "errors, not refused as invalid); server errors among them; crashes the guard recorded, per "
     "hour up under load, with the requests lost to them; collapses among answered generations; "
-    "suspect among reference-scored ones; divergence: compared greedy answers that diverged "
-    "from the reference, beside the reference against itself; any failure: a server error, "
-    "collapse or suspect generation"
+    "crosstalk: answered generations carrying another request's canary or prompt (runs that "
+    "checked); suspect among reference-scored ones; divergence: compared greedy answers that "
+    "diverged from the reference, beside the reference against itself; any failure: a server "
+    "error, collapse, failed check or suspect generation"
 )
 
 
@@ -53,7 +54,8 @@ def outcome_cells(o: UnitOutcomes) -> list[str]:
     name = f"{o.name} (aggregate)" if o.unit.aggregate else o.name
     return [
         name, f"{o.judged:,}", _share(o.error), _crashes(o), _share(o.collapse),
-        _share(o.suspect), _divergence(o), _share(o.any_failure(o.suspect is not None)),
+        _share(o.checks.get(CROSSTALK)), _share(o.suspect), _divergence(o),
+        _share(o.any_failure(o.suspect is not None)),
     ]  # fmt: skip
 
 
@@ -74,7 +76,7 @@ def outcome_dict(o: UnitOutcomes) -> dict[str, Any]:
     return {
         "unit": o.name, "aggregate": o.unit.aggregate, "requests": o.judged,
         "server_errors": _counts(o.error), "collapses": _counts(o.collapse),
-        "suspect": _counts(o.suspect),
+        "suspect": _counts(o.suspect), "crosstalk": _counts(o.checks.get(CROSSTALK)),
         "any_failure": _counts(o.any_failure(o.suspect is not None)),
         "crashes": None if crash is None else {
             "crashes": crash.crashes, "hours_up": crash.hours, "per_hour": _finite(crash.per_hour),

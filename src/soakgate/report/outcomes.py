@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from soakgate.records import CHECKS
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, Unit
 from soakgate.stats.outcomes import CrashRate, crash_rate
@@ -106,6 +107,8 @@ class RowFlags(NamedTuple):
     suspect: BoolArray
     judged: BoolArray
     ended: FloatArray
+    checked: BoolArray | None = None
+    """Answered rows that failed an integrity check (None: none did)."""
 
 
 @dataclass(slots=True)
@@ -132,6 +135,9 @@ class UnitOutcomes:
     """Crashes by cause (`process_exit`, `health`, `log_pattern`; a lost node is not one)."""
     divergence: Divergence | None
     """Greedy comparisons with a reference (None when none were made)."""
+    checks: dict[str, PerRequest] = field(default_factory=dict)
+    """Integrity check (`records.CHECKS`) -> its failures among the answered rows of the runs
+    that ran it (only checks some run of the unit ran)."""
     rows: list[RowFlags] = field(default_factory=list, repr=False)
     """Each run's row flags, in time order (for `any_failure`)."""
 
@@ -147,6 +153,8 @@ class UnitOutcomes:
         parts = []
         for part in self.rows:
             failed = part.server_error | part.collapsed
+            if part.checked is not None:
+                failed = failed | part.checked
             if with_suspect:
                 failed = failed | part.suspect
             parts.append((failed, part.judged))
@@ -272,8 +280,35 @@ def unit_outcomes(
         crash=_crashes(analysis, unit, parts),
         crash_lost=sum(int(p.crash_lost.sum()) for p in parts),
         crash_causes=_causes(analysis, unit), divergence=divergence_of(analysis, parts),
-        rows=[RowFlags(p.server_error, p.collapsed, p.suspect, p.judged, p.ended) for p in parts],
+        checks=_checks(analysis, parts),
+        rows=[RowFlags(p.server_error, p.collapsed, p.suspect, p.judged, p.ended, _any_check(p))
+              for p in parts],
     )  # fmt: skip
+
+
+def _any_check(part: SliceColumns) -> BoolArray | None:
+    """The slice's rows that failed any integrity check (None: none did)."""
+    if not part.checks:
+        return None
+    failed = np.zeros(len(part.ok), bool)
+    for flags in part.checks.values():
+        failed |= flags
+    return failed
+
+
+def _checks(analysis: Analysis, parts: Sequence[SliceColumns]) -> dict[str, PerRequest]:
+    """Each integrity check's failures among the answered rows of the runs that ran it (a run
+    records each in its detectors)."""
+    ran = {r.run_id: r.detectors for r in analysis.runs}
+    found: dict[str, PerRequest] = {}
+    for name in CHECKS:
+        mine = [p for p in parts if name in ran.get(p.run_id, {})]
+        if mine:
+            found[name] = per_request(
+                [(p.checks.get(name, np.zeros(len(p.ok), bool)), p.ok) for p in mine],
+                [p.ended for p in mine],
+            )  # fmt: skip
+    return found
 
 
 def _scored(unit: Unit | None) -> PerRequest | None:

@@ -33,7 +33,7 @@ _COLUMNS: dict[str, tuple[str, bool]] = {
     "flags": (_TEXT, False), "incarnation": (_INTEGER, False),
     "reference_divergence": (_INTEGER, True), "attempts": (_INTEGER, False),
     "reference_score": (_REAL, True), "suspect": (_INTEGER, True),
-    "gateway_retries": (_INTEGER, True),
+    "gateway_retries": (_INTEGER, True), "checks": (_TEXT, False),
 }  # fmt: skip
 _DEFAULTS = {_INTEGER: "0", _REAL: "0.0", _TEXT: "''", "BLOB": "X''"}
 
@@ -117,13 +117,16 @@ def _table(batch: Any, schema: Any) -> Any:
     for name in ("started_at", "ended_at"):  # unix seconds -> whole microseconds, half to even
         micros = pc.round(pc.multiply(columns[name], 1_000_000.0), round_mode="half_to_even")
         columns[name] = pc.cast(micros, pa.int64()).cast(schema.field(name).type)
+    for name in ("flags", "checks"):  # comma-joined names -> lists
+        joined = columns[name]
+        split = pc.split_pattern(joined, ",")
+        columns[name] = pc.if_else(
+            pc.equal(joined, ""), pa.array([[]] * len(joined), split.type), split
+        )
     flags = columns["flags"]
-    split = pc.split_pattern(flags, ",")
-    columns["flags"] = pc.if_else(
-        pc.equal(flags, ""), pa.array([[]] * len(flags), split.type), split
-    )
     columns["stream"] = pc.not_equal(columns["stream"], 0)
-    columns["collapsed"] = pc.and_(pc.is_null(columns["error_class"]), pc.not_equal(flags, ""))
+    flagged = pc.greater(pc.list_value_length(flags), 0)
+    columns["collapsed"] = pc.and_(pc.is_null(columns["error_class"]), flagged)
     arrays = [
         columns[f.name] if columns[f.name].type == f.type else columns[f.name].cast(f.type)
         for f in schema

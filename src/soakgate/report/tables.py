@@ -15,6 +15,7 @@ from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 from soakgate.report.outcomes import UnitOutcomes
 from soakgate.report.uptime import uptime_json, uptime_lines
+from soakgate.stats.outcomes import CROSSTALK
 
 COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
@@ -50,19 +51,21 @@ def unit_row(unit: Unit) -> dict[str, Any]:
 
 OUTCOME_COLUMNS = (
     "judged_requests", "server_errors", "crashes", "crashes_per_hour", "requests_lost_to_crashes",
-    "suspect", "scored", "divergent", "compared", "any_failure",
+    "crosstalk", "checked", "suspect", "scored", "divergent", "compared", "any_failure",
 )  # fmt: skip
 
 
 def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
     """The flat outcome figures a summary row carries (report/outcome_table.py has them all)."""
     crash, d = outcomes.crash, outcomes.divergence
-    suspect = outcomes.suspect
+    suspect, crosstalk = outcomes.suspect, outcomes.checks.get(CROSSTALK)
     per_hour = crash.per_hour if crash is not None and crash.hours > 0 else None
     return {
         "judged_requests": outcomes.judged, "server_errors": outcomes.error.events,
         "crashes": crash.crashes if crash else None, "crashes_per_hour": per_hour,
         "requests_lost_to_crashes": outcomes.crash_lost,
+        "crosstalk": crosstalk.events if crosstalk else None,
+        "checked": crosstalk.n if crosstalk else None,
         "suspect": suspect.events if suspect else None, "scored": suspect.n if suspect else None,
         "divergent": int((d.positions >= 0).sum()) if d else None,
         "compared": len(d.positions) if d else None,
@@ -162,7 +165,8 @@ def verdict_block(analysis: Analysis, comparisons: Sequence[ComparisonReport]) -
         lines.append(f"(ratio intervals: {RATIO_NOTE})")
     gates = [r.gate.headline() for r in comparisons if r.gate is not None]
     if gates:
-        lines += ["every outcome (crashes, errors, collapses, suspect, divergence, any failure; "
+        lines += ["every outcome (crashes, errors, collapses, crosstalk, suspect, divergence, any "
+                  "failure; "
                   "Holm across outcomes and labels):", *gates]  # fmt: skip
     count = len(analysis.warnings)
     if count:

@@ -1,6 +1,7 @@
 """Every kind of failure soakgate observes, judged between two arms as one family.
 
-- **per request** (server errors, collapses, suspect generations, shifted generations (a scored
+- **per request** (server errors, collapses, crosstalk (an answer carrying another request's
+  canary or prompt: `checks/`), suspect generations, shifted generations (a scored
   row whose typicality, else mean surprisal, is above its calibration's 90th percentile: one in
   ten of a reference-like unit's; `stats/shift.py`), any failure): the two arms'
   time-ordered 0/1 sequences go through `verdict.decide`, the design-driven verdict collapses
@@ -43,7 +44,9 @@ IntArray = npt.NDArray[np.int64]
 CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, DIVERGENCE, ANY_FAILURE = (
     "crash", "error", "collapse", "suspect", "shifted", "divergence", "any_failure",
 )  # fmt: skip
-OUTCOMES = (CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, DIVERGENCE, ANY_FAILURE)
+CROSSTALK = "crosstalk"
+"""Answered rows that failed the crosstalk check (`checks.crosstalk`), judged per request."""
+OUTCOMES = (CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, CROSSTALK, DIVERGENCE, ANY_FAILURE)
 CRASH_DESIGN = "crash counts over hours under load"
 DIVERGENCE_DESIGN = "greedy comparisons with a reference"
 
@@ -223,8 +226,8 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
 
 
 __all__ = [
-    "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "DIVERGENCE", "ERROR", "OUTCOMES", "SHIFTED",
-    "SUSPECT",
+    "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "CROSSTALK", "DIVERGENCE", "ERROR", "OUTCOMES",
+    "SHIFTED", "SUSPECT",
     "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate", "crash_verdict",
     "divergence_direction", "divergence_verdict", "rate_direction",
 ]  # fmt: skip

@@ -10,11 +10,13 @@ import orjson
 
 from soakgate.records import Event, Generation, Run
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """1: the first schema. 2: `generations.attempts` (times a request was sent). 3: `prompts`
 (each distinct prompt of a run, once, so that every row can be sent again: `soakgate replay`).
 4: `generations.reference_score` and `generations.suspect` (reference scoring).
-5: `generations.gateway_retries` (retries a gateway made upstream), with a partial index."""
+5: `generations.gateway_retries` (retries a gateway made upstream), with a partial index.
+6: `generations.checks` (integrity checks the answer failed: `records.CHECKS`), with a partial
+index."""
 
 GATEWAY_INDEX = (
     "CREATE INDEX IF NOT EXISTS generations_gateway ON generations (run_id) "
@@ -22,6 +24,11 @@ GATEWAY_INDEX = (
 )
 """The few rows a gateway retried, found without reading the others (report). Made once the
 table has the column (after any migration), so not in SCHEMA."""
+
+CHECKS_INDEX = (
+    "CREATE INDEX IF NOT EXISTS generations_checks ON generations (run_id) WHERE checks != ''"
+)
+"""The few rows that failed an integrity check, found without reading the others (analysis)."""
 
 PROMPTS_TABLE = """CREATE TABLE IF NOT EXISTS prompts (
     run_id TEXT NOT NULL, prompt_id TEXT NOT NULL, text TEXT NOT NULL, system TEXT,
@@ -46,7 +53,7 @@ CREATE TABLE IF NOT EXISTS generations (
     details TEXT NOT NULL, flags TEXT NOT NULL, collapsed INTEGER NOT NULL,
     incarnation INTEGER NOT NULL, reference_divergence INTEGER,
     attempts INTEGER NOT NULL DEFAULT 1, reference_score REAL, suspect INTEGER,
-    gateway_retries INTEGER
+    gateway_retries INTEGER, checks TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS generations_run_seq ON generations (run_id, seq);
 CREATE TABLE IF NOT EXISTS events (
@@ -65,7 +72,7 @@ GENERATION_COLUMNS = (
     "run_id, request_id, target, label, seq, prompt_id, endpoint, stream, started_at, ended_at, "
     "ttft_s, prompt_tokens, completion_tokens, finish_reason, http_status, error_class, "
     "error_detail, text, text_sha256, token_ids, scores, details, flags, collapsed, incarnation, "
-    "reference_divergence, attempts, reference_score, suspect, gateway_retries"
+    "reference_divergence, attempts, reference_score, suspect, gateway_retries, checks"
 )
 GENERATION_FIELDS = tuple(name.strip() for name in GENERATION_COLUMNS.split(","))
 """The column names of GENERATION_COLUMNS, in order."""
@@ -77,10 +84,12 @@ MIGRATIONS: dict[int, str | tuple[str, ...]] = {
         "ALTER TABLE generations ADD COLUMN suspect INTEGER",
     ),
     5: ("ALTER TABLE generations ADD COLUMN gateway_retries INTEGER", GATEWAY_INDEX),
+    6: ("ALTER TABLE generations ADD COLUMN checks TEXT NOT NULL DEFAULT ''", CHECKS_INDEX),
 }
 """Schema version -> the statement(s) that bring a database of the version before up to it."""
 COLUMN_DEFAULTS = {
     "attempts": "1", "reference_score": "NULL", "suspect": "NULL", "gateway_retries": "NULL",
+    "checks": "''",
 }  # fmt: skip
 """SQL for a column that a database of an older schema lacks, when it is read unmigrated."""
 
@@ -131,7 +140,7 @@ def generation_row(g: Generation) -> tuple[Any, ...]:
         g.http_status, g.error_class, g.error_detail, g.text, g.text_sha256, ids,
         _dumps_fast(g.scores), _dumps_fast(g.details), ",".join(g.flags), int(g.collapsed),
         g.incarnation, g.reference_divergence, g.attempts, g.reference_score,
-        None if g.suspect is None else int(g.suspect), g.gateway_retries,
+        None if g.suspect is None else int(g.suspect), g.gateway_retries, ",".join(g.checks),
     )  # fmt: skip
 
 
@@ -140,7 +149,8 @@ def generation_from_row(row: tuple[Any, ...]) -> Generation:
     (run_id, request_id, target, label, seq, prompt_id, endpoint, stream, started_at, ended_at,
      ttft_s, prompt_tokens, completion_tokens, finish_reason, http_status, error_class,
      error_detail, text, text_sha256, ids, scores, details, flags, _collapsed, incarnation,
-     reference_divergence, attempts, reference_score, suspect, gateway_retries) = row  # fmt: skip
+     reference_divergence, attempts, reference_score, suspect, gateway_retries,
+     checks) = row  # fmt: skip
     token_ids = array("i", ids).tolist() if ids is not None else None
     return Generation(
         run_id=run_id, request_id=request_id, target=target, label=label, seq=seq,
@@ -152,7 +162,7 @@ def generation_from_row(row: tuple[Any, ...]) -> Generation:
         flags=flags.split(",") if flags else [], incarnation=incarnation,
         reference_divergence=reference_divergence, attempts=attempts,
         reference_score=reference_score, suspect=None if suspect is None else bool(suspect),
-        gateway_retries=gateway_retries,
+        gateway_retries=gateway_retries, checks=checks.split(",") if checks else [],
     )  # fmt: skip
 
 

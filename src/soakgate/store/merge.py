@@ -148,6 +148,7 @@ def _write(shards: Sequence[_Shard], temp: Path) -> MergeResult:
         db.execute("PRAGMA journal_mode=DELETE")
         db.executescript(codec.SCHEMA)
         db.execute(codec.GATEWAY_INDEX)
+        db.execute(codec.CHECKS_INDEX)
         db.execute("BEGIN IMMEDIATE")
         db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(codec.SCHEMA_VERSION),))
         ledger: list[LedgerEntry] = []

@@ -97,6 +97,7 @@ GENERATION: dict[str, tuple[Check, str]] = {
     "reference_score": (_optional(_number), "a number or null"),
     "suspect": (_optional(_flag), "true, false or null"),
     "gateway_retries": (_optional(_counter), "an integer 0 .. 2^63-1 or null"),
+    "checks": (_list_of(_text), "a list of strings"),
 }  # fmt: skip
 RUN: dict[str, tuple[Check, str]] = {
     "run_id": (_name, "a non-empty string"), "label": (_text, "a string"),

@@ -90,6 +90,7 @@ class SqliteStore:
                     "INSERT INTO meta VALUES ('schema_version', ?)", (str(codec.SCHEMA_VERSION),)
                 )
                 self._db.execute(codec.GATEWAY_INDEX)
+                self._db.execute(codec.CHECKS_INDEX)
                 return
             version = int(row[0])
             if version > codec.SCHEMA_VERSION:
@@ -343,6 +344,13 @@ class SqliteStore:
             "instr(details, '\"reference\"') > 0) ORDER BY seq",
             (run_id,),
         ).fetchall()
+
+    def checked_rows(self) -> list[tuple[int, str]]:
+        """(row id, checks) of every row that failed an integrity check (`records.CHECKS`),
+        through a partial index: only those rows."""
+        if "checks" not in self.generation_columns():
+            return []
+        return self._db.execute("SELECT id, checks FROM generations WHERE checks != ''").fetchall()
 
     def gateway_counts(self) -> list[tuple[Any, ...]]:
         """Rows a gateway retried upstream, per (run id, label, target): (run id, label,

@@ -1,0 +1,273 @@
+"""Bench (issue 29): what the crosstalk check flags on clean servers and finds in leaky ones.
+
+False flags: the real tiny model served by llama.cpp (`soakgate.servers.llamacpp`, the GGUF made
+by `scripts/make_gguf.py`), soaked with `soakgate run` at temperature 0.8 on four prompt sets of
+different kinds, each with the answer-span test switched on as well (`--crosstalk-answers`) so
+that every test is measured:
+
+- `builtin`: the built-in prompts (the set the check was written against);
+- `system`: chat, one long system message shared by every request and a short question each
+  (boilerplate every prompt holds);
+- `synthetic`: `--prompt-tokens uniform:16,160`: slices of one running text, overlapping;
+- `memorized`: consecutive 40-word chunks of the Python standard library's docstrings, text
+  the model was trained on, so an answer may go on with the words of the next chunk: another
+  prompt's text, written by the model from memory.
+
+Found leaks: the mock (`--crosstalk-rate 0.02`: an answer carries the last 24 words of another
+recent request's prompt) on the same four prompt sets, without and with `--canaries`.
+
+Real leaks (`--real-leaks`): the real tiny model served in-process by `tests/hfserve.py`, whose
+requests leak while two or more are in flight (30% of them): `context` answers a request from
+another waiting request's prompt (a cache slot handed to the wrong request: the answer goes on
+with another user's text), `output` puts the last answer served in the second half of its own
+(an output buffer not cleared). Soaked with `--canaries --crosstalk-answers`, not streamed.
+
+Every share with its Clopper-Pearson 95% interval. Run:
+
+    python bench/bench_crosstalk.py [--requests 2500] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from soakgate.mockserver.process import MockProcess  # noqa: E402
+from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
+from soakgate.stats.rates import clopper_pearson  # noqa: E402
+
+MODEL = REPO.parent / "shared" / "models" / "tiny-llama-8k"
+SYSTEM = (
+    "You are a careful assistant for the engineers of a Python shop. Answer in plain words, "
+    "give one short example where it helps, never invent an API, and say so when you are not "
+    "sure. Keep every answer under one hundred words and end it with a one-line summary."
+)
+
+
+def _docstrings() -> list[str]:
+    """Docstrings of standard library modules and their public functions, in a fixed order."""
+    import argparse as a
+    import collections
+    import json as j
+    import os
+    import re
+    import shutil
+    import string
+    import textwrap
+
+    texts = []
+    for module in (a, collections, j, os, re, shutil, string, textwrap):
+        for name in sorted(dir(module)):
+            doc = inspect.getdoc(getattr(module, name))
+            if doc and len(doc.split()) >= 80 and doc not in texts:
+                texts.append(doc)
+    return texts
+
+
+def prompt_sets(folder: Path) -> dict[str, list[str]]:
+    """Each control's extra `soakgate run` arguments (prompt files written to `folder`)."""
+    questions = [f"What does {name} do, and when would I use it?"
+                 for name in ("os.path.join", "json.dumps", "re.sub", "shutil.copytree",
+                              "collections.Counter", "textwrap.dedent", "argparse.ArgumentParser",
+                              "string.Template", "os.walk", "re.compile")]  # fmt: skip
+    questions += [
+        f"Explain the difference between {a} and {b}."
+        for a, b in (
+            ("a list", "a tuple"),
+            ("is", "=="),
+            ("a thread", "a process"),
+            ("bytes", "str"),
+            ("sort", "sorted"),
+            ("a module", "a package"),
+            ("repr", "str"),
+            ("yield", "return"),
+        )
+    ]
+    system = folder / "system.jsonl"
+    system.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]}) + "\n"
+        for i, q in enumerate(questions)))  # fmt: skip
+    chunks = []
+    for doc in _docstrings():
+        words = doc.split()
+        chunks += [" ".join(words[i : i + 40]) for i in range(0, len(words) - 39, 40)]
+    memorized = folder / "memorized.jsonl"
+    memorized.write_text("".join(json.dumps({"id": f"d{i}", "prompt": c}) + "\n"
+                                 for i, c in enumerate(chunks[:400])))  # fmt: skip
+    return {
+        "builtin": [],
+        "system": ["--prompts", str(system), "--endpoint", "chat"],
+        "synthetic": ["--prompt-tokens", "uniform:16,160"],
+        "memorized": ["--prompts", str(memorized)],
+    }
+
+
+def soak(url: str, db: Path, requests: int, extra: list[str]) -> None:
+    command = [sys.executable, "-m", "soakgate", "run", "--target", url, "--requests",
+               str(requests), "--concurrency", "8", "--max-tokens", "64", "--temperature", "0.8",
+               "--db", str(db), "--quiet", "--no-watch-metrics", *extra]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"soak failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def flagged(db: Path) -> tuple[int, Counter[str], list[str]]:
+    """Answered rows, flags by test, and a few flagged spans."""
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "SELECT checks, details FROM generations WHERE error_class IS NULL"
+        ).fetchall()
+    by: Counter[str] = Counter()
+    spans = []
+    for checks, details in rows:
+        if checks:
+            evidence = json.loads(details)["crosstalk"]
+            by[evidence["by"]] += 1
+            spans.append(evidence.get("span") or evidence.get("canary"))
+    return len(rows), by, spans[:3]
+
+
+def share(events: int, n: int) -> str:
+    low, high = clopper_pearson(events, n)
+    return f"{events}/{n} = {100 * events / n:.2f}% [{100 * low:.2f}, {100 * high:.2f}]"
+
+
+def false_flags(folder: Path, requests: int, sets: dict[str, list[str]]) -> None:
+    gguf = Path(tempfile.gettempdir()) / "soakgate-bench-tiny.gguf"
+    if not gguf.is_file():
+        subprocess.run([sys.executable, str(REPO / "scripts" / "make_gguf.py"), str(gguf),
+                        "--model", str(MODEL)], check=True, capture_output=True)  # fmt: skip
+    server = LlamaCppProcess(gguf, parallel=8, threads=2, log_dir=folder).start()
+    total, total_flags = 0, 0
+    try:
+        print(f"false flags: real tiny model on llama.cpp, {requests} requests per prompt set")
+        for name, extra in sets.items():
+            db = folder / f"clean-{name}.sqlite"
+            soak(server.url, db, requests, [*extra, "--crosstalk-answers"])
+            n, by, spans = flagged(db)
+            total, total_flags = total + n, total_flags + sum(by.values())
+            prompt = share(by["prompt_span"], n)
+            answer = share(by["answer_span"], n)
+            print(f"  {name:10s} prompt spans {prompt}; answer spans {answer}; e.g. {spans}")
+        print(f"  all         {share(total_flags, total)} (every test)")
+    finally:
+        server.stop()
+
+
+def found(folder: Path, requests: int, sets: dict[str, list[str]]) -> None:
+    print("found leaks: the mock, --crosstalk-rate 0.02 (ground truth: the leak's source)")
+    for name, extra in sets.items():
+        for canaries in ([], ["--canaries"]):
+            truth = folder / f"truth-{name}-{len(canaries)}.jsonl"
+            db = folder / f"leaky-{name}-{len(canaries)}.sqlite"
+            with MockProcess(["--crosstalk-rate", "0.02", "--seed", "29"],
+                             ground_truth_path=truth) as mock:  # fmt: skip
+                soak(mock.url, db, requests, [*extra, *canaries])
+                leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth()
+                          if r["crosstalk"]}  # fmt: skip
+            with sqlite3.connect(db) as connection:
+                rows = connection.execute("SELECT request_id, checks, details FROM generations "
+                                          "WHERE error_class IS NULL").fetchall()  # fmt: skip
+            right = sum(1 for rid, checks, details in rows if checks and rid in leaked
+                        and json.loads(details)["crosstalk"]["source"] == leaked[rid])  # fmt: skip
+            wrong = sum(1 for rid, checks, _ in rows if checks and rid not in leaked)
+            answered = {rid for rid, _, _ in rows}
+            injected = sum(1 for rid in leaked if rid in answered)
+            how = "canaries + spans" if canaries else "prompt spans    "
+            print(
+                f"  {name:10s} {how} found with the right source {share(right, injected)}; "
+                f"flagged clean rows {share(wrong, len(rows) - injected)}"
+            )
+
+
+def real_leaks(folder: Path, requests: int, max_tokens: int) -> None:
+    import os
+
+    print(f"real leaks: the tiny model in tests/hfserve.py, {requests} requests, "
+          f"{max_tokens} tokens, canaries and answer spans on")  # fmt: skip
+    for mode in ("context", "output"):
+        truth, db = folder / f"hf-{mode}.jsonl", folder / f"hf-{mode}.sqlite"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.hfserve", str(MODEL), "--layers", "6", "--window",
+             "128", "--seed", "3", "--crosstalk-at-in-flight", "2", "--crosstalk-rate", "0.3",
+             "--crosstalk-mode", mode, "--ground-truth", str(truth)],
+            cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )  # fmt: skip
+        try:
+            assert server.stdout is not None
+            url = server.stdout.readline().rsplit(" ", 1)[1].strip()
+            soak(
+                url,
+                db,
+                requests,
+                [
+                    "--concurrency",
+                    "4",
+                    "--no-stream",
+                    "--canaries",
+                    "--crosstalk-answers",
+                    "--max-tokens",
+                    str(max_tokens),
+                ],
+            )
+        finally:
+            server.terminate()
+            server.wait(30)
+        leaked = {}
+        for line in truth.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("crosstalk"):
+                leaked[record["request_id"]] = record["crosstalk"]
+        with sqlite3.connect(db) as connection:
+            rows = connection.execute("SELECT request_id, checks, details FROM generations "
+                                      "WHERE error_class IS NULL").fetchall()  # fmt: skip
+        by: Counter[str] = Counter()
+        for rid, checks, details in rows:
+            evidence = json.loads(details).get("crosstalk") if checks else None
+            if evidence and leaked.get(rid) == evidence["source"]:
+                by[evidence["by"]] += 1
+        wrong = sum(1 for rid, checks, _ in rows if checks and rid not in leaked)
+        injected = sum(1 for rid, _, _ in rows if rid in leaked)
+        print(
+            f"  {mode:8s} found with the right source {share(sum(by.values()), injected)} "
+            f"{dict(by)}; flagged clean rows {share(wrong, len(rows) - injected)}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2500, help="per prompt set (default 2500)")
+    parser.add_argument("--mock-requests", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=None, help="keep the databases here")
+    parser.add_argument("--skip-real", action="store_true", help="the mock part only")
+    parser.add_argument(
+        "--real-leaks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N requests per leak mode to tests/hfserve.py (e.g. 120)",
+    )
+    parser.add_argument("--real-leak-tokens", type=int, default=48)
+    args = parser.parse_args()
+    folder = args.out or Path(tempfile.mkdtemp(prefix="soakgate-crosstalk-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    sets = prompt_sets(folder)
+    if not args.skip_real:
+        false_flags(folder, args.requests, sets)
+    found(folder, args.mock_requests, sets)
+    if args.real_leaks:
+        real_leaks(folder, args.real_leaks, args.real_leak_tokens)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""Cross-request contamination (`crosstalk`): an answer that carries another request's canary,
+or a long span of another request's prompt that its own prompt does not explain.
+
+What leaks between requests in a serving stack (a prefix-cache block or a KV slot reused while
+still in use, a stream's tokens delivered to another, a batch's rows mixed) shows up as an
+answer that continues or repeats *another* user's request. Two tests, both over a bounded
+window of the requests sent last (in flight or just answered, where a leak comes from):
+
+- **canary** (`--canaries`): the answer holds a genuine canary (`checks.canary`) of another
+  request: certain, whatever the prompts.
+- **reference** (where the greedy differential runs, `run --reference`): a divergent greedy
+  answer that follows the reference's answer to *another* prompt for at least 16 tokens, and
+  further than its own (`probes.differential.Compared.cross_check`): the answer to another
+  user's prompt, the leak no text test can see.
+- **prompt span** (on by default; needs no change to the prompts): the answer holds a run of
+  `span` words (lower-cased, `\\w+`) that stands in the prompt of another request of the window
+  and in no other prompt of the window. A span two prompts of the window share is boilerplate
+  (a template, a system message) and never evidence; a span of the answer's own prompt is
+  explained by it. A leak between two requests that sent the same prompt is invisible here
+  (only a canary tells them apart).
+- **answer span** (`--crosstalk-answers`, off by default: a model that reproduces memorized text
+  writes the same runs for different prompts at the same time; on the mock, whose answers are
+  slices of one corpus, it flagged 0.8-1.1% of clean answers, BENCHMARKS.md): the answer
+  shares a run of `answer_span` words with the answer of another request that was in flight at
+  the same time and asked another prompt (a stream's tokens delivered to another), where no
+  third answer of another prompt holds that run (a phrase the model writes for many prompts is
+  not evidence) and the answer's own prompt does not explain it. The later of the two answers
+  is flagged, the earlier named as its source: which of the two received the other's tokens
+  cannot be told from the text.
+
+The window index is keyed by prompt id: a prompt's spans are hashed once, when it enters the
+window, and dropped when its last request leaves it, so a soak over a fixed prompt set costs
+one set intersection per answer. Written by hand: no maintained library keeps an n-gram index
+over a sliding window of requests.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from soakgate.checks.canary import Canaries
+from soakgate.prompts import Prompt
+from soakgate.records import Generation, Run
+
+CROSSTALK = "crosstalk"
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class CrosstalkSettings:
+    """How the crosstalk check runs (stored in the run's detectors)."""
+
+    canaries: bool = False
+    """Mark every prompt with its request's canary (changes what is sent: off by default)."""
+    spans: bool = True
+    """Look for spans of other requests' prompts (changes nothing that is sent)."""
+    span: int = 8
+    """Words in a row an answer must share with another request's prompt."""
+    window: int = 1024
+    """Requests sent last whose prompts are looked at (in flight or just answered); answers
+    are kept for between one and two windows."""
+    answers: bool = False
+    """Look for runs shared with the answers of requests in flight at the same time (off by
+    default: see the module's docstring)."""
+    answer_span: int = 16
+    """Words in a row an answer must share with another request's answer."""
+
+    def describe(self) -> dict[str, Any]:
+        """As stored in the run record."""
+        return {"canaries": self.canaries, "spans": self.spans, "span": self.span,
+                "window": self.window, "answers": self.answers,
+                "answer_span": self.answer_span}  # fmt: skip
+
+
+def words_of(text: str) -> list[str]:
+    """Lower-cased `\\w+` words."""
+    return _WORD.findall(text.lower())
+
+
+def spans(text: str, width: int) -> list[int]:
+    """Hashes of every run of `width` words of `text`, in order."""
+    return hashes(words_of(text), width)
+
+
+def hashes(words: list[str], width: int) -> list[int]:
+    """Hashes of every run of `width` of `words`, in order."""
+    return list(map(hash, zip(*(words[i:] for i in range(width)), strict=False)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A clean answer kept for the answer-span test."""
+
+    seq: int
+    prompt_id: str
+    started: float
+    ended: float
+    words: list[str]
+
+
+class Crosstalk:
+    """The crosstalk check of one soak: told of every request sent and every clean answer."""
+
+    def __init__(self, settings: CrosstalkSettings, run_id: str) -> None:
+        self.settings = settings
+        self._run_id = run_id
+        self._canaries = Canaries(run_id) if settings.canaries else None
+        self._window: deque[tuple[int, str]] = deque()
+        self._count: dict[str, int] = {}  # prompt id -> its requests in the window
+        self._latest: dict[str, int] = {}  # prompt id -> the last request that sent it
+        self._spans: dict[str, frozenset[int]] = {}  # prompt id (in the window) -> its spans
+        self._owners: dict[int, set[str]] = {}  # span -> prompt ids of the window holding it
+        # answers, in two generations of up to `window` each (dropped a generation at a time,
+        # so that keeping them costs no loop per answer): span -> latest answer holding it
+        self._held: list[dict[int, int]] = [{}, {}]
+        self._kept: list[dict[int, _Answer]] = [{}, {}]
+        self._common: list[set[int]] = [set(), set()]  # spans answers of two prompts hold
+        self._texts: dict[str, str] = {}  # prompt id (in the window) -> its words, joined
+
+    def request_id(self, seq: int) -> str:
+        """The request id of request `seq` (as the driver names it)."""
+        return f"{self._run_id}-{seq}"
+
+    def sent(self, seq: int, prompt: Prompt) -> Prompt:
+        """Enter a request into the window; the prompt as it is to be sent (its canary)."""
+        if self.settings.spans or self.settings.answers:
+            self._enter(seq, prompt)
+        if self._canaries is not None:
+            return self._canaries.mark(prompt, seq)
+        return prompt
+
+    def _enter(self, seq: int, prompt: Prompt) -> None:
+        key = prompt.prompt_id
+        if key not in self._count:
+            words = words_of(f"{prompt.system}\n{prompt.text}" if prompt.system else prompt.text)
+            mine = frozenset(hashes(words, self.settings.span))
+            self._texts[key] = " " + " ".join(words) + " "
+            self._spans[key] = mine
+            for span in mine:
+                self._owners.setdefault(span, set()).add(key)
+            self._count[key] = 0
+        self._count[key] += 1
+        self._latest[key] = seq
+        self._window.append((seq, key))
+        while len(self._window) > self.settings.window:
+            _, old = self._window.popleft()
+            self._count[old] -= 1
+            if not self._count[old]:
+                self._leave(old)
+
+    def _leave(self, key: str) -> None:
+        del self._count[key], self._latest[key], self._texts[key]
+        for span in self._spans.pop(key):
+            owners = self._owners[span]
+            owners.discard(key)
+            if not owners:
+                del self._owners[span]
+
+    def answered(self, generation: Generation) -> None:
+        """Judge a clean answer; a failed check is named in `generation.checks` with its
+        evidence (the source request, how it was found, what was found) in its details."""
+        text = generation.text
+        if not text or generation.error_class is not None:
+            return
+        evidence = self._canary(generation.seq, text) if self._canaries is not None else None
+        evidence = evidence or _reference_match(generation)
+        settings = self.settings
+        words = words_of(text) if settings.spans or settings.answers else []
+        if evidence is None and settings.spans:
+            evidence = self._span(generation, words)
+        if settings.answers:
+            answer = _Answer(generation.seq, generation.prompt_id, generation.started_at,
+                             generation.ended_at, words)  # fmt: skip
+            found = self._answer_span(answer, evidence is None)
+            evidence = evidence or found
+        if evidence is not None:
+            generation.checks.append(CROSSTALK)
+            generation.details[CROSSTALK] = evidence
+
+    def _canary(self, seq: int, text: str) -> dict[str, Any] | None:
+        assert self._canaries is not None
+        others = [s for s in self._canaries.found(text) if s != seq]
+        if not others:
+            return None
+        return {"by": "canary", "source": self.request_id(others[0]),
+                "canary": self._canaries.tag(others[0]),
+                "sources": [self.request_id(s) for s in others]}  # fmt: skip
+
+    def _span(self, generation: Generation, words: list[str]) -> dict[str, Any] | None:
+        width = self.settings.span
+        mine = hashes(words, width)
+        found = self._owners.keys() & mine
+        if not found:
+            return None
+        own = generation.prompt_id
+        for index, span in enumerate(mine):
+            owners = self._owners.get(span) if span in found else None
+            if owners is None or len(owners) != 1 or own in owners:
+                continue  # boilerplate two prompts share, or the answer's own prompt
+            (source,) = owners
+            return {"by": "prompt_span", "source": self.request_id(self._latest[source]),
+                    "source_prompt": source, "span": " ".join(words[index : index + width]),
+                    "window": self.settings.window}  # fmt: skip
+        return None
+
+    def _answer_span(self, answer: _Answer, judge: bool) -> dict[str, Any] | None:
+        """Judge the answer against the kept answers (when `judge`), then keep it."""
+        width = self.settings.answer_span
+        mine = hashes(answer.words, width)
+        held, kept, common = self._held, self._kept, self._common
+        shared = (held[0].keys() & mine) | (held[1].keys() & mine) if mine else set()
+        evidence = None
+        if shared and judge:
+            evidence = self._shared(answer, mine, shared - common[0] - common[1])
+        if shared:  # a run two prompts' answers hold is the model's, never evidence again
+            other = {s for s in shared if self._owner(s).prompt_id != answer.prompt_id}
+            common[0] |= other
+        if evidence is None:
+            held[0].update(dict.fromkeys(mine, answer.seq))
+            kept[0][answer.seq] = answer
+            if len(kept[0]) >= self.settings.window:  # a generation is full: drop the oldest
+                self._held, self._kept = [{}, held[0]], [{}, kept[0]]
+                self._common = [set(), common[0]]
+        return evidence
+
+    def _owner(self, span: int) -> _Answer:
+        """The latest kept answer that holds `span` (one of them holds it)."""
+        seq = self._held[0].get(span)
+        if seq is not None:
+            return self._kept[0][seq]
+        return self._kept[1][self._held[1][span]]
+
+    def _shared(self, answer: _Answer, mine: list[int], rare: set[int]) -> dict[str, Any] | None:
+        """The first kept answer of another prompt, in flight with this one, that holds a run
+        of this one that its own prompt does not explain."""
+        own = self._texts.get(answer.prompt_id, "")
+        width = self.settings.answer_span
+        for index, span in enumerate(mine):
+            if span not in rare:
+                continue
+            source = self._owner(span)
+            if source.prompt_id == answer.prompt_id or source.seq == answer.seq:
+                continue
+            if not (source.started < answer.ended and answer.started < source.ended):
+                continue  # not in flight together
+            run = " ".join(answer.words[index : index + width])
+            if f" {run} " in own:
+                continue
+            return {"by": "answer_span", "source": self.request_id(source.seq),
+                    "source_prompt": source.prompt_id, "span": run}  # fmt: skip
+        return None
+
+
+def _reference_match(generation: Generation) -> dict[str, Any] | None:
+    """A greedy differential row whose answer is the reference's answer to another prompt
+    (`probes.differential.Compared.cross_check` marks it)."""
+    marks = generation.details.get("differential")
+    match = marks.get("matches_other_prompt") if isinstance(marks, dict) else None
+    if not isinstance(match, dict):
+        return None
+    return {"by": "reference", "source": match.get("source"), "shared": match.get("shared"),
+            "unit": match.get("unit")}  # fmt: skip
+
+
+def open_crosstalk(settings: CrosstalkSettings, run: Run, resumed: bool) -> Crosstalk:
+    """The run's crosstalk check (a `load.spec.OpenAnswerCheck` once `settings` are bound):
+    the settings the run stored (a resumed run; one stored before the check existed sends no
+    canaries), else `settings`, stored in `run.detectors`."""
+    import dataclasses
+
+    stored = run.detectors.get(CROSSTALK)
+    if isinstance(stored, dict):
+        settings = CrosstalkSettings(**stored)
+    elif resumed:
+        settings = dataclasses.replace(settings, canaries=False)
+    run.detectors[CROSSTALK] = settings.describe()
+    return Crosstalk(settings, run.run_id)

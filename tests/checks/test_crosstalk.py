@@ -1,0 +1,294 @@
+"""Issue 29 item 1: an answer that carries another request's canary, or a long span of another
+request's prompt that its own prompt does not explain, is flagged `crosstalk` with the request it
+came from; stored apart from collapses, judged as an outcome of its own by `compare` and the
+report, and counted live. Against the mock's ground truth (`--crosstalk-rate`), through the CLI,
+streamed and not, completions and chat."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soakgate.checks import Canaries, Crosstalk, CrosstalkSettings
+from soakgate.mockserver.process import MockProcess
+from soakgate.prompts import Prompt
+from soakgate.prompts.builtin import builtin_prompts
+from soakgate.records import Generation
+from soakgate.store import open_store
+from tests.cli.helpers import soakgate
+
+REQUESTS = 400
+
+
+def _answer(seq: int, prompt: Prompt, text: str) -> Generation:
+    return Generation("run1", f"run1-{seq}", "t", "l", seq, prompt.prompt_id, "chat", False,
+                      0.0, 0.0, text=text)  # fmt: skip
+
+
+def test_a_canary_names_its_request_and_a_forged_one_is_not_one() -> None:
+    canaries = Canaries("run1")
+    tag = canaries.tag(1234)
+    assert canaries.found(f"the answer ... [{tag}] and {tag.lower()}") == [1234]
+    forged = tag[:-1] + ("0" if tag[-1] != "0" else "1")
+    assert canaries.found(f"text {forged} text") == []
+    assert Canaries("run2").found(tag) == []  # another run's key
+    marked = canaries.mark(Prompt("p", "Say hello."), 7)
+    assert marked.prompt_id == "p" and marked.text.startswith("Say hello.")  # appended, not first
+    assert canaries.found(marked.text) == [7]
+
+
+def test_spans_of_another_prompt_flag_and_boilerplate_or_the_own_prompt_do_not() -> None:
+    prompts = builtin_prompts()
+    check = Crosstalk(CrosstalkSettings(), "run1")
+    for seq in range(300):
+        check.sent(seq, prompts[seq])
+    own, other = prompts[10], prompts[123]
+    cases = {
+        "own prompt": (f"Sure. {own.text} Here it is.", None),
+        # every topic's `long` prompt shares this template: boilerplate, never evidence
+        "boilerplate": ("We should start with the problem it solves then describe how it works "
+                        "step by step and give one concrete example with numbers", None),
+        "another prompt": (f"Sure. {other.text}", other.prompt_id),
+        "short overlap": ("It explains the Python garbage collector well.", None),
+    }  # fmt: skip
+    for name, (text, source) in cases.items():
+        answer = _answer(300, own, text)
+        check.answered(answer)
+        if source is None:
+            assert answer.checks == [], name
+        else:
+            assert answer.checks == ["crosstalk"], name
+            evidence = answer.details["crosstalk"]
+            assert evidence["by"] == "prompt_span" and evidence["source_prompt"] == source
+            assert evidence["source"] == "run1-123"  # the last request that sent that prompt
+
+
+def test_the_window_forgets_requests_that_left_it_and_stays_bounded() -> None:
+    prompts = [Prompt(f"p{i}", f"unique words number {i} alpha beta gamma delta epsilon zeta eta")
+               for i in range(5000)]  # fmt: skip
+    check = Crosstalk(CrosstalkSettings(window=64), "run1")
+    for seq, prompt in enumerate(prompts):
+        check.sent(seq, prompt)
+    assert len(check._spans) == 64 and len(check._count) == 64
+    recent, old = (
+        _answer(5000, prompts[-1], prompts[-2].text),
+        _answer(5000, prompts[-1], prompts[10].text),
+    )
+    check.answered(recent)
+    check.answered(old)
+    assert recent.checks == ["crosstalk"] and old.checks == []
+
+
+def test_answer_spans_flag_a_run_shared_with_a_concurrent_answer_of_another_prompt() -> None:
+    prompts = [Prompt(f"p{i}", f"question number {i}") for i in range(4)]
+    check = Crosstalk(CrosstalkSettings(answers=True), "run1")
+    for seq in range(4):
+        check.sent(seq, prompts[seq])
+    leaked = " ".join(f"w{i}" for i in range(20))  # 20 words no prompt holds
+
+    def answer(seq: int, text: str, start: float, end: float) -> Generation:
+        row = _answer(seq, prompts[seq % 4], text)
+        row.started_at, row.ended_at = start, end
+        check.answered(row)
+        return row
+
+    source = answer(0, f"alpha {leaked} beta", 0.0, 2.0)
+    victim = answer(1, f"gamma delta {leaked}", 1.0, 3.0)  # in flight with the source
+    assert source.checks == [] and victim.checks == ["crosstalk"]
+    evidence = victim.details["crosstalk"]
+    assert evidence["by"] == "answer_span" and evidence["source"] == "run1-0"
+    assert evidence["span"] == " ".join(f"w{i}" for i in range(16))
+    later = answer(2, f"{leaked} again", 5.0, 6.0)  # not in flight with either
+    assert later.checks == []
+    check.sent(4, prompts[0])
+    same = answer(4, f"{leaked}", 1.5, 2.5)  # the same prompt as the source
+    assert same.checks == []
+    other = " ".join(f"v{i}" for i in range(20))
+    answer(5, other, 10.0, 11.0)
+    answer(6, other, 12.0, 13.0)  # two prompts' answers hold it: the model's own phrase
+    common = answer(7, f"x {other}", 10.5, 13.5)
+    assert common.checks == []
+    off = Crosstalk(CrosstalkSettings(), "run1")  # off by default
+    off.sent(0, prompts[0]), off.sent(1, prompts[1])
+    first, second = _answer(0, prompts[0], leaked), _answer(1, prompts[1], leaked)
+    second.ended_at = 1.0
+    off.answered(first), off.answered(second)
+    assert second.checks == []
+
+
+def _soak(tmp_path: Path, mock: MockProcess, db: Path, *extra: str) -> str:
+    result = soakgate("run", "--target", mock.url, "--requests", str(REQUESTS), "--concurrency",
+                      "8", "--max-tokens", "48", "--db", str(db), "--quiet",
+                      "--no-watch-metrics", *extra, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _rows(db: Path) -> dict[str, Generation]:
+    store = open_store(db)
+    try:
+        return {g.request_id: g for g in store.generations()}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "stream"),
+    [("completions", ()), ("chat", ("--no-stream",)), ("completions", ("--no-stream",)),
+     ("chat", ())],
+)  # fmt: skip
+def test_every_injected_leak_is_flagged_with_its_source_and_no_clean_row_is(
+    tmp_path: Path, endpoint: str, stream: tuple[str, ...]
+) -> None:
+    truth = tmp_path / "truth.jsonl"
+    db = tmp_path / "x.sqlite"
+    with MockProcess(["--crosstalk-rate", "0.05", "--seed", "4"],
+                     ground_truth_path=truth) as mock:  # fmt: skip
+        _soak(tmp_path, mock, db, "--canaries", "--endpoint", endpoint, *stream)
+        leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
+    rows = _rows(db)
+    assert len(rows) == REQUESTS and 8 <= len(leaked) <= 40
+    flagged = {rid: g.details["crosstalk"] for rid, g in rows.items() if g.checks}
+    assert set(flagged) == set(leaked)  # every leak, and nothing else
+    for rid, evidence in flagged.items():
+        assert evidence["source"] == leaked[rid] and evidence["by"] == "canary", rid
+        assert rows[rid].text is not None and evidence["canary"] in rows[rid].text
+        assert not rows[rid].flags  # a failed check is not a collapse
+    with sqlite3.connect(db) as connection:  # stored in its own column, found by its index
+        plan = " ".join(
+            r[-1]
+            for r in connection.execute(
+                "EXPLAIN QUERY PLAN SELECT id, checks FROM generations WHERE checks != ''"
+            )
+        )
+        (stored,) = connection.execute("SELECT COUNT(*) FROM generations WHERE checks = "
+                                       "'crosstalk' AND collapsed = 0").fetchone()  # fmt: skip
+    assert "generations_checks" in plan and stored == len(leaked)
+
+
+def test_without_canaries_the_prompt_spans_flag_only_leaks_with_their_source(
+    tmp_path: Path,
+) -> None:
+    """Spans need no change to the prompts; a leak of words every prompt of a template shares is
+    invisible to them (only a canary tells it), never a false flag."""
+    truth = tmp_path / "truth.jsonl"
+    db = tmp_path / "x.sqlite"
+    with MockProcess(["--crosstalk-rate", "0.05", "--seed", "5"],
+                     ground_truth_path=truth) as mock:  # fmt: skip
+        _soak(tmp_path, mock, db)
+        leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
+    rows = _rows(db)
+    flagged = {rid: g.details["crosstalk"] for rid, g in rows.items() if g.checks}
+    assert set(flagged) <= set(leaked) and len(flagged) >= len(leaked) // 2
+    for rid, evidence in flagged.items():
+        assert evidence["by"] == "prompt_span" and evidence["source"] == leaked[rid]
+    for row in rows.values():  # the prompts went out as they are
+        assert "SG-" not in (row.text or "")
+    run = json.loads(sqlite3.connect(db).execute("SELECT detectors FROM runs").fetchone()[0])
+    assert run["crosstalk"] == {"canaries": False, "spans": True, "span": 8, "window": 1024,
+                                "answers": False, "answer_span": 16}  # fmt: skip
+
+
+def _gate(tmp_path: Path, db: Path, *extra: str) -> Any:
+    return soakgate("compare", str(db), "good", "bad", "--fail-on-differ", *extra, cwd=tmp_path)
+
+
+def test_compare_and_report_judge_crosstalk_as_an_outcome_of_its_own(tmp_path: Path) -> None:
+    db = tmp_path / "arms.sqlite"
+    with MockProcess(["--seed", "8"]) as good, MockProcess(
+        ["--seed", "9", "--crosstalk-rate", "0.05"]
+    ) as bad:  # fmt: skip
+        for label, mock in (("good", good), ("bad", bad)):
+            _soak(tmp_path, mock, db, "--canaries", "--label", label)
+    gate = _gate(tmp_path, db)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert "gate FAIL" in gate.stdout and "crosstalk" in gate.stdout.split("\n")[1]
+    alone = _gate(tmp_path, db, "--outcome", "crosstalk")
+    assert alone.returncode == 1 and alone.stdout.startswith("outcome: crosstalk")
+    assert "collapses" not in alone.stdout  # judged alone
+    collapses = _gate(tmp_path, db, "--outcome", "collapse")
+    assert collapses.returncode == 0, collapses.stdout
+    document = json.loads(soakgate("report", str(db), "--format", "json", cwd=tmp_path).stdout)
+    found = {o["unit"]: o["crosstalk"] for o in document["outcomes"]}
+    bad_unit = next(name for name in found if name.startswith("bad@"))
+    good_unit = next(name for name in found if name.startswith("good@"))
+    assert found[good_unit]["events"] == 0 and found[good_unit]["n"] == REQUESTS
+    with sqlite3.connect(db) as connection:
+        (stored,) = connection.execute(
+            "SELECT COUNT(*) FROM generations WHERE label = 'bad' AND checks != ''"
+        ).fetchone()
+    assert found[bad_unit]["events"] == stored > 0
+
+
+def test_a_resumed_run_keeps_the_canaries_it_started_with(tmp_path: Path) -> None:
+    """Interrupted with --canaries and resumed without the flag: the stored settings hold, so
+    leaks after the resume are still told by their canary, with their source."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    truth, db = tmp_path / "truth.jsonl", tmp_path / "r.sqlite"
+    with MockProcess(["--crosstalk-rate", "0.1", "--seed", "6", "--tokens-per-s", "3000"],
+                     ground_truth_path=truth) as mock:  # fmt: skip
+        soaker = subprocess.Popen(
+            [sys.executable, "-m", "soakgate", "run", "--target", f"gpu0={mock.url}",
+             "--requests", "300", "--concurrency", "4", "--max-tokens", "48", "--canaries",
+             "--db", str(db), "--quiet", "--no-watch-metrics"],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(mock.ground_truth()) < 60:
+            time.sleep(0.2)
+        soaker.send_signal(signal.SIGINT)
+        assert soaker.wait(timeout=120) == 130
+        (run_id,) = {g.run_id for g in _rows(db).values()}
+        before = len(_rows(db))
+        resumed = soakgate("run", "--resume", run_id, "--target", f"gpu0={mock.url}", "--db",
+                           str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr
+        leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
+    rows = _rows(db)
+    assert len(rows) == 300 > before
+    after = {rid for rid, g in rows.items() if g.seq >= before and rid in leaked}
+    assert after  # leaks happened after the resume
+    for rid in leaked:
+        assert rows[rid].checks == ["crosstalk"], rid
+        assert rows[rid].details["crosstalk"]["by"] == "canary"
+        assert rows[rid].details["crosstalk"]["source"] == leaked[rid]
+
+
+def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_crosstalk() -> None:
+    """The greedy differential keeps the reference's answers; a divergent answer that follows
+    another prompt's for 16 tokens or more, and further than its own, is marked with that
+    request, and the crosstalk check flags the row by it."""
+    from soakgate.probes.differential import Compared, Differential
+    from soakgate.targets import Outcome
+
+    def outcome(ids: list[int]) -> Outcome:
+        answer = Outcome(started_at=0.0)
+        answer.token_ids, answer.text = ids, " ".join(map(str, ids))
+        return answer
+
+    compared = Compared(Differential(None), session=None)  # type: ignore[arg-type]
+    other = list(range(100, 140))
+    compared.answers[("gpu0", "prompt B")] = ("run1-7", outcome(other))
+    compared.answers[("gpu0", "prompt A")] = ("run1-3", outcome(list(range(40))))
+    leaked = outcome([*other[:30], 1, 2, 3])  # prompt A's answer: B's for 30 tokens
+    assert compared.cross_check("gpu0", "prompt A", leaked, own=0) == {
+        "source": "run1-7", "shared": 30, "unit": "tokens"}  # fmt: skip
+    assert compared.cross_check("gpu0", "prompt A", outcome(other[:10]), own=0) is None  # short
+    assert compared.cross_check("gpu1", "prompt A", leaked, own=0) is None  # another target's
+    assert compared.cross_check("gpu0", "prompt A", leaked, own=31) is None  # its own goes on
+    row = _answer(9, Prompt("a", "prompt A"), "text")
+    row.details["differential"] = {"greedy": True, "compared": True,
+                                   "matches_other_prompt": {"source": "run1-7", "shared": 30,
+                                                            "unit": "tokens"}}  # fmt: skip
+    check = Crosstalk(CrosstalkSettings(), "run1")
+    check.answered(row)
+    assert row.checks == ["crosstalk"] and row.details["crosstalk"]["by"] == "reference"
+    assert row.details["crosstalk"]["source"] == "run1-7"
