@@ -276,14 +276,15 @@ def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_c
 
     compared = Compared(Differential(None), session=None)  # type: ignore[arg-type]
     other = list(range(100, 140))
-    compared.answers[("gpu0", "prompt B")] = ("run1-7", outcome(other))
-    compared.answers[("gpu0", "prompt A")] = ("run1-3", outcome(list(range(40))))
+    compared.answers[("gpu0", "b")] = ("run1-7", outcome(other))
+    # the same prompt (by id: another canary), whose answer this one follows longest, is no source
+    compared.answers[("gpu0", "a")] = ("run1-3", outcome([*other[:35], 9]))
     leaked = outcome([*other[:30], 1, 2, 3])  # prompt A's answer: B's for 30 tokens
-    assert compared.cross_check("gpu0", "prompt A", leaked, own=0) == {
+    assert compared.cross_check("gpu0", "a", leaked, own=0) == {
         "source": "run1-7", "shared": 30, "unit": "tokens"}  # fmt: skip
-    assert compared.cross_check("gpu0", "prompt A", outcome(other[:10]), own=0) is None  # short
-    assert compared.cross_check("gpu1", "prompt A", leaked, own=0) is None  # another target's
-    assert compared.cross_check("gpu0", "prompt A", leaked, own=31) is None  # its own goes on
+    assert compared.cross_check("gpu0", "a", outcome(other[:10]), own=0) is None  # short
+    assert compared.cross_check("gpu1", "a", leaked, own=0) is None  # another target's
+    assert compared.cross_check("gpu0", "a", leaked, own=31) is None  # its own goes on
     row = _answer(9, Prompt("a", "prompt A"), "text")
     row.details["differential"] = {"greedy": True, "compared": True,
                                    "matches_other_prompt": {"source": "run1-7", "shared": 30,

@@ -10,8 +10,9 @@ window of the requests sent last (in flight or just answered, where a leak comes
   request: certain, whatever the prompts.
 - **reference** (where the greedy differential runs, `run --reference`): a divergent greedy
   answer that follows the reference's answer to *another* prompt for at least 16 tokens, and
-  further than its own (`probes.differential.Compared.cross_check`): the answer to another
-  user's prompt, the leak no text test can see.
+  further than its own (`probes.differential.Compared.cross_check`; prompts told apart by id, so
+  one prompt's requests with different canaries are one prompt): the answer to another user's
+  prompt, the leak no text test can see.
 - **prompt span** (on by default; needs no change to the prompts): the answer holds a run of
   `span` words (lower-cased, `\\w+`) that stands in the prompt of another request of the window
   and in no other prompt of the window. A span two prompts of the window share is boilerplate

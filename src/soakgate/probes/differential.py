@@ -172,8 +172,9 @@ class Compared:
     clients: dict[str, OpenAIClient] = field(default_factory=dict)
     """Target name -> the client its chosen requests are compared against."""
     answers: dict[tuple[str, str], tuple[str, Outcome]] = field(default_factory=dict)
-    """(target, prompt text) -> (request id, the reference's answer) of the last compared
-    requests (KEPT_ANSWERS at most), for the cross-check of divergent answers."""
+    """(target, prompt id) -> (request id, the reference's answer) of the last compared
+    requests (KEPT_ANSWERS at most), for the cross-check of divergent answers. By prompt id,
+    not text: requests of one prompt with different canaries are the same prompt."""
 
     def choose(self, target: str, seq: int, spec: RequestSpec) -> RequestSpec | None:
         """The greedy request, for a sampled request of a compared target."""
@@ -190,25 +191,25 @@ class Compared:
             self.clients[target], prompt, spec, request_id, outcome, self.differential.repeat
         )
         if divergence is not None and divergence >= 0:
-            match = self.cross_check(target, prompt.text, outcome, divergence)
+            match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
             if match is not None:
                 marks["matches_other_prompt"] = match
         if answer.error_class is None:
-            self.answers.pop((target, prompt.text), None)
-            self.answers[(target, prompt.text)] = (request_id, answer)
+            self.answers.pop((target, prompt.prompt_id), None)
+            self.answers[(target, prompt.prompt_id)] = (request_id, answer)
             if len(self.answers) > KEPT_ANSWERS:
                 del self.answers[next(iter(self.answers))]
         return divergence, marks
 
     def cross_check(
-        self, target: str, text: str, outcome: Outcome, own: int
+        self, target: str, prompt_id: str, outcome: Outcome, own: int
     ) -> dict[str, object] | None:
         """The kept reference answer to another prompt that this divergent answer follows
         furthest, when it shares at least CROSS_MATCH leading tokens with it and more than with
         its own (a greedy answer to another user's prompt: crosstalk)."""
         best: tuple[int, str, str] | None = None
-        for (kept_target, kept_text), (source, answer) in self.answers.items():
-            if kept_target != target or kept_text == text:
+        for (kept_target, kept_prompt), (source, answer) in self.answers.items():
+            if kept_target != target or kept_prompt == prompt_id:
                 continue
             shared = outcome_divergence(outcome, answer)
             unit = divergence_unit(outcome, answer)
