@@ -37,6 +37,7 @@ over a sliding window of requests.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -71,19 +72,12 @@ class CrosstalkSettings:
 
     def describe(self) -> dict[str, Any]:
         """As stored in the run record."""
-        return {"canaries": self.canaries, "spans": self.spans, "span": self.span,
-                "window": self.window, "answers": self.answers,
-                "answer_span": self.answer_span}  # fmt: skip
+        return dataclasses.asdict(self)
 
 
 def words_of(text: str) -> list[str]:
     """Lower-cased `\\w+` words."""
     return _WORD.findall(text.lower())
-
-
-def spans(text: str, width: int) -> list[int]:
-    """Hashes of every run of `width` words of `text`, in order."""
-    return hashes(words_of(text), width)
 
 
 def hashes(words: list[str], width: int) -> list[int]:
@@ -270,8 +264,6 @@ def open_crosstalk(settings: CrosstalkSettings, run: Run, resumed: bool) -> Cros
     """The run's crosstalk check (a `load.spec.OpenAnswerCheck` once `settings` are bound):
     the settings the run stored (a resumed run; one stored before the check existed sends no
     canaries), else `settings`, stored in `run.detectors`."""
-    import dataclasses
-
     stored = run.detectors.get(CROSSTALK)
     if isinstance(stored, dict):
         settings = CrosstalkSettings(**stored)
