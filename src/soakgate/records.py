@@ -25,10 +25,22 @@ ERROR_CLASSES = (
     "unexpected_choices",  # more choices than requested, or choices with a bad index
     "proxy_error",  # a proxy's or gateway's own error page (nginx's 502), not the server's answer
 )
-CHECKS = ("crosstalk",)
+CHECKS = ("crosstalk", "invalid_structure")
 """Integrity checks a clean answer can fail, each an outcome of its own (`Generation.checks`):
 `crosstalk`, an answer that carries another request's canary or a long span of another request's
-prompt that its own does not explain (`soakgate.checks`)."""
+prompt that its own does not explain; `invalid_structure`, an answer that breaks the JSON
+schema, regex or tool calls its request asked for (`soakgate.checks`)."""
+UNJUDGED = "-"
+"""In `Generation.checks`, `-<check>` marks an answer the check did not judge in a run that ran
+it (`-invalid_structure`: a free prompt's answer, or one the budget cut); the check's rate counts
+only the answers it judged."""
+
+
+def failed_checks(checks: list[str]) -> list[str]:
+    """The checks an answer failed (`Generation.checks` without its UNJUDGED marks)."""
+    return [name for name in checks if not name.startswith(UNJUDGED)]
+
+
 NOT_THE_SERVERS = ("cancelled", "client_error", "http_4xx")
 """Error classes that say nothing about the server under test: the soak stopped the request,
 soakgate itself failed, or the server refused the request as invalid (the client's settings:
@@ -102,7 +114,8 @@ class Generation:
     """Reference scoring: True when the score is above the calibrated threshold (None: not
     scored). Independent of `collapsed`: a row can be both."""
     checks: list[str] = field(default_factory=list)
-    """Names of the integrity checks (CHECKS) this clean answer failed, evidence in
+    """Names of the integrity checks (CHECKS) this clean answer failed (and `-<name>` of those
+    that did not judge it, `UNJUDGED`), evidence in
     `details[name]`. Apart from `flags`: a failed check is not a collapse."""
     gateway_retries: int | None = None
     """Times a gateway between soakgate and the server said it retried the request upstream

@@ -88,6 +88,8 @@ class LoadSettings:
     """Synthetic prompts' length distribution (`run --prompt-tokens`), instead of `prompts`."""
     synthetic_prompts: int = 500
     tokenizer: Path | None = None
+    structure_via: str = "openai"
+    """The request field a structured prompt's constraint is sent in (`run --structure-via`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +258,8 @@ def _load(table: Table, base: Path) -> LoadSettings:
         ramp_s=table.optional_duration("ramp"), prompt_tokens=table.optional_str("prompt_tokens"),
         synthetic_prompts=table.integer("synthetic_prompts", 500, minimum=1),
         tokenizer=_tokenizer_path(table, base),
+        structure_via=table.choice("structure_via", ("openai", "llamacpp", "vllm", "guided"),
+                                   "openai"),
     )  # fmt: skip
     table.done()
     if load.prompt_tokens is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.model import Campaign, ConfigEntry
-from soakgate.checks import CrosstalkSettings, open_crosstalk
+from soakgate.checks import CrosstalkSettings, open_answer_checks
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import ConfigError, SoakgateError
 from soakgate.load.runner import SoakConfig, new_run
@@ -19,6 +19,7 @@ from soakgate.prompts import builtin_prompts, load_prompts
 from soakgate.prompts.synthetic import LengthDistribution, described, synthetic_prompts
 from soakgate.records import Run
 from soakgate.targets import RequestSpec, TargetSpec
+from soakgate.targets.parse import structure_fields
 
 
 def request_spec(campaign: Campaign) -> RequestSpec:
@@ -28,7 +29,7 @@ def request_spec(campaign: Campaign) -> RequestSpec:
         endpoint=load.endpoint, stream=load.stream, max_tokens=load.max_tokens,
         temperature=load.temperature, ignore_eos=load.ignore_eos,
         return_token_ids=load.token_ids, timeout_s=load.timeout_s,
-        max_response_bytes=load.max_response_bytes,
+        max_response_bytes=load.max_response_bytes, structure_via=load.structure_via,
     )  # fmt: skip
 
 
@@ -88,8 +89,11 @@ def soak_config(
         context["synthetic_prompts"] = described(lengths, load.synthetic_prompts, tokenizer)
     else:
         prompts = load_prompts(load.prompts) if load.prompts else list(builtin_prompts())
+    request = request_spec(campaign)
+    for structure in {p.structure for p in prompts if p.structure is not None}:
+        structure_fields(structure, request.structure_via, request.endpoint)
     return SoakConfig(
-        targets=targets, label=config.label, request=request_spec(campaign),
+        targets=targets, label=config.label, request=request,
         load=LoadSpec(load.concurrency, requests_per_block(campaign, config), config.duration_s,
                       load.grace_s, rate=load.rate, arrivals=load.arrivals, ramp_s=load.ramp_s),
         context=context,
@@ -97,7 +101,8 @@ def soak_config(
         detectors=detector_config(campaign),
         store_text=load.store_text, campaign=block.block_id,
         reference_fraction=campaign.reference_fraction,
-        answer_check=functools.partial(open_crosstalk, CrosstalkSettings()),
+        answer_check=functools.partial(open_answer_checks, CrosstalkSettings(),
+                                       any(p.structure is not None for p in prompts)),
     )  # fmt: skip
 
 

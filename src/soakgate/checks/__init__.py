@@ -1,11 +1,60 @@
-"""Integrity checks across requests: answers that carry what belongs to another request.
+"""Integrity checks of every answer: answers that carry what belongs to another request
+(`crosstalk`), answers that break the structure their request asked for (`invalid_structure`).
 
 A check sees every request as it is sent (`sent`) and every clean answer as its row is made
 (`answered`); a failed check names itself in `Generation.checks` (`records.CHECKS`), with its
 evidence in `details[name]`. A failed check is an outcome of its own, never a collapse.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 from soakgate.checks.canary import Canaries
 from soakgate.checks.crosstalk import CROSSTALK, Crosstalk, CrosstalkSettings, open_crosstalk
+from soakgate.checks.structure import INVALID_STRUCTURE, StructureCheck, open_structure
+from soakgate.load.spec import AnswerCheck
+from soakgate.prompts import Prompt
+from soakgate.records import Generation, Run
 
-__all__ = ["CROSSTALK", "Canaries", "Crosstalk", "CrosstalkSettings", "open_crosstalk"]
+
+class AnswerChecks:
+    """Several answer checks as one (`load.spec.AnswerCheck`): each sees the prompt as the one
+    before it made it, and every answer."""
+
+    def __init__(self, checks: Sequence[AnswerCheck]) -> None:
+        self.checks = tuple(checks)
+
+    def sent(self, seq: int, prompt: Prompt) -> Prompt:
+        for check in self.checks:
+            prompt = check.sent(seq, prompt)
+        return prompt
+
+    def answered(self, generation: Generation) -> None:
+        for check in self.checks:
+            check.answered(generation)
+
+
+def open_answer_checks(
+    crosstalk: CrosstalkSettings, structured: bool, run: Run, resumed: bool
+) -> AnswerChecks:
+    """The run's answer checks (a `load.spec.OpenAnswerCheck` once the first two are bound):
+    crosstalk always, the structure check where some prompt is structured."""
+    checks: list[AnswerCheck] = [open_crosstalk(crosstalk, run, resumed)]
+    if structured:
+        checks.append(open_structure(run, resumed))
+    return AnswerChecks(checks)
+
+
+__all__ = [
+    "CROSSTALK",
+    "INVALID_STRUCTURE",
+    "AnswerChecks",
+    "Canaries",
+    "Crosstalk",
+    "CrosstalkSettings",
+    "StructureCheck",
+    "open_answer_checks",
+    "open_crosstalk",
+    "open_structure",
+]

@@ -9,8 +9,8 @@ from soakgate.cli.args import add_gate_arguments, gate_options
 from soakgate.cli.cmd_report import add_clustering_arguments, clustering_options
 
 COMPARE_OUTCOMES = (
-    "all", "crash", "error", "collapse", "suspect", "shifted", "crosstalk", "divergence",
-    "any_failure",
+    "all", "crash", "error", "collapse", "suspect", "shifted", "crosstalk", "invalid_structure",
+    "divergence", "any_failure",
 )  # fmt: skip
 
 

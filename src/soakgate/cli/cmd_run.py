@@ -30,6 +30,9 @@ from soakgate.cli.metrics import (
 )
 from soakgate.cli.reference_args import add_reference_arguments, reference_scorer
 
+STRUCTURE_VIA_CHOICES = ("openai", "llamacpp", "vllm", "guided")
+"""`targets.spec.STRUCTURE_VIA`, not imported here: the parser is built at every start-up."""
+
 
 def register(subparsers: Any) -> None:
     """Add the `run` command."""
@@ -192,6 +195,32 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         help="requests sent last whose prompts an answer is checked against (default 1024)",
     )  # fmt: skip
     parser.add_argument(
+        "--response-format", metavar="FILE",
+        help="a JSON schema (or an OpenAI response_format object) every answer must follow: "
+        "sent as the server asks (--structure-via), every answer validated (invalid_structure); "
+        "a prompt file's own response_format/regex/tools stand for its prompts",
+    )  # fmt: skip
+    parser.add_argument(
+        "--regex", metavar="PATTERN",
+        help="a regular expression every whole answer must match (needs --structure-via vllm "
+        "or guided: OpenAI and llama.cpp have no such field)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tools", metavar="FILE",
+        help="a JSON list of function tools sent with every chat request; every tool call is "
+        "validated against its tool's parameters",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tool-choice", metavar="CHOICE",
+        help="with --tools: auto (default), required, none, or a tool's name",
+    )  # fmt: skip
+    parser.add_argument(
+        "--structure-via", choices=STRUCTURE_VIA_CHOICES, default="openai",
+        help="the request field structured prompts are sent in: openai (response_format, "
+        "default), llamacpp (json_schema), vllm (structured_outputs), guided (vLLM's older "
+        "guided_json/guided_regex)",
+    )  # fmt: skip
+    parser.add_argument(
         "--char-run-threshold", type=positive_int, default=80,
         help="flag a run of one ordinary character at least this long",
     )  # fmt: skip
@@ -209,7 +238,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     """Build and validate a SoakConfig from parsed arguments."""
     import functools
 
-    from soakgate.checks import CrosstalkSettings, open_crosstalk
+    from soakgate.checks import CrosstalkSettings, open_answer_checks
     from soakgate.detectors import DetectorConfig
     from soakgate.load import LoadSpec
     from soakgate.load.runner import SoakConfig
@@ -222,8 +251,10 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
         ignore_eos=args.ignore_eos, logprobs=args.logprobs, return_token_ids=args.token_ids,
         timeout_s=args.timeout, max_response_bytes=args.max_response_bytes,
+        structure_via=getattr(args, "structure_via", "openai"),
     )  # fmt: skip
     prompts, context = _prompts(args)
+    prompts = structured_prompts(prompts, args, request)
     references = getattr(args, "reference", [])
     connections = args.concurrency * len(targets) * (2 if references else 1)
     given = "concurrency" in explicit_options(args)
@@ -250,10 +281,63 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         allow_foreign_tables=args.allow_foreign_tables, explicit=explicit_options(args),
         context=context, progress_every_s=getattr(args, "progress_every", 30.0),
         probes=StandardProbes(),
-        answer_check=functools.partial(open_crosstalk, CrosstalkSettings(
+        answer_check=functools.partial(open_answer_checks, CrosstalkSettings(
             canaries=args.canaries, spans=args.crosstalk_spans, span=args.crosstalk_span,
-            window=args.crosstalk_window, answers=args.crosstalk_answers)),
+            window=args.crosstalk_window, answers=args.crosstalk_answers),
+            any(p.structure is not None for p in prompts)),
     )  # fmt: skip
+
+
+def structured_prompts(prompts: list[Any], args: argparse.Namespace, request: Any) -> list[Any]:
+    """The prompts with the structure `--response-format`, `--regex` or `--tools` asks for
+    (prompts with a structure of their own keep it); a UsageError when a structure cannot be
+    sent the way the request is made."""
+    import dataclasses
+
+    from soakgate.targets.parse import structure_fields
+
+    structure = _structure_flag(args)
+    if structure is not None:
+        prompts = [
+            p if p.structure else dataclasses.replace(p, structure=structure) for p in prompts
+        ]
+    for given in {p.structure for p in prompts if p.structure is not None}:
+        structure_fields(given, request.structure_via, request.endpoint)
+    return prompts
+
+
+def _structure_flag(args: argparse.Namespace) -> Any:
+    """The structure one of --response-format, --regex, --tools asks for (None: none does)."""
+    import json
+
+    from soakgate.errors import ConfigError, UsageError
+    from soakgate.prompts import Structure
+
+    given = [f for f in ("response_format", "regex", "tools") if getattr(args, f, None)]
+    choice = getattr(args, "tool_choice", None)
+    if len(given) > 1:
+        raise UsageError("give one of --response-format, --regex, --tools")
+    if choice is not None and given != ["tools"]:
+        raise UsageError("--tool-choice needs --tools")
+    if not given:
+        return None
+    if given == ["regex"]:
+        return Structure.of("regex", args.regex)
+    path = Path(getattr(args, given[0]))
+    flag = "--" + given[0].replace("_", "-")
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot read {path}: {exc.strerror}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{flag}: {path} is not a JSON file ({exc})") from exc
+    if given == ["tools"] and choice not in (None, "auto", "required", "none"):
+        choice = {"type": "function", "function": {"name": choice}}
+    try:
+        kind = "json_schema" if given == ["response_format"] else "tools"
+        return Structure.of(kind, value, choice)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag} {path}: {exc}") from exc
 
 
 def _prompts(args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:

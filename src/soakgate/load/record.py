@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from soakgate.detectors import DetectorConfig, score_text
 from soakgate.prompts import Prompt
-from soakgate.records import Generation, sha256_text
+from soakgate.records import Generation, failed_checks, sha256_text
 from soakgate.targets import Outcome, RequestSpec
 from soakgate.targets.gateway import gateway_retries
 
@@ -35,6 +35,10 @@ def unscored_generation(
         text=outcome.text, token_ids=outcome.token_ids, incarnation=incarnation,
         attempts=outcome.attempts,
     )  # fmt: skip
+    if outcome.tool_calls:  # the answer is its tool calls: their arguments are the text scored
+        generation.details["tool_calls"] = outcome.tool_calls
+        if not generation.text:
+            generation.text = "\n".join(call["arguments"] for call in outcome.tool_calls)
     if outcome.gateway:  # a gateway between us and the server said what it did
         generation.details["gateway"] = outcome.gateway
         generation.gateway_retries = gateway_retries(outcome.gateway)
@@ -63,7 +67,8 @@ def score_generation(
                 details[name] = evidence
             if flagged:
                 flags.append(name)
-    keep = store_text == "all" or generation.flags or generation.checks or not generation.ok
+    failed = failed_checks(generation.checks)
+    keep = store_text == "all" or generation.flags or failed or not generation.ok
     if not keep and not (store_text == "flagged" and generation.seq % TEXT_SAMPLE_EVERY == 0):
         generation.text = None
         generation.token_ids = None

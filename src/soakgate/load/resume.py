@@ -24,9 +24,17 @@ from soakgate.records import Event, Run
 
 
 def prompts_digest(prompts: Sequence[Prompt]) -> str:
-    """SHA-256 of a prompt set (ids, texts, system messages, in order)."""
-    canonical = json.dumps([[p.prompt_id, p.text, p.system] for p in prompts], ensure_ascii=False)
+    """SHA-256 of a prompt set (ids, texts, system messages, structures, in order; a prompt
+    without a structure as before structures existed)."""
+    canonical = json.dumps(
+        [[p.prompt_id, p.text, p.system, *_structure(p)] for p in prompts], ensure_ascii=False
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _structure(prompt: Prompt) -> list[str]:
+    s = prompt.structure
+    return [] if s is None else [s.kind, s.spec, s.tool_choice]
 
 
 @dataclass(frozen=True, slots=True)

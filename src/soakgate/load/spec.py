@@ -10,7 +10,7 @@ from typing import Protocol
 
 from soakgate.load.streamcheck import StreamTiming
 from soakgate.prompts import Prompt
-from soakgate.records import Generation, Run
+from soakgate.records import Generation, Run, failed_checks
 from soakgate.targets import Outcome, RequestSpec, TargetSpec
 
 
@@ -191,7 +191,7 @@ class TargetTally:
         self.latency.observe(generation.ended_at - generation.started_at)
         if generation.stream and generation.ttft_s is not None:
             self.ttft.observe(generation.ttft_s)
-        for name in generation.checks:
+        for name in failed_checks(generation.checks):
             self.checks[name] = self.checks.get(name, 0) + 1
         if generation.suspect is not None:
             self.scored += 1

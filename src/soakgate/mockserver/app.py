@@ -139,7 +139,7 @@ class MockServer:
             message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"
             return _json_response(error_body(message, "BadRequestError", 400), 400)
         request_id = request.headers.get("X-Request-Id") or f"mock-{self.pid}-{self.seq}"
-        decision = self.injector.decide(self.metrics.in_flight + 1)
+        decision = self.injector.decide(self.metrics.in_flight + 1, sampling.structure is not None)
         rng = self.injector.rng
         plans = [make_plan(self.config, request_id, sampling, decision, rng, index)
                  for index in range(sampling.n)]  # fmt: skip
@@ -179,7 +179,7 @@ class MockServer:
 
     def _log(self, plan: Plan, endpoint: str) -> None:
         """One ground-truth line for this request."""
-        decision = plan.decision
+        decision, structure = plan.decision, plan.sampling.structure
         self.truth.write(
             {
                 "request_id": plan.request_id,
@@ -198,6 +198,8 @@ class MockServer:
                 "fluent_positions": plan.fluent_positions,
                 "shifted": decision.shift,
                 "crosstalk": plan.leaked_from,
+                "structured": structure.kind if structure is not None else None,
+                "invalid_structure": plan.invalid_structure,
                 "burst": decision.burst,
                 "corrupt": decision.corrupt,
                 "crash": decision.crash,
@@ -236,8 +238,11 @@ class MockServer:
         if fault == "truncated_stream":
             # A non-streamed "truncation": shorter answers without a finish_reason.
             for cut in plans:
-                cut.token_ids = cut.token_ids[: len(cut.token_ids) // 2]
-                cut.text, cut.finish_reason = detokenize(cut.token_ids), None
+                kept = len(cut.token_ids) // 2
+                cut.token_ids, cut.finish_reason = cut.token_ids[:kept], None
+                if cut.pieces is not None:
+                    cut.pieces = cut.pieces[:kept]
+                cut.text = detokenize(cut.token_ids) if cut.pieces is None else "".join(cut.pieces)
         body = response_body(plans, self.config.model_name, int(time.time()), self._chat_style)
         data = json.dumps(body, separators=(",", ":")).encode()
         self.metrics.generated(sum(len(p.token_ids) for p in plans))
@@ -250,7 +255,7 @@ class MockServer:
             await response.write(data[: len(data) // 2])
             _abort(request)
             return response
-        self.metrics.finished[plan.finish_reason or "abort"] += 1
+        self.metrics.finish(plan.finish_reason)
         return web.Response(body=data, content_type=_JSON)
 
     async def _stream(self, request: web.Request, plans: list[Plan]) -> web.StreamResponse:
@@ -337,18 +342,20 @@ class MockServer:
         await response.write_eof()
 
     async def _stream_end(self, response: web.StreamResponse, writers: list[EventWriter]) -> None:
-        """finish_reason event (only for a choice with no token: the last token's event
-        carries it otherwise, as vLLM's does), usage event when asked, [DONE] unless quirk
+        """finish_reason event (only for a choice with no token or a tool call: the last token's
+        event carries it otherwise, as vLLM's does), usage event when asked, [DONE] unless quirk
         `no-done`."""
         plan = writers[0].plan
-        tail = b"".join(w.finish() for w in writers if not w.plan.token_ids)
+        tail = b"".join(
+            w.finish() for w in writers if not w.plan.token_ids or w.plan.tool_call is not None
+        )
         if plan.sampling.include_usage:
             tail += writers[0].usage([w.plan for w in writers])
         if "no-done" not in self.config.quirks:
             tail += DONE
         await response.write(tail)
         await response.write_eof()
-        self.metrics.finished[plan.finish_reason or "abort"] += 1
+        self.metrics.finish(plan.finish_reason)
 
 
 def _json_response(body: dict[str, Any], status: int = 200) -> web.Response:

@@ -88,6 +88,15 @@ class MockConfig:
     """Fraction of answers that carry the tail of another recent request's prompt (its last
     words, its canary included) in their middle: a leak between requests, logged with the
     request it came from (`crosstalk` in the ground truth)."""
+    invalid_structure_rate: float = 0.0
+    """Fraction of structured answers (a JSON schema, a regex or tools asked for) made invalid
+    in one named way: a JSON document truncated, a value of the wrong type, a required property
+    missing, a property not allowed, a stray character; a string that misses the regex; tool
+    arguments that break their schema, or a tool that does not exist. Each is checked to be
+    invalid before it is sent, and named in the ground truth (`invalid_structure`)."""
+    invalid_structure_after_in_flight: int = 0
+    """Invalid structure only while at least this many requests are in flight (this one
+    included): schema violations under concurrency (0: at any load)."""
     shift_rate: float = 0.0
     """Fraction of clean requests whose every token is drawn from a flattened distribution (each
     likely next token's probability raised to 1/shift_temperature, renormalised): fluent text,
@@ -131,6 +140,7 @@ class MockConfig:
                 "--fluent-rate": self.fluent_rate,
                 "--shift-rate": self.shift_rate,
                 "--crosstalk-rate": self.crosstalk_rate,
+                "--invalid-structure-rate": self.invalid_structure_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
                 "--corrupt-rate": self.corrupt_rate,
@@ -147,6 +157,11 @@ class MockConfig:
         )
         if not 0 <= self.port <= 65535:
             raise UsageError(f"--port must be 0..65535, got {self.port}")
+        if self.invalid_structure_after_in_flight < 0:
+            raise UsageError(
+                "--invalid-structure-after-in-flight must be >= 0, "
+                f"got {self.invalid_structure_after_in_flight}"
+            )
         if self.burst_min_in_flight < 0:
             raise UsageError(f"--burst-min-in-flight must be >= 0, got {self.burst_min_in_flight}")
         if self.max_model_len < 1:
@@ -292,6 +307,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(a leak between requests; the source is in the ground truth)",
     )  # fmt: skip
     add(
+        "--invalid-structure-rate", type=float, default=d.invalid_structure_rate,
+        help="fraction of structured answers (JSON schema, regex, tools) made invalid in one "
+        "named way, checked to be invalid (the kind is in the ground truth)",
+    )  # fmt: skip
+    add(
+        "--invalid-structure-after-in-flight", type=int,
+        default=d.invalid_structure_after_in_flight, metavar="N",
+        help="invalid structure only while at least N requests are in flight, this one included "
+        "(0: at any load)",
+    )  # fmt: skip
+    add(
         "--shift-temperature", type=float, default=d.shift_temperature,
         help="flatness of shifted outputs: probabilities raised to 1/T (default 2)",
     )  # fmt: skip
@@ -362,6 +388,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         fluent_max_tokens=args.fluent_max_tokens,
         shift_rate=args.shift_rate,
         crosstalk_rate=args.crosstalk_rate,
+        invalid_structure_rate=args.invalid_structure_rate,
+        invalid_structure_after_in_flight=args.invalid_structure_after_in_flight,
         shift_temperature=args.shift_temperature,
         corrupt_at_in_flight=args.corrupt_at_in_flight,
         corrupt_rate=args.corrupt_rate,

@@ -40,6 +40,8 @@ class Decision:
     """Every token is drawn from a flattened distribution (`MockConfig.shift_rate`)."""
     crosstalk: bool = False
     """The answer carries another recent request's last prompt words (`crosstalk_rate`)."""
+    invalid_structure: bool = False
+    """The structured answer is to be made invalid (`invalid_structure_rate`)."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -63,6 +65,7 @@ class Injector:
             or config.fluent_rate
             or config.shift_rate
             or config.crosstalk_rate
+            or config.invalid_structure_rate
             or config.state_collapse
             or config.corrupt_at_in_flight
         )
@@ -70,10 +73,12 @@ class Injector:
         self.corrupt = False
         """The state is corrupt (until the process dies: a restart starts clean)."""
 
-    def decide(self, in_flight: int = 1) -> Decision:
+    def decide(self, in_flight: int = 1, structured: bool = False) -> Decision:
         """Advance the burst state, then draw fault, else collapse, else perturbation.
         `in_flight` counts the requests being served, this one included: below
-        `burst_min_in_flight` the model is held in (or returned to) the clean state."""
+        `burst_min_in_flight` the model is held in (or returned to) the clean state. A
+        `structured` request's answer is its structure's, so instead of the corruptions of free
+        text (perturbed, fluent, shifted, leaked) it may be made invalid."""
         if self._idle:
             return CLEAN
         config, rng = self._config, self.rng
@@ -99,6 +104,13 @@ class Injector:
         collapse_rate = config.burst_collapse_rate if self._burst else config.collapse_rate
         if rng.random() < collapse_rate:
             return Decision(self._pick_kind(), None, False, self._burst)
+        if structured:
+            invalid = (
+                config.invalid_structure_rate > 0
+                and in_flight >= config.invalid_structure_after_in_flight
+                and rng.random() < config.invalid_structure_rate
+            )
+            return Decision(None, None, False, self._burst, invalid_structure=invalid)
         perturbed = rng.random() < config.perturb_rate
         # drawn only when asked for, so that seeds without it decide exactly as before
         fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate

@@ -28,6 +28,10 @@ class Metrics:
     started_at: float = field(default_factory=time.time)
     """When the server process started (Prometheus' `process_start_time_seconds`)."""
 
+    def finish(self, reason: str | None) -> None:
+        """Count a finished request under vLLM's label (a tool call's engine saw EOS: `stop`)."""
+        self.finished["stop" if reason == "tool_calls" else reason or "abort"] += 1
+
     def generated(self, tokens: int) -> None:
         """Count generated tokens; spec-decode counters advance at the in-flight acceptance rate."""
         self.generation_tokens += tokens

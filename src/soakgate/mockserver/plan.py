@@ -7,9 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from soakgate.errors import UsageError
+from soakgate.mockserver import structured
 from soakgate.mockserver.config import MockConfig
 from soakgate.mockserver.inject import Decision, degenerate, fluent, garbage, perturb, shifted
+from soakgate.mockserver.structured import Structure, ToolCall
 from soakgate.mockserver.text import (
+    EMPTY_ID,
     VOCAB_SIZE,
     clean_tokens,
     continuation_offset,
@@ -18,6 +21,7 @@ from soakgate.mockserver.text import (
     prompt_token_count,
     request_hash,
 )
+from soakgate.mockserver.vocab import PIECE_ID
 
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's documented default for the completions endpoint; used for chat too."""
@@ -54,6 +58,8 @@ class Sampling:
     """Whether the prompt's text is to be put before the completion's (completions `echo`)."""
     n: int = 1
     """How many choices to answer with (OpenAI's `n`), generated side by side."""
+    structure: Structure | None = None
+    """What the answer must be (a JSON schema, a regex, a tool call); None: free text."""
 
     def prompt_token_count(self) -> int:
         """The prompt's length in mock tokens."""
@@ -91,6 +97,10 @@ class Plan:
     `inject.leak`); None: the vocabulary's pieces."""
     leaked_from: str | None = None
     """The request whose prompt words the answer carries (ground truth of `crosstalk`)."""
+    invalid_structure: str | None = None
+    """How a structured answer was made invalid (ground truth of `invalid_structure`)."""
+    tool_call: ToolCall | None = None
+    """The tool call the answer makes; its arguments are `text`. None: a text answer."""
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -158,6 +168,12 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
     if n is None or not 1 <= n <= MAX_CHOICES:
         raise BadRequest(f"n must be between 1 and {MAX_CHOICES}")
     options = body.get("stream_options") or {}
+    structure = None
+    if structured.asks_structure(body):
+        try:
+            structure = structured.parse_structure(endpoint, body)
+        except structured.BadStructure as exc:
+            raise BadRequest(str(exc)) from None
     return Sampling(
         endpoint=endpoint,
         prompt=prompt,
@@ -173,6 +189,7 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
         prompt_logprobs=_integer(body, "prompt_logprobs", None) if endpoint != "chat" else None,
         echo=endpoint != "chat" and bool(body.get("echo", False)),
         n=n,
+        structure=structure,
     )
 
 
@@ -227,6 +244,8 @@ def make_plan(
         key = request_hash("sample", str(config.seed), request_id)
     else:
         key = request_hash("sample", str(config.seed), request_id, str(index))
+    if sampling.structure is not None and decision.injected is None and not decision.corrupt:
+        return _structured_plan(request_id, sampling, decision, key, rng, index)
     count, finish = _length(config, sampling, key)
     if decision.injected is not None:
         # A collapsed model never emits EOS: it runs to max_tokens.
@@ -257,4 +276,45 @@ def make_plan(
         fault_after=fault_after,
         fluent_positions=positions,
         index=index,
+    )
+
+
+def _structured_plan(
+    request_id: str,
+    sampling: Sampling,
+    decision: Decision,
+    key: int,
+    rng: random.Random,
+    index: int,
+) -> Plan:
+    """A structured answer drawn from the request's own random stream (`key`): valid, or made
+    invalid as decided. It ends where its structure ends (finish_reason `stop`, `tool_calls`),
+    whatever --output-tokens, --stop-rate and ignore_eos say, unless max_tokens cuts it first
+    (`length`); a cut answer is not made invalid (no client can judge it), so the ground truth
+    names only violations a client can see."""
+    assert sampling.structure is not None
+    invalid = decision.invalid_structure
+    answer = structured.answer(sampling.structure, random.Random(key), invalid)
+    pieces = structured.pieces_of(answer.text)
+    finish = "tool_calls" if answer.tool_call is not None else "stop"
+    if len(pieces) > sampling.max_tokens:
+        if answer.violation is not None:
+            answer = structured.answer(sampling.structure, random.Random(key), False)
+            pieces = structured.pieces_of(answer.text)
+        pieces, finish = pieces[: sampling.max_tokens], "length"
+    return Plan(
+        request_id=request_id,
+        sampling=sampling,
+        decision=decision,
+        prompt_tokens=sampling.prompt_token_count(),
+        token_ids=[PIECE_ID.get(piece, EMPTY_ID) for piece in pieces],
+        text="".join(pieces),
+        finish_reason=finish,
+        perturbed=0,
+        fault_after=rng.randint(2, 5) if decision.fault is not None else 0,
+        fluent_positions=[],
+        index=index,
+        pieces=pieces,
+        invalid_structure=answer.violation,
+        tool_call=answer.tool_call,
     )

@@ -114,7 +114,9 @@ def _choice(plan: Plan, chat_style: bool) -> dict[str, Any]:
     """One choice of a non-streamed response."""
     ids, sampling = plan.token_ids, plan.sampling
     choice: dict[str, Any] = {"index": plan.index}
-    if sampling.endpoint == "chat":
+    if plan.tool_call is not None:
+        choice["message"] = {"role": "assistant", "content": None, "tool_calls": [tool_call(plan)]}
+    elif sampling.endpoint == "chat":
         choice["message"] = {"role": "assistant", "content": plan.text}
     else:
         choice["text"] = (sampling.prompt if sampling.echo else "") + plan.text
@@ -127,6 +129,17 @@ def _choice(plan: Plan, chat_style: bool) -> dict[str, Any]:
         if sampling.endpoint != "chat":  # vLLM puts the prompt ids in the choice for completions
             choice["prompt_token_ids"] = _prompt_ids(sampling)
     return choice
+
+
+def tool_call(plan: Plan, arguments: str | None = None) -> dict[str, Any]:
+    """The OpenAI tool call of a plan that makes one, with its arguments (the plan's text unless
+    given)."""
+    assert plan.tool_call is not None
+    function = {
+        "name": plan.tool_call.name,
+        "arguments": plan.text if arguments is None else arguments,
+    }
+    return {"id": plan.tool_call.call_id, "type": "function", "function": function}
 
 
 def response_body(
@@ -167,16 +180,20 @@ class EventWriter:
         ).encode()
         self._text_key = b'"delta":{"content":' if self._chat else b'"text":'
         self._close_text = b"}" if self._chat else b""
+        if plan.tool_call is not None:  # OpenAI's tool call deltas: argument fragments
+            self._text_key = b'"delta":{"tool_calls":[{"index":0,"function":{"arguments":'
+            self._close_text = b"}}]}"
         self._fast = plan.sampling.logprobs is None and not plan.sampling.return_token_ids
 
     def token(self, position: int) -> bytes:
         """The event carrying output token number `position`; the last one carries the
-        finish_reason too, as vLLM sends it (no separate empty event)."""
+        finish_reason too, as vLLM sends it (no separate empty event), except a tool call's:
+        `finish` follows it."""
         token = self.plan.token_ids[position]
         pieces = self.plan.pieces
         text = (_TOKEN_JSON[token] if pieces is None else json.dumps(pieces[position])).encode()
         reason = b"null"
-        if position == len(self.plan.token_ids) - 1:
+        if position == len(self.plan.token_ids) - 1 and self.plan.tool_call is None:
             reason = json.dumps(self.plan.finish_reason).encode()
         if self._fast:
             tail = b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
@@ -192,20 +209,29 @@ class EventWriter:
         return self._head + self._text_key + text + self._close_text + ending.encode()
 
     def role(self) -> bytes:
-        """Chat's first event, announcing the assistant role (carries prompt ids when asked)."""
+        """Chat's first event, announcing the assistant role (carries prompt ids when asked);
+        a tool call's announces the call too, its arguments still empty."""
         extra = b""
         if self.plan.sampling.return_token_ids:
             ids = json.dumps(_prompt_ids(self.plan.sampling))
             extra = f',"prompt_token_ids":{ids}'.encode()
+        delta = b'{"role":"assistant","content":""}'
+        if self.plan.tool_call is not None:
+            call = {"index": 0, **tool_call(self.plan, "")}
+            delta = json.dumps({"role": "assistant", "content": None, "tool_calls": [call]},
+                               separators=(",", ":")).encode()  # fmt: skip
         return (
             self._head
-            + b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
+            + b'"delta":'
+            + delta
+            + b',"logprobs":null,"finish_reason":null}]'
             + extra
             + b"}\n\n"
         )
 
     def finish(self) -> bytes:
-        """The event carrying finish_reason of an answer with no token (empty text / delta)."""
+        """The event carrying finish_reason of an answer with no token or of a tool call (empty
+        text / delta)."""
         empty = b'"delta":{}' if self._chat else b'"text":""'
         reason = json.dumps(self.plan.finish_reason).encode()
         return self._head + empty + b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"

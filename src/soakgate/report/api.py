@@ -185,7 +185,7 @@ def compare(
     if outcome in CHECKS:
         text = (
             f"outcome: {outcome} (integrity check): answered generations that failed it / "
-            "answered generations per arm, from the runs that ran it\n" + text
+            "answered generations it judged per arm, from the runs that ran it\n" + text
         )
     if outcome == SUSPECT:
         text = (

@@ -10,8 +10,9 @@ and says so; `configurations_only` opts out of those.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from soakgate.records import CHECKS
@@ -24,6 +25,7 @@ from soakgate.stats.outcomes import (
     CROSSTALK,
     DIVERGENCE,
     ERROR,
+    INVALID_STRUCTURE,
     OUTCOMES,
     SHIFTED,
     SUSPECT,
@@ -40,7 +42,7 @@ from soakgate.stats.verdict import CONFIGURATIONS, SCOPE_WORDS, decide
 NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
     SHIFTED: "shifted (typicality above the reference's p90)", DIVERGENCE: "divergence",
-    CROSSTALK: "crosstalk", ANY_FAILURE: "any failure",
+    CROSSTALK: "crosstalk", INVALID_STRUCTURE: "invalid structure", ANY_FAILURE: "any failure",
 }  # fmt: skip
 
 
@@ -227,15 +229,18 @@ def outcome_comparisons(
     outcomes: Sequence[str] = OUTCOMES,
 ) -> list[OutcomeComparison]:  # fmt: skip
     """Every outcome both arms measured, B against A, each at `alpha` (not yet adjusted)."""
-    found = {
+    found: dict[str, Callable[[], OutcomeComparison | None]] = {
         CRASH: lambda: _crash(a, b, alpha),
         ERROR: lambda: _per_request(ERROR, a.error, b.error, alpha, seed),
         COLLAPSE: lambda: _per_request(COLLAPSE, a.collapse, b.collapse, alpha, seed),
         SUSPECT: lambda: _per_request(SUSPECT, a.suspect, b.suspect, alpha, seed),
         SHIFTED: lambda: _per_request(SHIFTED, a.shifted, b.shifted, alpha, seed),
-        CROSSTALK: lambda: _per_request(
-            CROSSTALK, a.checks.get(CROSSTALK), b.checks.get(CROSSTALK), alpha, seed
-        ),
+        **{
+            name: functools.partial(
+                _per_request, name, a.checks.get(name), b.checks.get(name), alpha, seed
+            )
+            for name in CHECKS
+        },
         DIVERGENCE: lambda: _divergence(a, b, alpha),
         ANY_FAILURE: lambda: _any_failure(a, b, alpha, seed),
     }

@@ -334,11 +334,11 @@ def _latency(analysis: Analysis) -> dict[str, Any]:
 
 def _outcomes(analysis: Analysis) -> dict[str, Any]:
     """The failures-per-unit table (report/outcome_table.py)."""
-    from soakgate.report.outcome_table import OUTCOME_HEADERS, OUTCOME_NOTE, outcome_cells
+    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table
     from soakgate.report.outcomes import analysis_outcomes
 
-    rows = [outcome_cells(o) for o in analysis_outcomes(analysis)]
-    return {"headers": OUTCOME_HEADERS, "rows": rows, "note": OUTCOME_NOTE}
+    headers, rows = outcome_table(analysis_outcomes(analysis))
+    return {"headers": headers, "rows": rows, "note": OUTCOME_NOTE}
 
 
 def write_html(path: str | Path, html: str) -> None:

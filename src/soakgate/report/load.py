@@ -327,7 +327,8 @@ def load_columns(
 
 
 def _check_ids(checked: Iterable[tuple[int, str]]) -> dict[str, IntArray]:
-    """Check name -> the ids of the rows that failed it (sorted)."""
+    """Check name -> the ids of the rows that failed it (sorted); `-<name>` -> those it did not
+    judge (`records.UNJUDGED`)."""
     found: dict[str, list[int]] = {}
     for row_id, names in checked:
         for name in str(names).split(","):

@@ -9,18 +9,22 @@ from typing import Any
 from soakgate.report.formatting import percent
 from soakgate.report.gate import Gate, outcome_words
 from soakgate.report.outcomes import PerRequest, UnitOutcomes
-from soakgate.stats.outcomes import CROSSTALK, divergence_words
+from soakgate.stats.outcomes import CROSSTALK, INVALID_STRUCTURE, divergence_words
 
 OUTCOME_HEADERS = (
-    "unit", "requests", "server errors", "crashes", "collapses", "crosstalk", "suspect",
-    "divergence", "any failure",
+    "unit", "requests", "server errors", "crashes", "collapses", "crosstalk", "invalid structure",
+    "suspect", "divergence", "any failure",
 )  # fmt: skip
+_OPTIONAL = {"invalid structure": INVALID_STRUCTURE}
+"""Columns shown only where some unit ran their check."""
 OUTCOME_NOTE = (
     "requests: those that say something about the server (not cancelled, not soakgate's own "
     "errors, not refused as invalid); server errors among them; crashes the guard recorded, per "
     "hour up under load, with the requests lost to them; collapses among answered generations; "
     "crosstalk: answered generations carrying another request's canary or prompt (runs that "
-    "checked); suspect among reference-scored ones; divergence: compared greedy answers that "
+    "checked); invalid structure: answers to structured prompts (not cut by the budget) that "
+    "break their JSON schema, regex or tool calls; suspect among reference-scored ones; "
+    "divergence: compared greedy answers that "
     "diverged from the reference, beside the reference against itself; any failure: a server "
     "error, collapse, failed check or suspect generation"
 )
@@ -54,9 +58,21 @@ def outcome_cells(o: UnitOutcomes) -> list[str]:
     name = f"{o.name} (aggregate)" if o.unit.aggregate else o.name
     return [
         name, f"{o.judged:,}", _share(o.error), _crashes(o), _share(o.collapse),
-        _share(o.checks.get(CROSSTALK)), _share(o.suspect), _divergence(o),
+        _share(o.checks.get(CROSSTALK)), _share(o.checks.get(INVALID_STRUCTURE)),
+        _share(o.suspect), _divergence(o),
         _share(o.any_failure(o.suspect is not None)),
     ]  # fmt: skip
+
+
+def outcome_table(outcomes: list[UnitOutcomes]) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The failures-per-unit table's headers and rows (a check's column only where some unit
+    ran it)."""
+    rows = [outcome_cells(o) for o in outcomes]
+    keep = [
+        n for n, header in enumerate(OUTCOME_HEADERS)
+        if header not in _OPTIONAL or any(_OPTIONAL[header] in o.checks for o in outcomes)
+    ]  # fmt: skip
+    return tuple(OUTCOME_HEADERS[n] for n in keep), [[row[n] for n in keep] for row in rows]
 
 
 def _counts(outcome: PerRequest | None) -> dict[str, Any] | None:
@@ -77,6 +93,7 @@ def outcome_dict(o: UnitOutcomes) -> dict[str, Any]:
         "unit": o.name, "aggregate": o.unit.aggregate, "requests": o.judged,
         "server_errors": _counts(o.error), "collapses": _counts(o.collapse),
         "suspect": _counts(o.suspect), "crosstalk": _counts(o.checks.get(CROSSTALK)),
+        "invalid_structure": _counts(o.checks.get(INVALID_STRUCTURE)),
         "any_failure": _counts(o.any_failure(o.suspect is not None)),
         "crashes": None if crash is None else {
             "crashes": crash.crashes, "hours_up": crash.hours, "per_hour": _finite(crash.per_hour),

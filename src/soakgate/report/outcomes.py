@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.records import CHECKS
+from soakgate.records import CHECKS, UNJUDGED
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, Unit
 from soakgate.stats.outcomes import CrashRate, crash_rate
@@ -291,24 +291,32 @@ def _any_check(part: SliceColumns) -> BoolArray | None:
     if not part.checks:
         return None
     failed = np.zeros(len(part.ok), bool)
-    for flags in part.checks.values():
-        failed |= flags
+    for name in CHECKS:
+        if name in part.checks:
+            failed |= part.checks[name]
     return failed
 
 
 def _checks(analysis: Analysis, parts: Sequence[SliceColumns]) -> dict[str, PerRequest]:
-    """Each integrity check's failures among the answered rows of the runs that ran it (a run
-    records each in its detectors)."""
+    """Each integrity check's failures among the answered rows it judged, in the runs that ran
+    it (a run records each in its detectors; a row it did not judge is marked `-<name>`)."""
     ran = {r.run_id: r.detectors for r in analysis.runs}
     found: dict[str, PerRequest] = {}
     for name in CHECKS:
         mine = [p for p in parts if name in ran.get(p.run_id, {})]
         if mine:
             found[name] = per_request(
-                [(p.checks.get(name, np.zeros(len(p.ok), bool)), p.ok) for p in mine],
+                [(p.checks.get(name, np.zeros(len(p.ok), bool)), _judged_by(p, name))
+                 for p in mine],
                 [p.ended for p in mine],
             )  # fmt: skip
     return found
+
+
+def _judged_by(part: SliceColumns, name: str) -> BoolArray:
+    """The slice's answered rows that check `name` judged."""
+    unjudged = part.checks.get(UNJUDGED + name)
+    return part.ok if unjudged is None else part.ok & ~unjudged
 
 
 def _scored(unit: Unit | None) -> PerRequest | None:

@@ -15,7 +15,7 @@ from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 from soakgate.report.outcomes import UnitOutcomes
 from soakgate.report.uptime import uptime_json, uptime_lines
-from soakgate.stats.outcomes import CROSSTALK
+from soakgate.stats.outcomes import CROSSTALK, INVALID_STRUCTURE
 
 COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
@@ -51,7 +51,8 @@ def unit_row(unit: Unit) -> dict[str, Any]:
 
 OUTCOME_COLUMNS = (
     "judged_requests", "server_errors", "crashes", "crashes_per_hour", "requests_lost_to_crashes",
-    "crosstalk", "checked", "suspect", "scored", "divergent", "compared", "any_failure",
+    "crosstalk", "checked", "invalid_structure", "structure_judged", "suspect", "scored",
+    "divergent", "compared", "any_failure",
 )  # fmt: skip
 
 
@@ -59,6 +60,7 @@ def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
     """The flat outcome figures a summary row carries (report/outcome_table.py has them all)."""
     crash, d = outcomes.crash, outcomes.divergence
     suspect, crosstalk = outcomes.suspect, outcomes.checks.get(CROSSTALK)
+    structure = outcomes.checks.get(INVALID_STRUCTURE)
     per_hour = crash.per_hour if crash is not None and crash.hours > 0 else None
     return {
         "judged_requests": outcomes.judged, "server_errors": outcomes.error.events,
@@ -66,6 +68,8 @@ def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
         "requests_lost_to_crashes": outcomes.crash_lost,
         "crosstalk": crosstalk.events if crosstalk else None,
         "checked": crosstalk.n if crosstalk else None,
+        "invalid_structure": structure.events if structure else None,
+        "structure_judged": structure.n if structure else None,
         "suspect": suspect.events if suspect else None, "scored": suspect.n if suspect else None,
         "divergent": int((d.positions >= 0).sum()) if d else None,
         "compared": len(d.positions) if d else None,
@@ -256,14 +260,16 @@ def _print_outcomes(analysis: Analysis, console: Any) -> None:
     """Every failure outcome per unit: the first table of the report."""
     from rich.table import Table
 
-    from soakgate.report.outcome_table import OUTCOME_HEADERS, OUTCOME_NOTE, outcome_cells
+    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table
     from soakgate.report.outcomes import analysis_outcomes
 
     table = Table(title="failures per unit (every kind soakgate observes)")
-    for header in OUTCOME_HEADERS:
+    outcomes = analysis_outcomes(analysis)
+    headers, rows = outcome_table(outcomes)
+    for header in headers:
         table.add_column(header, overflow="fold")
-    for outcomes in analysis_outcomes(analysis):
-        table.add_row(*outcome_cells(outcomes), style="dim" if outcomes.unit.aggregate else None)
+    for unit, row in zip(outcomes, rows, strict=True):
+        table.add_row(*row, style="dim" if unit.unit.aggregate else None)
     console.print(table)
     console.print(OUTCOME_NOTE)
 
@@ -409,15 +415,13 @@ def _markdown_latency(analysis: Analysis) -> list[str]:
 
 
 def _markdown_outcomes(analysis: Analysis) -> list[str]:
-    from soakgate.report.outcome_table import OUTCOME_HEADERS, OUTCOME_NOTE, outcome_cells
+    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table
     from soakgate.report.outcomes import analysis_outcomes
 
-    lines = ["**Failures per unit**", "", "| " + " | ".join(OUTCOME_HEADERS) + " |"]
-    lines.append("|" + "---|" * len(OUTCOME_HEADERS))
-    lines += [
-        "| " + " | ".join(markdown_text(c) for c in outcome_cells(o)) + " |"
-        for o in analysis_outcomes(analysis)
-    ]
+    headers, rows = outcome_table(analysis_outcomes(analysis))
+    lines = ["**Failures per unit**", "", "| " + " | ".join(headers) + " |"]
+    lines.append("|" + "---|" * len(headers))
+    lines += ["| " + " | ".join(markdown_text(c) for c in row) + " |" for row in rows]
     return [*lines, "", markdown_text(OUTCOME_NOTE), ""]
 
 

@@ -46,7 +46,11 @@ CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, DIVERGENCE, ANY_FAILURE = (
 )  # fmt: skip
 CROSSTALK = "crosstalk"
 """Answered rows that failed the crosstalk check (`checks.crosstalk`), judged per request."""
-OUTCOMES = (CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, CROSSTALK, DIVERGENCE, ANY_FAILURE)
+INVALID_STRUCTURE = "invalid_structure"
+"""Judged answers to structured prompts that broke their structure (`checks.structure`)."""
+OUTCOMES = (
+    CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, CROSSTALK, INVALID_STRUCTURE, DIVERGENCE, ANY_FAILURE,
+)  # fmt: skip
 CRASH_DESIGN = "crash counts over hours under load"
 DIVERGENCE_DESIGN = "greedy comparisons with a reference"
 
@@ -226,8 +230,8 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
 
 
 __all__ = [
-    "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "CROSSTALK", "DIVERGENCE", "ERROR", "OUTCOMES",
-    "SHIFTED", "SUSPECT",
+    "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "CROSSTALK", "DIVERGENCE", "ERROR",
+    "INVALID_STRUCTURE", "OUTCOMES", "SHIFTED", "SUSPECT",
     "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate", "crash_verdict",
     "divergence_direction", "divergence_verdict", "rate_direction",
 ]  # fmt: skip

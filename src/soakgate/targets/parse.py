@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from soakgate.prompts import Prompt
+from soakgate.errors import UsageError
+from soakgate.prompts import Prompt, Structure
 from soakgate.targets.spec import Outcome, RequestSpec
 
 
@@ -47,8 +48,38 @@ def build_payload(spec: RequestSpec, prompt: Prompt, model: str) -> dict[str, An
     if spec.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if prompt.structure is not None:
+        body.update(structure_fields(prompt.structure, spec.structure_via, spec.endpoint))
     body.update(spec.extra)
     return body
+
+
+def structure_fields(structure: Structure, via: str, endpoint: str) -> dict[str, Any]:
+    """The body fields that ask for a structured answer, in the dialect `via` names
+    (`targets.spec.STRUCTURE_VIA`); a UsageError when that dialect cannot ask for it."""
+    if structure.kind == "tools":
+        if endpoint != "chat":
+            raise UsageError("tool calls are a chat feature: use --endpoint chat")
+        fields: dict[str, Any] = {"tools": structure.value()}
+        if structure.tool_choice:
+            fields["tool_choice"] = structure.choice()
+        return fields
+    value = structure.value()
+    if structure.kind == "json_schema":
+        if via == "openai":
+            schema = {"name": "soakgate", "schema": value, "strict": True}
+            return {"response_format": {"type": "json_schema", "json_schema": schema}}
+        if via == "llamacpp":
+            return {"json_schema": value}
+        return {"structured_outputs": {"json": value}} if via == "vllm" else {"guided_json": value}
+    if via == "vllm":
+        return {"structured_outputs": {"regex": value}}
+    if via == "guided":
+        return {"guided_regex": value}
+    raise UsageError(
+        f"a regex cannot be asked for via {via} (no such field there): "
+        "use --structure-via vllm or guided, or a JSON schema with a pattern"
+    )
 
 
 def decode_event(data: bytes) -> Any:
@@ -138,9 +169,12 @@ def fold_choice(answer: Answer, choice: dict[str, Any], streaming: bool) -> bool
     Runs for every streamed event, so it calls nothing it does not need (most events carry
     no logprobs and no ids)."""
     outcome = answer.outcome
+    calls = None
     if answer.chat:
         message = choice.get("delta" if streaming else "message") or {}
         piece = message.get("content") if isinstance(message, dict) else None
+        if message.__class__ is dict and "tool_calls" in message:
+            calls = _fold_tool_calls(outcome, message["tool_calls"], streaming)
     else:
         piece = choice.get("text")
     if piece is not None and not isinstance(piece, str):
@@ -163,7 +197,40 @@ def fold_choice(answer: Answer, choice: dict[str, Any], streaming: bool) -> bool
     if piece:
         answer.pieces.append(piece)
         return True
-    return bool(ids)
+    return bool(ids) or bool(calls)
+
+
+def _fold_tool_calls(outcome: Outcome, calls: Any, streaming: bool) -> int:
+    """Add a message's tool calls (streamed: fragments, assembled by `index`) to the outcome's
+    `tool_calls`; returns how many pieces came."""
+    if calls is None:
+        return 0
+    if not isinstance(calls, list):
+        raise ResponseFormatError("tool_calls is not a list")
+    found = outcome.tool_calls if outcome.tool_calls is not None else []
+    outcome.tool_calls = found
+    for position, call in enumerate(calls):
+        if not isinstance(call, dict):
+            raise ResponseFormatError("a tool call is not an object")
+        function = call.get("function") or {}
+        if not isinstance(function, dict):
+            raise ResponseFormatError("a tool call's function is not an object")
+        index = call.get("index", position) if streaming else len(found)
+        if not isinstance(index, int) or index < 0 or index > len(found):
+            raise ResponseFormatError(f"tool call index {index!r} out of order")
+        if index == len(found):
+            found.append({"id": "", "name": "", "arguments": ""})
+        entry = found[index]
+        if isinstance(call.get("id"), str) and call["id"]:
+            entry["id"] = call["id"]
+        name, arguments = function.get("name"), function.get("arguments")
+        if isinstance(name, str):  # a stream names the call once (some servers repeat it)
+            repeated = not streaming or name == entry["name"] or not entry["name"]
+            entry["name"] = name if repeated else entry["name"] + name
+        if arguments is not None:
+            text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            entry["arguments"] = text if not streaming else entry["arguments"] + text
+    return len(calls)
 
 
 def _fold_logprobs(outcome: Outcome, logprobs: Any) -> list[int] | None:

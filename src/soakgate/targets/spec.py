@@ -80,6 +80,10 @@ RESPONSE_BASE_BYTES = 256 * 1024
 RESPONSE_BYTES_PER_TOKEN = 4 * 1024
 
 
+STRUCTURE_VIA = ("openai", "llamacpp", "vllm", "guided")
+"""The request fields a structured prompt's constraint can be sent in (`RequestSpec`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     """How each request is made: endpoint, streaming and sampling parameters."""
@@ -106,6 +110,10 @@ class RequestSpec:
     """Whole-request timeout in seconds."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Extra body fields passed through verbatim."""
+    structure_via: str = "openai"
+    """How a structured prompt's constraint is sent (`STRUCTURE_VIA`): `openai`
+    (`response_format`), `llamacpp` (`json_schema`), `vllm` (`structured_outputs`), `guided`
+    (vLLM's older `guided_json` / `guided_regex`); tools are sent as `tools` in every one."""
     max_response_bytes: int | None = None
     """Cap on an answer's body (after any Content-Encoding is undone); a longer answer is an
     `oversized` error. None: `response_cap` derives it from `max_tokens`."""
@@ -119,6 +127,9 @@ class RequestSpec:
             raise UsageError(f"temperature must be in [0, 10], not {self.temperature}")
         if self.timeout_s <= 0:
             raise UsageError(f"timeout must be positive, not {self.timeout_s}")
+        if self.structure_via not in STRUCTURE_VIA:
+            given, known = self.structure_via, ", ".join(STRUCTURE_VIA)
+            raise UsageError(f"structure via must be one of {known}, not {given!r}")
         if self.max_response_bytes is not None and self.max_response_bytes < 1:
             raise UsageError(f"max response bytes must be >= 1, not {self.max_response_bytes}")
 
@@ -170,5 +181,8 @@ class Outcome:
     """Times the request was sent (a retry only when it provably never reached the server)."""
     retry_after_s: float | None = None
     """Seconds the server asked the client to wait (`Retry-After` on a 429 or 503)."""
+    tool_calls: list[dict[str, str]] | None = None
+    """The answer's tool calls (chat), each {"id", "name", "arguments"} with its arguments'
+    JSON text as it came (streamed fragments joined)."""
     gateway: dict[str, str] | None = None
     """Headers a gateway or proxy added (`http1.GATEWAY_HEADERS`), when it added any."""
