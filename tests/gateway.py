@@ -18,6 +18,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -115,8 +116,13 @@ class GatewayProcess(LoggingServerProcess):
 async def _serve(upstream: str, flavour: str, log: Path) -> None:
     gateway = Gateway(upstream, flavour, log)
     gateway.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+    await serve_forever(gateway.forward)
+
+
+async def serve_forever(handler: Any) -> None:
+    """Serve every path with `handler` on a free loopback port; print the URL; never return."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_route("*", "/{tail:.*}", gateway.forward)
+    app.router.add_route("*", "/{tail:.*}", handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.gateway import serve_forever
 from tests.hostile import LoggingServerProcess
 
 FIELDS = ("json_schema", "response_format", "structured_outputs", "guided_json")
@@ -87,16 +88,12 @@ class SchemaSwapProcess(LoggingServerProcess):
 
 async def _serve(upstream: str, rate: float, seed: int, log: Path) -> None:
     proxy = SchemaSwap(upstream, rate, seed, log)
-    proxy.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300))
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_route("*", "/{tail:.*}", proxy.forward)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    print(f"http://127.0.0.1:{port}", flush=True)
-    await asyncio.Event().wait()
+    # a new upstream connection per request: llama.cpp closes idle keep-alive connections,
+    # and a request sent on one it just closed would be lost to the proxy, not to the server
+    proxy.session = aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=300), connector=aiohttp.TCPConnector(force_close=True)
+    )
+    await serve_forever(proxy.forward)
 
 
 def main() -> None:

@@ -25,11 +25,12 @@ ERROR_CLASSES = (
     "unexpected_choices",  # more choices than requested, or choices with a bad index
     "proxy_error",  # a proxy's or gateway's own error page (nginx's 502), not the server's answer
 )
-CHECKS = ("crosstalk", "invalid_structure")
+CHECKS = ("crosstalk", "invalid_structure", "inconsistent")
 """Integrity checks a clean answer can fail, each an outcome of its own (`Generation.checks`):
 `crosstalk`, an answer that carries another request's canary or a long span of another request's
 prompt that its own does not explain; `invalid_structure`, an answer that breaks the JSON
-schema, regex or tool calls its request asked for (`soakgate.checks`)."""
+schema, regex or tool calls its request asked for; `inconsistent`, an answer whose
+log-probabilities or usage no correct server returns (`soakgate.checks`)."""
 UNJUDGED = "-"
 """In `Generation.checks`, `-<check>` marks an answer the check did not judge in a run that ran
 it (`-invalid_structure`: a free prompt's answer, or one the budget cut); the check's rate counts

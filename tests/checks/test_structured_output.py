@@ -77,6 +77,12 @@ def test_a_json_answer_is_judged_strictly_against_its_schema() -> None:
             assert row.checks == ["invalid_structure"], text
             evidence = row.details["invalid_structure"]
             assert evidence["kind"] == "json_schema" and error in evidence["error"], text
+    # numbers past a double's range are JSON (a grammar's digit rule writes them)
+    big = Prompt("b", "x", structure=Structure.of("json_schema", {"type": "array", "items": {
+        "type": "number"}}))  # fmt: skip
+    assert _judge(big, _row(big, "[1e999, -1e999, 1" + "0" * 400 + "]")).checks == []
+    above = _row(prompt, '{"answer": "x", "score": 1' + "0" * 400 + "}")  # above its maximum
+    assert _judge(prompt, above).checks == ["invalid_structure"]
     typed = _judge(prompt, _row(prompt, '{"answer": "fine", "score": "7"}'))
     assert typed.details["invalid_structure"]["at"] == "$.score"  # where, as a JSON path
     # the budget cut it: judged on whether it can still be completed, not on its schema
@@ -361,7 +367,7 @@ def test_compare_and_report_judge_invalid_structure_over_the_answers_judged(
         ).fetchone()
     assert stored > 0 and free == REQUESTS  # half of each arm's requests were free prompts
     counted = {dict(labels)["check"]: value for labels, value in live.items()}
-    assert counted == {"crosstalk": 0, "invalid_structure": stored}
+    assert counted == {"crosstalk": 0, "invalid_structure": stored, "inconsistent": 0}
     gate = soakgate("compare", str(db), "good", "bad", "--fail-on-differ", cwd=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "gate FAIL" in gate.stdout and "invalid structure" in gate.stdout.split("\n")[1]
@@ -409,3 +415,42 @@ def test_a_campaign_sends_its_prompt_files_structures_the_way_it_is_told(tmp_pat
     wrong = write_campaign(tmp_path, {"good": ""}, requests=4, load='structure_via = "grpc"')
     refused = soakgate("campaign", str(wrong), "--db", str(tmp_path / "w.sqlite"), cwd=tmp_path)
     assert refused.returncode == 2 and "structure_via" in refused.stderr
+
+
+def test_under_store_text_flagged_a_broken_structure_keeps_its_text_and_a_free_answer_does_not() -> (
+    None
+):
+    from soakgate.detectors import DetectorConfig
+    from soakgate.load.record import score_generation
+
+    free, broken = Prompt("f", "x"), Prompt("j", "x")
+    rows = {
+        "free": _row(free, "some words here"),
+        "broken": _row(broken, '{"answer": 1}'),
+    }
+    rows["free"].checks.append("-invalid_structure")
+    rows["broken"].checks.append("invalid_structure")
+    for row in rows.values():
+        row.seq = 7  # not one of the 1-in-100 sampled texts
+        score_generation(row, DetectorConfig(), "flagged")
+    assert rows["free"].text is None and rows["broken"].text == '{"answer": 1}'
+
+
+def test_a_cut_text_is_flagged_only_where_no_continuation_makes_it_json() -> None:
+    """`checks.jsonprefix` against what a cut can leave and what no continuation repairs (the
+    second list holds what jiter's partial mode, tried first, let through: `[4.5.1]` was a real
+    llama.cpp answer with the schema lost)."""
+    from soakgate.checks.jsonprefix import prefix_error
+
+    completable = ["", "  ", "{", '{"a', '{"a"', '{"a":', '{"a": 4', '{"a": 4.', '{"a": 4.5e',
+                   '{"a": -', "[tru", "[1, 2", '{"a": "x\\', '{"a": "x\\u00', '"abc', "-0.5e+",
+                   '{"a": [1, {"b": null}], "c": fals', '{"a": 1}  \n']  # fmt: skip
+    broken = ["\n\n[4.5.1]\n===", "[1 2]", '{"a" : "x" "b"', '{"a": 4x}', '{"a": 1} x',
+              '{"a": NaN', "[trux]", "{a", '{"a" 1', "[1,]", "[01", '{"a": 1.e5', ".5",
+              "hello", '{"a": "x\\q', '{"a": "\x01"}', "[1}", '{"a":1]', "[-]", "1.e", "{,"]  # fmt: skip
+    assert [t for t in completable if prefix_error(t) is not None] == []
+    assert [t for t in broken if prefix_error(t) is None] == []
+    prompt = Prompt("p", "rate it", structure=Structure.of("json_schema", SCHEMA))
+    for text, flagged in [("  [4.5]", True), ('"answer', True), ('  {"answer"', False)]:
+        row = _judge(prompt, _row(prompt, text, finish="length"))
+        assert row.checks == (["invalid_structure"] if flagged else []), text

@@ -337,3 +337,29 @@ def test_fluent_control_caught_by_reference_scoring(
         low, high = clopper_pearson(k, n)
         print(f"{arm}: false flags {k}/{n} [{low:.4f}, {high:.4f}], allowed <= {bound}")
         assert k <= bound, (arm, k, n, calibration)
+
+
+@pytest.mark.parametrize(
+    ("args", "endpoint"),
+    [
+        (("--response-format", str(EXAMPLES / "answer-schema.json")), "completions"),
+        (("--regex", r"(yes|no|maybe), [0-9]{1,2} of 10"), "chat"),
+    ],
+)  # fmt: skip
+def test_structured_outputs_soaked_through_vllms_own_backend(
+    eager_server: tuple[ServerInstance, str], tmp_path: Path, args: tuple[str, ...], endpoint: str
+) -> None:
+    """Issue 29 item 2: vLLM's structured-output backend (`structured_outputs`) on a healthy
+    server: every answer valid, or (cut by the budget) still completable; none flagged."""
+    instance, model = eager_server
+    db = tmp_path / "structured.sqlite"
+    done = soakgate_cli(
+        "run", "--target", instance.spec.url, "--model", model, "--requests", "24",
+        "--concurrency", "4", "--max-tokens", "96", "--endpoint", endpoint, "--structure-via",
+        "vllm", *args, "--db", str(db), "--quiet", "--no-watch-metrics", "--timeout", "300",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows, _ = stored(db)
+    assert len(rows) == 24 and all(r.ok for r in rows)
+    assert [r.checks for r in rows] == [[]] * 24, [r.details for r in rows if r.checks]
+    assert any(r.finish_reason == "stop" for r in rows)

@@ -102,7 +102,7 @@ def soak_config(
         store_text=load.store_text, campaign=block.block_id,
         reference_fraction=campaign.reference_fraction,
         answer_check=functools.partial(open_answer_checks, CrosstalkSettings(),
-                                       any(p.structure is not None for p in prompts)),
+                                       any(p.structure is not None for p in prompts), None),
     )  # fmt: skip
 
 

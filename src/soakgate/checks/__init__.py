@@ -1,5 +1,6 @@
 """Integrity checks of every answer: answers that carry what belongs to another request
-(`crosstalk`), answers that break the structure their request asked for (`invalid_structure`).
+(`crosstalk`), answers that break the structure their request asked for (`invalid_structure`),
+numbers no correct server returns (`inconsistent`).
 
 A check sees every request as it is sent (`sent`) and every clean answer as its row is made
 (`answered`); a failed check names itself in `Generation.checks` (`records.CHECKS`), with its
@@ -9,9 +10,11 @@ evidence in `details[name]`. A failed check is an outcome of its own, never a co
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from soakgate.checks.canary import Canaries
 from soakgate.checks.crosstalk import CROSSTALK, Crosstalk, CrosstalkSettings, open_crosstalk
+from soakgate.checks.numbers import INCONSISTENT, NumbersCheck, open_numbers
 from soakgate.checks.structure import INVALID_STRUCTURE, StructureCheck, open_structure
 from soakgate.load.spec import AnswerCheck
 from soakgate.prompts import Prompt
@@ -30,31 +33,38 @@ class AnswerChecks:
             prompt = check.sent(seq, prompt)
         return prompt
 
-    def answered(self, generation: Generation) -> None:
+    def answered(self, generation: Generation, outcome: Any = None) -> None:
         for check in self.checks:
-            check.answered(generation)
+            check.answered(generation, outcome)
 
 
 def open_answer_checks(
-    crosstalk: CrosstalkSettings, structured: bool, run: Run, resumed: bool
-) -> AnswerChecks:
-    """The run's answer checks (a `load.spec.OpenAnswerCheck` once the first two are bound):
-    crosstalk always, the structure check where some prompt is structured."""
+    crosstalk: CrosstalkSettings, structured: bool, numbers: float | None, run: Run,
+    resumed: bool,
+) -> AnswerChecks:  # fmt: skip
+    """The run's answer checks (a `load.spec.OpenAnswerCheck` once the first three are bound):
+    crosstalk always, the structure check where some prompt is structured, the numbers check
+    where log-probabilities are asked for (`numbers`: the run's temperature; None: not asked)."""
     checks: list[AnswerCheck] = [open_crosstalk(crosstalk, run, resumed)]
     if structured:
         checks.append(open_structure(run, resumed))
+    if numbers is not None:
+        checks.append(open_numbers(numbers, run, resumed))
     return AnswerChecks(checks)
 
 
 __all__ = [
     "CROSSTALK",
+    "INCONSISTENT",
     "INVALID_STRUCTURE",
     "AnswerChecks",
     "Canaries",
     "Crosstalk",
     "CrosstalkSettings",
+    "NumbersCheck",
     "StructureCheck",
     "open_answer_checks",
     "open_crosstalk",
+    "open_numbers",
     "open_structure",
 ]

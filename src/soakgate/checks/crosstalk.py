@@ -154,7 +154,7 @@ class Crosstalk:
             if not owners:
                 del self._owners[span]
 
-    def answered(self, generation: Generation) -> None:
+    def answered(self, generation: Generation, outcome: Any = None) -> None:
         """Judge a clean answer; a failed check is named in `generation.checks` with its
         evidence (the source request, how it was found, what was found) in its details."""
         text = generation.text

@@ -15,9 +15,10 @@ structured prompt (`prompts.Structure`) is validated here:
   `tool_choice` "required" or a named tool needs at least one call.
 
 An answer the budget cut (`finish_reason` "length") is judged on what it holds: flagged only
-when no continuation could make it valid — text that cannot be completed to JSON (`jiter`'s
-partial mode), a prefix no string of the pattern starts with (`regex`'s partial matching), tool
-arguments that cannot be completed to JSON. A cut is the client's budget; a cut document's
+when no continuation could make it valid — text that cannot be completed to JSON
+(`checks.jsonprefix`) or only to a document of a type the schema's top does not allow, a prefix
+no string of the pattern starts with (`regex`'s partial matching), tool arguments that cannot be
+completed to JSON. A cut is the client's budget; a cut document's
 schema is not judged (a missing required property may still have come). An answer to a free
 prompt of a run that mixes both is not judged: it carries `-invalid_structure` in its checks
 (`records.UNJUDGED`), so the report's rate counts only the answers to structured prompts.
@@ -25,11 +26,15 @@ prompt of a run that mixes both is not judged: it carries `-invalid_structure` i
 
 from __future__ import annotations
 
+import json
+import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
+from soakgate.checks.jsonprefix import prefix_error
 from soakgate.prompts import Prompt, Structure
 from soakgate.records import UNJUDGED, Generation, Run
 
@@ -55,7 +60,7 @@ class StructureCheck:
             self._validators[prompt.prompt_id] = None if structure is None else validator(structure)
         return prompt
 
-    def answered(self, generation: Generation) -> None:
+    def answered(self, generation: Generation, outcome: Any = None) -> None:
         """Judge a clean answer: a failure is named in `generation.checks` with its evidence in
         its details; an answer not judged is marked so."""
         if generation.error_class is not None:
@@ -104,13 +109,14 @@ def _schema_check(schema: Any) -> Callable[[str, bool], dict[str, Any] | None]:
     import jsonschema_rs
 
     checker = jsonschema_rs.validator_for(schema)
+    types = _top_types(schema)
 
     def check(text: str, cut: bool) -> dict[str, Any] | None:
         try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            if cut and "after document" not in str(exc):
-                return _unfinishable(text)
+            value = _loads(text)
+        except ValueError as exc:
+            if cut and "after document" not in str(exc) and "Extra data" not in str(exc):
+                return _unfinishable(text, types)
             return {"error": f"not JSON: {_cut(str(exc))}"}
         if checker.is_valid(value):
             return None
@@ -121,17 +127,60 @@ def _schema_check(schema: Any) -> Callable[[str, bool], dict[str, Any] | None]:
     return check
 
 
-def _unfinishable(text: str) -> dict[str, Any] | None:
-    """None when the cut text can still be completed to a JSON document, else why not."""
-    if not text.strip():
-        return None
-    import jiter
-
+def _loads(text: str) -> Any:
+    """Strict JSON (no NaN, no Infinity, nothing after the document). orjson first; a number
+    past a double's range (JSON sets none, and a grammar's digit rule writes them: `1e999`, a
+    400-digit integer) is read by the standard library instead, a float held at the largest
+    double so that the schema still compares it."""
     try:
-        jiter.from_json(text.encode(), partial_mode="trailing-strings", allow_inf_nan=False)
-    except ValueError as exc:
-        return {"error": f"cut, and cannot be completed to JSON: {_cut(str(exc))}"}
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if "infinity" not in str(exc):
+            raise
+    return json.loads(text, parse_float=_held_float, parse_constant=_no_constant)
+
+
+def _held_float(text: str) -> float:
+    value = float(text)
+    return math.copysign(sys.float_info.max, value) if math.isinf(value) else value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unfinishable(text: str, types: set[str] | None) -> dict[str, Any] | None:
+    """None when the cut text can still be completed to a JSON document of one of the schema's
+    top-level `types` (None: any), else why not."""
+    error = prefix_error(text)
+    if error is not None:
+        return {"error": f"cut, and cannot be completed to JSON: {error}"}
+    start = text.lstrip(" \t\n\r")[:1]
+    begun = _BEGINS.get(start)
+    if types is not None and begun is not None and not begun & types:
+        return {"error": f"cut, and a {'/'.join(sorted(begun))} where the schema asks for "
+                         f"{'/'.join(sorted(types))}"}  # fmt: skip
     return None
+
+
+_BEGINS = {"{": {"object"}, "[": {"array"}, '"': {"string"}, "t": {"boolean"},
+           "f": {"boolean"}, "n": {"null"}, "-": {"number", "integer"},
+           **{d: {"number", "integer"} for d in "0123456789"}}  # fmt: skip
+"""The types a document beginning with each character can have."""
+
+
+def _top_types(schema: Any) -> set[str] | None:
+    """The types the schema allows at the top (None: it does not say, or says it in a way not
+    read here: a combinator, a reference)."""
+    if not isinstance(schema, dict) or any(
+        k in schema for k in ("anyOf", "oneOf", "allOf", "$ref", "not", "if")
+    ):
+        return None
+    kind = schema.get("type")
+    kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else None
+    if kinds is not None and "number" in kinds:
+        kinds.add("integer")  # a number's digits may yet become an integer's, or not
+    return kinds
 
 
 _ANY_OBJECT = {"type": "object"}

@@ -131,7 +131,15 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
     )
     parser.add_argument("--seed", type=int, help="sampling seed sent with every request")
     parser.add_argument("--ignore-eos", action="store_true", help="fixed-length generations")
-    parser.add_argument("--logprobs", action="store_true", help="ask for logprobs")
+    parser.add_argument(
+        "--logprobs", action="store_true",
+        help="ask for logprobs (every answer's are checked: inconsistent)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--top-logprobs", type=positive_int, metavar="K",
+        help="with --logprobs: also ask for K alternatives per token (their order, their sum "
+        "and the sampled token's place among them are checked)",
+    )  # fmt: skip
     parser.add_argument("--token-ids", action="store_true", help="ask for token ids (vLLM)")
     parser.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request")
     parser.add_argument(
@@ -246,10 +254,12 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     from soakgate.targets import RequestSpec, TargetSpec
 
     api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
+    top_k = getattr(args, "top_logprobs", None) or 0
     request = RequestSpec(
         endpoint=args.endpoint, stream=args.stream, max_tokens=args.max_tokens,
         temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-        ignore_eos=args.ignore_eos, logprobs=args.logprobs, return_token_ids=args.token_ids,
+        ignore_eos=args.ignore_eos, logprobs=args.logprobs or bool(top_k), top_logprobs=top_k,
+        return_token_ids=args.token_ids,
         timeout_s=args.timeout, max_response_bytes=args.max_response_bytes,
         structure_via=getattr(args, "structure_via", "openai"),
     )  # fmt: skip
@@ -284,7 +294,8 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         answer_check=functools.partial(open_answer_checks, CrosstalkSettings(
             canaries=args.canaries, spans=args.crosstalk_spans, span=args.crosstalk_span,
             window=args.crosstalk_window, answers=args.crosstalk_answers),
-            any(p.structure is not None for p in prompts)),
+            any(p.structure is not None for p in prompts),
+            request.temperature if request.logprobs else None),
     )  # fmt: skip
 
 

@@ -457,7 +457,7 @@ def _row(
             "greedy": True, "compared": divergence is not None, **marks,
         }  # fmt: skip
     if shared.answer_check is not None:  # after the differential's marks: it reads them
-        shared.answer_check.answered(generation)
+        shared.answer_check.answered(generation, outcome)
     return generation
 
 

@@ -33,8 +33,9 @@ class AnswerCheck(Protocol):
         canary)."""
         ...
 
-    def answered(self, generation: Generation) -> None:
-        """The row of an answer, before it is stored: a failed check is named in its `checks`
+    def answered(self, generation: Generation, outcome: Outcome | None = None) -> None:
+        """The row of an answer, before it is stored (and what came back, where the check needs
+        more than the row keeps: log-probabilities): a failed check is named in its `checks`
         with its evidence in its details."""
         ...
 

@@ -139,7 +139,10 @@ class MockServer:
             message = str(exc) if isinstance(exc, BadRequest) else "the body is not valid JSON"
             return _json_response(error_body(message, "BadRequestError", 400), 400)
         request_id = request.headers.get("X-Request-Id") or f"mock-{self.pid}-{self.seq}"
-        decision = self.injector.decide(self.metrics.in_flight + 1, sampling.structure is not None)
+        numbers = sampling.logprobs is not None or not sampling.stream or sampling.include_usage
+        decision = self.injector.decide(
+            self.metrics.in_flight + 1, sampling.structure is not None, numbers
+        )
         rng = self.injector.rng
         plans = [make_plan(self.config, request_id, sampling, decision, rng, index)
                  for index in range(sampling.n)]  # fmt: skip
@@ -179,7 +182,7 @@ class MockServer:
 
     def _log(self, plan: Plan, endpoint: str) -> None:
         """One ground-truth line for this request."""
-        decision, structure = plan.decision, plan.sampling.structure
+        decision, structure, broken = plan.decision, plan.sampling.structure, plan.inconsistency
         self.truth.write(
             {
                 "request_id": plan.request_id,
@@ -200,6 +203,8 @@ class MockServer:
                 "crosstalk": plan.leaked_from,
                 "structured": structure.kind if structure is not None else None,
                 "invalid_structure": plan.invalid_structure,
+                "inconsistent": broken.kind if broken is not None else None,
+                "inconsistent_at": broken.at if broken is not None else None,
                 "burst": decision.burst,
                 "corrupt": decision.corrupt,
                 "crash": decision.crash,

@@ -97,6 +97,12 @@ class MockConfig:
     invalid_structure_after_in_flight: int = 0
     """Invalid structure only while at least this many requests are in flight (this one
     included): schema violations under concurrency (0: at any load)."""
+    inconsistent_rate: float = 0.0
+    """Fraction of free-text answers that carry log-probabilities or usage given one impossible
+    number (the `inconsistent` check's positive control): a sampled token's log-probability NaN,
+    -Infinity or positive, one position's alternatives out of order or summing above 1, a greedy
+    answer's token below another alternative, or usage.completion_tokens 3 too many; the text
+    is untouched, and the kind and position are in the ground truth (`inconsistent`)."""
     shift_rate: float = 0.0
     """Fraction of clean requests whose every token is drawn from a flattened distribution (each
     likely next token's probability raised to 1/shift_temperature, renormalised): fluent text,
@@ -141,6 +147,7 @@ class MockConfig:
                 "--shift-rate": self.shift_rate,
                 "--crosstalk-rate": self.crosstalk_rate,
                 "--invalid-structure-rate": self.invalid_structure_rate,
+                "--inconsistent-rate": self.inconsistent_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
                 "--corrupt-rate": self.corrupt_rate,
@@ -318,6 +325,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(0: at any load)",
     )  # fmt: skip
     add(
+        "--inconsistent-rate", type=float, default=d.inconsistent_rate,
+        help="fraction of answers with log-probabilities or usage given one impossible number "
+        "(NaN, -Infinity, positive, unsorted, summing above 1, greedy not top, usage off by 3; "
+        "the kind and position are in the ground truth)",
+    )  # fmt: skip
+    add(
         "--shift-temperature", type=float, default=d.shift_temperature,
         help="flatness of shifted outputs: probabilities raised to 1/T (default 2)",
     )  # fmt: skip
@@ -390,6 +403,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         crosstalk_rate=args.crosstalk_rate,
         invalid_structure_rate=args.invalid_structure_rate,
         invalid_structure_after_in_flight=args.invalid_structure_after_in_flight,
+        inconsistent_rate=args.inconsistent_rate,
         shift_temperature=args.shift_temperature,
         corrupt_at_in_flight=args.corrupt_at_in_flight,
         corrupt_rate=args.corrupt_rate,

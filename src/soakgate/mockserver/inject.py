@@ -42,6 +42,9 @@ class Decision:
     """The answer carries another recent request's last prompt words (`crosstalk_rate`)."""
     invalid_structure: bool = False
     """The structured answer is to be made invalid (`invalid_structure_rate`)."""
+    inconsistent: bool = False
+    """One number beside the answer (a log-probability, the usage) is to be made impossible
+    (`inconsistent_rate`)."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -66,6 +69,7 @@ class Injector:
             or config.shift_rate
             or config.crosstalk_rate
             or config.invalid_structure_rate
+            or config.inconsistent_rate
             or config.state_collapse
             or config.corrupt_at_in_flight
         )
@@ -73,12 +77,16 @@ class Injector:
         self.corrupt = False
         """The state is corrupt (until the process dies: a restart starts clean)."""
 
-    def decide(self, in_flight: int = 1, structured: bool = False) -> Decision:
+    def decide(
+        self, in_flight: int = 1, structured: bool = False, numbers: bool = False
+    ) -> Decision:
         """Advance the burst state, then draw fault, else collapse, else perturbation.
         `in_flight` counts the requests being served, this one included: below
         `burst_min_in_flight` the model is held in (or returned to) the clean state. A
         `structured` request's answer is its structure's, so instead of the corruptions of free
-        text (perturbed, fluent, shifted, leaked) it may be made invalid."""
+        text (perturbed, fluent, shifted, leaked) it may be made invalid. A free-text answer
+        that carries `numbers` (log-probabilities or usage) may get an impossible one instead
+        of those corruptions."""
         if self._idle:
             return CLEAN
         config, rng = self._config, self.rng
@@ -111,6 +119,8 @@ class Injector:
                 and rng.random() < config.invalid_structure_rate
             )
             return Decision(None, None, False, self._burst, invalid_structure=invalid)
+        if numbers and config.inconsistent_rate > 0 and rng.random() < config.inconsistent_rate:
+            return Decision(None, None, False, self._burst, inconsistent=True)
         perturbed = rng.random() < config.perturb_rate
         # drawn only when asked for, so that seeds without it decide exactly as before
         fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate

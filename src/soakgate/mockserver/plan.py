@@ -10,6 +10,7 @@ from soakgate.errors import UsageError
 from soakgate.mockserver import structured
 from soakgate.mockserver.config import MockConfig
 from soakgate.mockserver.inject import Decision, degenerate, fluent, garbage, perturb, shifted
+from soakgate.mockserver.logprobs import Inconsistency, answer_logprobs, inconsistency
 from soakgate.mockserver.structured import Structure, ToolCall
 from soakgate.mockserver.text import (
     EMPTY_ID,
@@ -101,6 +102,8 @@ class Plan:
     """How a structured answer was made invalid (ground truth of `invalid_structure`)."""
     tool_call: ToolCall | None = None
     """The tool call the answer makes; its arguments are `text`. None: a text answer."""
+    inconsistency: Inconsistency | None = None
+    """The impossible number sent beside the answer (ground truth of `inconsistent`)."""
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -264,6 +267,9 @@ def make_plan(
     if decision.fluent and decision.injected is None:
         ids, text, positions = fluent(ids, context, config.fluent_max_tokens, rng)
     fault_after = rng.randint(2, 5) if decision.fault is not None else 0
+    broken = None
+    if decision.inconsistent and index == 0:  # the request's first choice carries it
+        broken = _inconsistency(sampling, context, ids, rng)
     return Plan(
         request_id=request_id,
         sampling=sampling,
@@ -276,7 +282,19 @@ def make_plan(
         fault_after=fault_after,
         fluent_positions=positions,
         index=index,
+        inconsistency=broken,
     )
+
+
+def _inconsistency(
+    sampling: Sampling, context: int, ids: list[int], rng: random.Random
+) -> Inconsistency | None:
+    """An impossible number for an answer of tokens `ids` after `context`, of a kind that this
+    request's answer can carry."""
+    top_n, greedy = sampling.logprobs, sampling.temperature == 0
+    entries = None if top_n is None else answer_logprobs(context, ids, top_n, greedy)
+    usage = not sampling.stream or sampling.include_usage
+    return inconsistency(entries, top_n or 0, greedy, usage, rng)
 
 
 def _structured_plan(

@@ -8,8 +8,9 @@ from itertools import pairwise
 from typing import Any
 
 from soakgate.mockserver import lm
+from soakgate.mockserver.logprobs import USAGE_EXCESS, TokenLogprob, answer_logprobs
 from soakgate.mockserver.plan import Plan, Sampling
-from soakgate.mockserver.text import VOCAB, prompt_token_ids, token_logprob
+from soakgate.mockserver.text import VOCAB, prompt_token_ids
 
 _TOKEN_JSON = tuple(json.dumps(piece) for piece in VOCAB)
 DONE = b"data: [DONE]\n\n"
@@ -27,8 +28,12 @@ def unknown_model_body(model: str) -> dict[str, Any]:
 
 
 def _usage(plans: Sequence[Plan]) -> dict[str, int]:
-    """Usage of a request: its prompt once, the tokens of every choice."""
+    """Usage of a request: its prompt once, the tokens of every choice (a few too many when a
+    `usage_mismatch` was injected)."""
     completion = sum(len(plan.token_ids) for plan in plans)
+    broken = plans[0].inconsistency
+    if broken is not None and broken.kind == "usage_mismatch":
+        completion += USAGE_EXCESS
     prompt_tokens = plans[0].prompt_tokens
     return {
         "prompt_tokens": prompt_tokens,
@@ -37,16 +42,27 @@ def _usage(plans: Sequence[Plan]) -> dict[str, int]:
     }
 
 
-def completion_logprobs(ids: list[int], top_n: int, first: int, text_offset: int) -> dict[str, Any]:
-    """Completions-style logprobs for tokens `ids` starting at output position `first`."""
+def plan_logprobs(plan: Plan) -> list[TokenLogprob]:
+    """The log-probabilities of every output position of a plan that asks for them, its
+    injected impossible number (if any) in place."""
+    sampling = plan.sampling
+    entries = answer_logprobs(sampling.last_prompt_token(), plan.token_ids,
+                              sampling.logprobs or 0, sampling.temperature == 0)  # fmt: skip
+    broken = plan.inconsistency
+    if broken is not None and broken.entry is not None and broken.at is not None:
+        entries[broken.at] = broken.entry
+    return entries
+
+
+def completion_logprobs(entries: Sequence[TokenLogprob], text_offset: int) -> dict[str, Any]:
+    """Completions-style logprobs of `entries`, the first at `text_offset` in the text."""
     tokens, values, tops, offsets = [], [], [], []
-    for i, token in enumerate(ids):
-        lp = token_logprob(token, first + i, top_n)
-        tokens.append(VOCAB[token])
+    for lp in entries:
+        tokens.append(VOCAB[lp.token_id])
         values.append(lp.logprob)
         tops.append({VOCAB[t]: v for t, v in lp.top})
         offsets.append(text_offset)
-        text_offset += len(VOCAB[token])
+        text_offset += len(VOCAB[lp.token_id])
     return {
         "tokens": tokens,
         "token_logprobs": values,
@@ -57,17 +73,18 @@ def completion_logprobs(ids: list[int], top_n: int, first: int, text_offset: int
 
 def prompt_logprobs(ids: list[int], top_n: int) -> list[dict[str, dict[str, Any]] | None]:
     """vLLM's `prompt_logprobs` under the mock's bigram model: None for the first position, then
-    for each position a dict keyed by token id (as a string) holding the prompt's own token
-    (with its rank) and the `top_n` most likely tokens, as vLLM returns them."""
+    for each position a dict keyed by token id (as a string) holding the `top_n` most likely
+    tokens and the prompt's own token, each with its rank, in rank order (vLLM puts the prompt's
+    token first whatever its rank; readers go by key, and a checker of the order need not know)."""
     out: list[dict[str, dict[str, Any]] | None] = [None]
     for context, token in pairwise(ids):
-        logprob, rank = lm.logprob_and_rank(context, token)
-        entry = {str(token): {"logprob": logprob, "rank": rank, "decoded_token": VOCAB[token]}}
-        for alt_rank, (alternative, alt_logprob) in enumerate(lm.top(context, top_n), start=1):
-            entry.setdefault(
-                str(alternative),
-                {"logprob": alt_logprob, "rank": alt_rank, "decoded_token": VOCAB[alternative]},
-            )
+        entry = {
+            str(alternative): {"logprob": value, "rank": rank, "decoded_token": VOCAB[alternative]}
+            for rank, (alternative, value) in enumerate(lm.top(context, top_n), start=1)
+        }
+        if str(token) not in entry:  # outside the top: ranked below every listed token
+            logprob, rank = lm.logprob_and_rank(context, token)
+            entry[str(token)] = {"logprob": logprob, "rank": rank, "decoded_token": VOCAB[token]}
         out.append(entry)
     return out
 
@@ -85,29 +102,27 @@ def _entry(token: int, logprob: float) -> dict[str, Any]:
     return {"token": piece, "logprob": logprob, "bytes": list(piece.encode("utf-8"))}
 
 
-def chat_logprobs(ids: list[int], top_n: int, first: int, with_ids: bool = False) -> dict[str, Any]:
-    """Chat-style logprobs ({"content": [...]}) for tokens `ids` from output position `first`.
+def chat_logprobs(entries: Sequence[TokenLogprob], with_ids: bool = False) -> dict[str, Any]:
+    """Chat-style logprobs ({"content": [...]}) of `entries`.
 
     `with_ids` adds llama-server's per-entry token `id`, which clients can read token ids from.
     """
     content = []
-    for i, token in enumerate(ids):
-        lp = token_logprob(token, first + i, top_n)
-        entry = _entry(token, lp.logprob)
+    for lp in entries:
+        entry = _entry(lp.token_id, lp.logprob)
         if with_ids:
-            entry["id"] = token
+            entry["id"] = lp.token_id
         entry["top_logprobs"] = [_entry(t, v) for t, v in lp.top]
         content.append(entry)
     return {"content": content}
 
 
-def _logprobs(plan: Plan, ids: list[int], first: int, offset: int, chat_style: bool) -> Any:
-    top_n = plan.sampling.logprobs
-    if top_n is None:
+def _logprobs(plan: Plan, entries: Sequence[TokenLogprob], offset: int, chat_style: bool) -> Any:
+    if plan.sampling.logprobs is None:
         return None
     if chat_style or plan.sampling.endpoint == "chat":
-        return chat_logprobs(ids, top_n, first, with_ids=chat_style)
-    return completion_logprobs(ids, top_n, first, offset)
+        return chat_logprobs(entries, with_ids=chat_style)
+    return completion_logprobs(entries, offset)
 
 
 def _choice(plan: Plan, chat_style: bool) -> dict[str, Any]:
@@ -120,7 +135,8 @@ def _choice(plan: Plan, chat_style: bool) -> dict[str, Any]:
         choice["message"] = {"role": "assistant", "content": plan.text}
     else:
         choice["text"] = (sampling.prompt if sampling.echo else "") + plan.text
-    choice["logprobs"] = _logprobs(plan, ids, 0, 0, chat_style)
+    entries = plan_logprobs(plan) if sampling.logprobs is not None else []
+    choice["logprobs"] = _logprobs(plan, entries, 0, chat_style)
     choice["finish_reason"] = plan.finish_reason
     if sampling.prompt_logprobs is not None:
         choice["prompt_logprobs"] = prompt_logprobs(_prompt_ids(sampling), sampling.prompt_logprobs)
@@ -184,6 +200,7 @@ class EventWriter:
             self._text_key = b'"delta":{"tool_calls":[{"index":0,"function":{"arguments":'
             self._close_text = b"}}]}"
         self._fast = plan.sampling.logprobs is None and not plan.sampling.return_token_ids
+        self._entries = plan_logprobs(plan) if plan.sampling.logprobs is not None else []
 
     def token(self, position: int) -> bytes:
         """The event carrying output token number `position`; the last one carries the
@@ -198,7 +215,8 @@ class EventWriter:
         if self._fast:
             tail = b',"logprobs":null,"finish_reason":' + reason + b"}]}\n\n"
             return self._head + self._text_key + text + self._close_text + tail
-        lp = _logprobs(self.plan, [token], position, self._offset, self._chat_style)
+        entries = self._entries[position : position + 1]
+        lp = _logprobs(self.plan, entries, self._offset, self._chat_style)
         self._offset += len(VOCAB[token] if pieces is None else pieces[position])
         extra = ""
         if self.plan.sampling.return_token_ids:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
 
 from soakgate.mockserver import lm
 from soakgate.mockserver.vocab import (
@@ -111,26 +110,3 @@ def prompt_token_ids(prompt: str) -> list[int]:
         2 + int.from_bytes(data[i : i + 4], "little") % (VOCAB_SIZE - 2)
         for i in range(0, len(data), 4)
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class TokenLogprob:
-    """A token's logprob and its top alternatives (token id, logprob), best first."""
-
-    token_id: int
-    logprob: float
-    top: tuple[tuple[int, float], ...]
-
-
-def token_logprob(token_id: int, position: int, top_n: int) -> TokenLogprob:
-    """Deterministic pseudo logprobs: the emitted token is always the most likely one."""
-    spread = ((token_id * 2654435761 + position * 40503) % 1000) / 1000.0
-    logprob = -0.05 - 2.0 * spread
-    top = [(token_id, logprob)]
-    for rank in range(1, max(top_n, 1)):
-        alternative = WORD_IDS[(token_id + 7 * rank + position) % len(WORD_IDS)]
-        if alternative != token_id:
-            top.append((alternative, logprob - 0.7 * rank - 0.1))
-    return TokenLogprob(
-        token_id, round(logprob, 4), tuple((t, round(v, 4)) for t, v in top[:top_n])
-    )

@@ -25,6 +25,7 @@ from soakgate.stats.outcomes import (
     CROSSTALK,
     DIVERGENCE,
     ERROR,
+    INCONSISTENT,
     INVALID_STRUCTURE,
     OUTCOMES,
     SHIFTED,
@@ -42,7 +43,8 @@ from soakgate.stats.verdict import CONFIGURATIONS, SCOPE_WORDS, decide
 NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
     SHIFTED: "shifted (typicality above the reference's p90)", DIVERGENCE: "divergence",
-    CROSSTALK: "crosstalk", INVALID_STRUCTURE: "invalid structure", ANY_FAILURE: "any failure",
+    CROSSTALK: "crosstalk", INVALID_STRUCTURE: "invalid structure",
+    INCONSISTENT: "inconsistent numbers", ANY_FAILURE: "any failure",
 }  # fmt: skip
 
 

@@ -9,22 +9,23 @@ from typing import Any
 from soakgate.report.formatting import percent
 from soakgate.report.gate import Gate, outcome_words
 from soakgate.report.outcomes import PerRequest, UnitOutcomes
-from soakgate.stats.outcomes import CROSSTALK, INVALID_STRUCTURE, divergence_words
+from soakgate.stats.outcomes import CROSSTALK, INCONSISTENT, INVALID_STRUCTURE, divergence_words
 
 OUTCOME_HEADERS = (
     "unit", "requests", "server errors", "crashes", "collapses", "crosstalk", "invalid structure",
-    "suspect", "divergence", "any failure",
+    "inconsistent", "suspect", "divergence", "any failure",
 )  # fmt: skip
-_OPTIONAL = {"invalid structure": INVALID_STRUCTURE}
+_OPTIONAL = {"invalid structure": INVALID_STRUCTURE, "inconsistent": INCONSISTENT}
 """Columns shown only where some unit ran their check."""
 OUTCOME_NOTE = (
     "requests: those that say something about the server (not cancelled, not soakgate's own "
     "errors, not refused as invalid); server errors among them; crashes the guard recorded, per "
     "hour up under load, with the requests lost to them; collapses among answered generations; "
     "crosstalk: answered generations carrying another request's canary or prompt (runs that "
-    "checked); invalid structure: answers to structured prompts (not cut by the budget) that "
-    "break their JSON schema, regex or tool calls; suspect among reference-scored ones; "
-    "divergence: compared greedy answers that "
+    "checked); invalid structure: answers to structured prompts that break their JSON schema, "
+    "regex or tool calls (one the budget cut: that can no longer be completed); inconsistent: "
+    "answers whose log-probabilities or usage cannot be right (runs that asked for them); "
+    "suspect among reference-scored ones; divergence: compared greedy answers that "
     "diverged from the reference, beside the reference against itself; any failure: a server "
     "error, collapse, failed check or suspect generation"
 )
@@ -59,6 +60,7 @@ def outcome_cells(o: UnitOutcomes) -> list[str]:
     return [
         name, f"{o.judged:,}", _share(o.error), _crashes(o), _share(o.collapse),
         _share(o.checks.get(CROSSTALK)), _share(o.checks.get(INVALID_STRUCTURE)),
+        _share(o.checks.get(INCONSISTENT)),
         _share(o.suspect), _divergence(o),
         _share(o.any_failure(o.suspect is not None)),
     ]  # fmt: skip
@@ -94,6 +96,7 @@ def outcome_dict(o: UnitOutcomes) -> dict[str, Any]:
         "server_errors": _counts(o.error), "collapses": _counts(o.collapse),
         "suspect": _counts(o.suspect), "crosstalk": _counts(o.checks.get(CROSSTALK)),
         "invalid_structure": _counts(o.checks.get(INVALID_STRUCTURE)),
+        "inconsistent": _counts(o.checks.get(INCONSISTENT)),
         "any_failure": _counts(o.any_failure(o.suspect is not None)),
         "crashes": None if crash is None else {
             "crashes": crash.crashes, "hours_up": crash.hours, "per_hour": _finite(crash.per_hour),

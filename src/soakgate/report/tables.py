@@ -15,7 +15,7 @@ from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 from soakgate.report.outcomes import UnitOutcomes
 from soakgate.report.uptime import uptime_json, uptime_lines
-from soakgate.stats.outcomes import CROSSTALK, INVALID_STRUCTURE
+from soakgate.stats.outcomes import CROSSTALK, INCONSISTENT, INVALID_STRUCTURE
 
 COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
@@ -51,7 +51,8 @@ def unit_row(unit: Unit) -> dict[str, Any]:
 
 OUTCOME_COLUMNS = (
     "judged_requests", "server_errors", "crashes", "crashes_per_hour", "requests_lost_to_crashes",
-    "crosstalk", "checked", "invalid_structure", "structure_judged", "suspect", "scored",
+    "crosstalk", "checked", "invalid_structure", "structure_judged", "inconsistent",
+    "numbers_judged", "suspect", "scored",
     "divergent", "compared", "any_failure",
 )  # fmt: skip
 
@@ -61,6 +62,7 @@ def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
     crash, d = outcomes.crash, outcomes.divergence
     suspect, crosstalk = outcomes.suspect, outcomes.checks.get(CROSSTALK)
     structure = outcomes.checks.get(INVALID_STRUCTURE)
+    numbers = outcomes.checks.get(INCONSISTENT)
     per_hour = crash.per_hour if crash is not None and crash.hours > 0 else None
     return {
         "judged_requests": outcomes.judged, "server_errors": outcomes.error.events,
@@ -70,6 +72,8 @@ def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
         "checked": crosstalk.n if crosstalk else None,
         "invalid_structure": structure.events if structure else None,
         "structure_judged": structure.n if structure else None,
+        "inconsistent": numbers.events if numbers else None,
+        "numbers_judged": numbers.n if numbers else None,
         "suspect": suspect.events if suspect else None, "scored": suspect.n if suspect else None,
         "divergent": int((d.positions >= 0).sum()) if d else None,
         "compared": len(d.positions) if d else None,

@@ -48,8 +48,11 @@ CROSSTALK = "crosstalk"
 """Answered rows that failed the crosstalk check (`checks.crosstalk`), judged per request."""
 INVALID_STRUCTURE = "invalid_structure"
 """Judged answers to structured prompts that broke their structure (`checks.structure`)."""
+INCONSISTENT = "inconsistent"
+"""Answers whose log-probabilities or usage cannot be right (`checks.numbers`)."""
 OUTCOMES = (
-    CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, CROSSTALK, INVALID_STRUCTURE, DIVERGENCE, ANY_FAILURE,
+    CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, CROSSTALK, INVALID_STRUCTURE, INCONSISTENT,
+    DIVERGENCE, ANY_FAILURE,
 )  # fmt: skip
 CRASH_DESIGN = "crash counts over hours under load"
 DIVERGENCE_DESIGN = "greedy comparisons with a reference"
@@ -231,7 +234,7 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
 
 __all__ = [
     "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "CROSSTALK", "DIVERGENCE", "ERROR",
-    "INVALID_STRUCTURE", "OUTCOMES", "SHIFTED", "SUSPECT",
+    "INCONSISTENT", "INVALID_STRUCTURE", "OUTCOMES", "SHIFTED", "SUSPECT",
     "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate", "crash_verdict",
     "divergence_direction", "divergence_verdict", "rate_direction",
 ]  # fmt: skip

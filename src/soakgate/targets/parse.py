@@ -43,8 +43,10 @@ def build_payload(spec: RequestSpec, prompt: Prompt, model: str) -> dict[str, An
     if spec.logprobs:
         if spec.endpoint == "chat":
             body["logprobs"] = True
+            if spec.top_logprobs:
+                body["top_logprobs"] = spec.top_logprobs
         else:
-            body["logprobs"] = 1
+            body["logprobs"] = max(1, spec.top_logprobs)
     if spec.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -237,6 +239,10 @@ def _fold_logprobs(outcome: Outcome, logprobs: Any) -> list[int] | None:
     """Count logprob entries; return llama.cpp-style per-entry token ids when all have one."""
     if not isinstance(logprobs, dict):
         return None
+    if outcome.logprob_parts is None:
+        outcome.logprob_parts = [logprobs]
+    else:
+        outcome.logprob_parts.append(logprobs)
     content = logprobs.get("content")
     if isinstance(content, list):
         outcome.logprobs_count += len(content)

@@ -104,6 +104,9 @@ class RequestSpec:
     """Ask the server to ignore EOS (vLLM, llama.cpp), for fixed-length generations."""
     logprobs: bool = False
     """Ask for logprobs of the sampled tokens."""
+    top_logprobs: int = 0
+    """Alternatives asked for at every position (chat `top_logprobs`, completions `logprobs`),
+    with `logprobs`; 0: the sampled token's only (completions still lists 1)."""
     return_token_ids: bool = False
     """Ask for generated token ids (vLLM's `return_token_ids`)."""
     timeout_s: float = 120.0
@@ -176,6 +179,8 @@ class Outcome:
     error_detail: str | None = None
     """Short detail of the error."""
     logprobs_count: int = 0
+    logprob_parts: list[Any] | None = None
+    """The log-probability objects as they came, one per body or event (`checks.numbers`)."""
     """How many per-token logprob entries came back."""
     attempts: int = 1
     """Times the request was sent (a retry only when it provably never reached the server)."""
