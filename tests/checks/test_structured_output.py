@@ -399,7 +399,7 @@ def test_a_campaign_sends_its_prompt_files_structures_the_way_it_is_told(tmp_pat
     path = write_campaign(
         tmp_path, {"good": "", "bad": "--invalid-structure-rate 0.5"},
         requests=16, max_tokens=128,
-        load=f'prompts = "{prompts}"\nstructure_via = "llamacpp"',
+        load=f'prompts = "{prompts}"\nstructure_via = "llamacpp"\ncanaries = true',
     )  # fmt: skip
     db = tmp_path / "c.sqlite"
     result = soakgate("campaign", str(path), "--db", str(db), cwd=tmp_path)
@@ -412,6 +412,7 @@ def test_a_campaign_sends_its_prompt_files_structures_the_way_it_is_told(tmp_pat
     assert counts.get("good:invalid_structure", 0) == 0 and counts["good:"] > 0
     assert counts["bad:invalid_structure"] > 0
     assert all("invalid_structure" in d for d in detectors)
+    assert all(d["crosstalk"]["canaries"] for d in detectors)  # [load] canaries = true
     wrong = write_campaign(tmp_path, {"good": ""}, requests=4, load='structure_via = "grpc"')
     refused = soakgate("campaign", str(wrong), "--db", str(tmp_path / "w.sqlite"), cwd=tmp_path)
     assert refused.returncode == 2 and "structure_via" in refused.stderr
@@ -451,6 +452,14 @@ def test_a_cut_text_is_flagged_only_where_no_continuation_makes_it_json() -> Non
     assert [t for t in completable if prefix_error(t) is not None] == []
     assert [t for t in broken if prefix_error(t) is None] == []
     prompt = Prompt("p", "rate it", structure=Structure.of("json_schema", SCHEMA))
-    for text, flagged in [("  [4.5]", True), ('"answer', True), ('  {"answer"', False)]:
+    cases = [
+        ("  [4.5]", True),
+        ('"answer', True),
+        ('  {"answer"', False),
+        ('{"count": 3', True),
+        ('{"answer": "x", "sco', False),
+        ('{"answer": "x", "s": ', True),
+    ]
+    for text, flagged in cases:
         row = _judge(prompt, _row(prompt, text, finish="length"))
         assert row.checks == (["invalid_structure"] if flagged else []), text

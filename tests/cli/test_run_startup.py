@@ -27,10 +27,10 @@ NOT_FOR_A_SOAK = (
     "jinja2", "matplotlib", "ray", "torch", "soakgate.stats", "soakgate.report",
     "soakgate.audit", "soakgate.bisect", "soakgate.campaign", "soakgate.guard",
     "soakgate.servers", "soakgate.reference", "soakgate.mockserver.serve",
-    "soakgate.mockserver.process",
+    "soakgate.mockserver.process", "regex", "jsonschema", "jsonschema_rs",
 )  # fmt: skip
 """Packages a plain `soakgate run` must not import: other commands', the report's, another
-HTTP client. (prometheus_client's text parser is needed: the `/metrics` watch imports it at its
+HTTP client, the structure check's validators (only a structured soak needs them). (prometheus_client's text parser is needed: the `/metrics` watch imports it at its
 first scrape.)"""
 
 

@@ -90,6 +90,8 @@ class LoadSettings:
     tokenizer: Path | None = None
     structure_via: str = "openai"
     """The request field a structured prompt's constraint is sent in (`run --structure-via`)."""
+    canaries: bool = False
+    """End every prompt with its request's canary (`run --canaries`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +262,7 @@ def _load(table: Table, base: Path) -> LoadSettings:
         tokenizer=_tokenizer_path(table, base),
         structure_via=table.choice("structure_via", ("openai", "llamacpp", "vllm", "guided"),
                                    "openai"),
+        canaries=table.flag("canaries", False),
     )  # fmt: skip
     table.done()
     if load.prompt_tokens is not None:

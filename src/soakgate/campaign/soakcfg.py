@@ -101,7 +101,8 @@ def soak_config(
         detectors=detector_config(campaign),
         store_text=load.store_text, campaign=block.block_id,
         reference_fraction=campaign.reference_fraction,
-        answer_check=functools.partial(open_answer_checks, CrosstalkSettings(),
+        answer_check=functools.partial(open_answer_checks,
+                                       CrosstalkSettings(canaries=load.canaries),
                                        any(p.structure is not None for p in prompts), None),
     )  # fmt: skip
 

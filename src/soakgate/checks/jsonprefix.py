@@ -9,6 +9,8 @@ wrong one (yajl, through ijson, calls both a lexical error).
 
 from __future__ import annotations
 
+import json
+
 import regex
 
 _NUMBER = regex.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -21,9 +23,11 @@ _HEX = "0123456789abcdefABCDEF"
 _VALUE, _VALUE_OR_END, _KEY, _KEY_OR_END, _COLON, _AFTER, _DONE = range(7)
 
 
-def prefix_error(text: str) -> str | None:
-    """None when `text` can be completed to one JSON document, else why not (and where)."""
+def prefix_error(text: str, keys: list[str] | None = None) -> str | None:
+    """None when `text` can be completed to one JSON document, else why not (and where);
+    `keys`, when given, receives the keys the top-level object has whole (followed by ':')."""
     stack: list[str] = []
+    pending: str | None = None
     state = _VALUE
     n, size = 0, len(text)
     while n < size:
@@ -36,6 +40,8 @@ def prefix_error(text: str) -> str | None:
         if state == _COLON:
             if char != ":":
                 return f"expected ':' at {n}"
+            if keys is not None and pending is not None:
+                keys.append(json.loads(pending))
             state, n = _VALUE, n + 1
             continue
         if state == _AFTER:
@@ -58,6 +64,7 @@ def prefix_error(text: str) -> str | None:
             end, error = _string(text, n)
             if error is not None:
                 return error
+            pending = text[n:end] if len(stack) == 1 else None  # a whole key of the top object
             state, n = _COLON, end
             continue
         # a value (or, after '[', the array's end)

@@ -66,15 +66,56 @@ class NumbersCheck:
 
 
 def first_impossible(outcome: Any, greedy: bool) -> dict[str, Any] | None:
-    """The first impossible number of an answer (None: none)."""
+    """The first impossible number of an answer (None: none). A chat entry that is certainly
+    possible is passed by `_fine` (a few builtins, no lists of tuples); the others, and every
+    completions entry, are read into positions and judged by `_position`, which names what is
+    wrong."""
     count = 0
-    for at, (sampled, token, alternatives) in enumerate(positions(outcome.logprob_parts or ())):
-        count += 1
-        found = _position(sampled, token, alternatives, greedy)
-        if found is not None:
-            kind, value = found
-            return {"kind": kind, "at": at, "value": value}
+    for part in outcome.logprob_parts or ():
+        content = part.get("content") if isinstance(part, dict) else None
+        entries = content if isinstance(content, list) else [part]
+        for entry in entries:
+            if entries is content and entry.__class__ is dict and _fine(entry, greedy):
+                count += 1
+                continue
+            for sampled, token, alternatives in positions(
+                [{"content": [entry]}] if entries is content else [entry]
+            ):
+                found = _position(sampled, token, alternatives, greedy)
+                if found is not None:
+                    kind, value = found
+                    return {"kind": kind, "at": count, "value": value}
+                count += 1
     return _usage(outcome, count)
+
+
+def _fine(entry: dict[str, Any], greedy: bool) -> bool:
+    """True when a chat entry certainly breaks no rule (False: look closer)."""
+    lp = entry.get("logprob")
+    if lp.__class__ is not float and lp.__class__ is not int:
+        return False
+    if not -math.inf < lp <= TOLERANCE:  # NaN fails every comparison
+        return False
+    tops = entry.get("top_logprobs")
+    if not tops:
+        return True
+    try:
+        values = [t["logprob"] for t in tops]
+        total = sum(values)
+    except (TypeError, KeyError):
+        return False
+    if not -math.inf < total or max(values) > TOLERANCE:
+        return False
+    if values != sorted(values, reverse=True) or sum(map(math.exp, values)) > 1 + TOLERANCE:
+        return False
+    name = "id" if "id" in entry else "token"
+    key = entry.get(name)
+    for top in tops:
+        if top.get(name) == key:
+            return abs(top["logprob"] - lp) <= TOLERANCE and (
+                not greedy or lp >= values[0] - TOLERANCE
+            )
+    return lp <= values[-1] + TOLERANCE and not greedy
 
 
 def _position(

@@ -34,7 +34,6 @@ from typing import Any
 
 import orjson
 
-from soakgate.checks.jsonprefix import prefix_error
 from soakgate.prompts import Prompt, Structure
 from soakgate.records import UNJUDGED, Generation, Run
 
@@ -109,14 +108,14 @@ def _schema_check(schema: Any) -> Callable[[str, bool], dict[str, Any] | None]:
     import jsonschema_rs
 
     checker = jsonschema_rs.validator_for(schema)
-    types = _top_types(schema)
+    types, allowed = _top_types(schema), _top_keys(schema)
 
     def check(text: str, cut: bool) -> dict[str, Any] | None:
         try:
             value = _loads(text)
         except ValueError as exc:
             if cut and "after document" not in str(exc) and "Extra data" not in str(exc):
-                return _unfinishable(text, types)
+                return _unfinishable(text, types, allowed)
             return {"error": f"not JSON: {_cut(str(exc))}"}
         if checker.is_valid(value):
             return None
@@ -149,12 +148,21 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _unfinishable(text: str, types: set[str] | None) -> dict[str, Any] | None:
+def _unfinishable(
+    text: str, types: set[str] | None, allowed: frozenset[str] | None
+) -> dict[str, Any] | None:
     """None when the cut text can still be completed to a JSON document of one of the schema's
-    top-level `types` (None: any), else why not."""
-    error = prefix_error(text)
+    top-level `types` (None: any) whose top-level keys are all `allowed` (None: any), else why
+    not."""
+    from soakgate.checks.jsonprefix import prefix_error  # regex: only where an answer was cut
+
+    keys: list[str] = []
+    error = prefix_error(text, keys)
     if error is not None:
         return {"error": f"cut, and cannot be completed to JSON: {error}"}
+    extra = [key for key in keys if allowed is not None and key not in allowed]
+    if extra:
+        return {"error": f"cut, and has a property the schema does not allow: {_cut(extra[0])!r}"}
     start = text.lstrip(" \t\n\r")[:1]
     begun = _BEGINS.get(start)
     if types is not None and begun is not None and not begun & types:
@@ -167,6 +175,16 @@ _BEGINS = {"{": {"object"}, "[": {"array"}, '"': {"string"}, "t": {"boolean"},
            "f": {"boolean"}, "n": {"null"}, "-": {"number", "integer"},
            **{d: {"number", "integer"} for d in "0123456789"}}  # fmt: skip
 """The types a document beginning with each character can have."""
+
+
+def _top_keys(schema: Any) -> frozenset[str] | None:
+    """The only keys the schema's top object may have (None: any: it does not close them, or
+    closes them in a way not read here)."""
+    if _top_types(schema) is None or schema.get("additionalProperties") is not False:
+        return None
+    if "patternProperties" in schema or not isinstance(schema.get("properties", {}), dict):
+        return None
+    return frozenset(schema.get("properties", {}))
 
 
 def _top_types(schema: Any) -> set[str] | None:
