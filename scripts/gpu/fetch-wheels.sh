@@ -29,6 +29,8 @@ wheels=(
     accelerate==1.15.0 psutil==7.2.2
     httptools==0.9.0 brotli==1.2.1 adbc-driver-manager==1.13.0 adbc-driver-sqlite==1.13.0
     tree-sitter==0.26.1 tree-sitter-cpp==0.23.4 pcpp==1.30 tzdata==2026.6 backports-zstd==1.8.0
+    regex==2026.5.9 jsonschema==4.26.0 jsonschema-rs==0.61.2 jsonschema-specifications==2025.9.1
+    referencing==0.37.0 rpds-py==0.30.0
 )
 # shellcheck disable=SC2034  # read by tests/realservers/test_gpu_wheels.py
 present_on_gpu_image=(
