@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from soakgate.records import Generation, Run
@@ -73,19 +73,20 @@ def first_impossible(outcome: Any, greedy: bool) -> dict[str, Any] | None:
     count = 0
     for part in outcome.logprob_parts or ():
         content = part.get("content") if isinstance(part, dict) else None
-        entries = content if isinstance(content, list) else [part]
-        for entry in entries:
-            if entries is content and entry.__class__ is dict and _fine(entry, greedy):
-                count += 1
-                continue
-            for sampled, token, alternatives in positions(
-                [{"content": [entry]}] if entries is content else [entry]
-            ):
-                found = _position(sampled, token, alternatives, greedy)
-                if found is not None:
-                    kind, value = found
-                    return {"kind": kind, "at": count, "value": value}
-                count += 1
+        if isinstance(content, list):  # None: a chat entry `_fine` passed without reading it
+            doubtful: Iterable[Position | None] = (
+                _chat_position(entry) if not _fine(entry, greedy) else None
+                for entry in content
+                if entry.__class__ is dict
+            )
+        else:
+            doubtful = positions([part])
+        for position in doubtful:
+            found = None if position is None else _position(*position, greedy)
+            if found is not None:
+                kind, value = found
+                return {"kind": kind, "at": count, "value": value}
+            count += 1
     return _usage(outcome, count)
 
 
