@@ -19,7 +19,7 @@ from soakgate.prompts import builtin_prompts, load_prompts
 from soakgate.prompts.synthetic import LengthDistribution, described, synthetic_prompts
 from soakgate.records import Run
 from soakgate.targets import RequestSpec, TargetSpec
-from soakgate.targets.parse import structure_fields
+from soakgate.targets.parse import check_structures
 
 
 def request_spec(campaign: Campaign) -> RequestSpec:
@@ -90,8 +90,7 @@ def soak_config(
     else:
         prompts = load_prompts(load.prompts) if load.prompts else list(builtin_prompts())
     request = request_spec(campaign)
-    for structure in {p.structure for p in prompts if p.structure is not None}:
-        structure_fields(structure, request.structure_via, request.endpoint)
+    structured = check_structures(prompts, request)
     return SoakConfig(
         targets=targets, label=config.label, request=request,
         load=LoadSpec(load.concurrency, requests_per_block(campaign, config), config.duration_s,
@@ -103,7 +102,7 @@ def soak_config(
         reference_fraction=campaign.reference_fraction,
         answer_check=functools.partial(open_answer_checks,
                                        CrosstalkSettings(canaries=load.canaries),
-                                       any(p.structure is not None for p in prompts), None),
+                                       structured, None),
     )  # fmt: skip
 
 

@@ -252,6 +252,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     from soakgate.load.runner import SoakConfig
     from soakgate.probes.soak import StandardProbes
     from soakgate.targets import RequestSpec, TargetSpec
+    from soakgate.targets.parse import check_structures
 
     api_key = args.api_key or os.environ.get("SOAKGATE_API_KEY")
     top_k = getattr(args, "top_logprobs", None) or 0
@@ -264,7 +265,8 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         structure_via=getattr(args, "structure_via", "openai"),
     )  # fmt: skip
     prompts, context = _prompts(args)
-    prompts = structured_prompts(prompts, args, request)
+    prompts = structured_prompts(prompts, args)
+    structured = check_structures(prompts, request)
     references = getattr(args, "reference", [])
     connections = args.concurrency * len(targets) * (2 if references else 1)
     given = "concurrency" in explicit_options(args)
@@ -294,27 +296,21 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
         answer_check=functools.partial(open_answer_checks, CrosstalkSettings(
             canaries=args.canaries, spans=args.crosstalk_spans, span=args.crosstalk_span,
             window=args.crosstalk_window, answers=args.crosstalk_answers),
-            any(p.structure is not None for p in prompts),
+            structured,
             request.temperature if request.logprobs else None),
     )  # fmt: skip
 
 
-def structured_prompts(prompts: list[Any], args: argparse.Namespace, request: Any) -> list[Any]:
+def structured_prompts(prompts: list[Any], args: argparse.Namespace) -> list[Any]:
     """The prompts with the structure `--response-format`, `--regex` or `--tools` asks for
-    (prompts with a structure of their own keep it); a UsageError when a structure cannot be
-    sent the way the request is made."""
+    (prompts with a structure of their own keep it). Whether each can be sent the way requests
+    are made is `targets.parse.check_structures`' question (`soak_config` asks it)."""
     import dataclasses
 
-    from soakgate.targets.parse import structure_fields
-
     structure = _structure_flag(args)
-    if structure is not None:
-        prompts = [
-            p if p.structure else dataclasses.replace(p, structure=structure) for p in prompts
-        ]
-    for given in {p.structure for p in prompts if p.structure is not None}:
-        structure_fields(given, request.structure_via, request.endpoint)
-    return prompts
+    if structure is None:
+        return prompts
+    return [p if p.structure else dataclasses.replace(p, structure=structure) for p in prompts]
 
 
 def _structure_flag(args: argparse.Namespace) -> Any:

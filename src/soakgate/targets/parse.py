@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -54,6 +55,15 @@ def build_payload(spec: RequestSpec, prompt: Prompt, model: str) -> dict[str, An
         body.update(structure_fields(prompt.structure, spec.structure_via, spec.endpoint))
     body.update(spec.extra)
     return body
+
+
+def check_structures(prompts: Iterable[Prompt], spec: RequestSpec) -> bool:
+    """Whether any prompt asks for a structure; a UsageError, before any load, when one cannot
+    be sent the way `spec` makes requests."""
+    structures = {p.structure for p in prompts if p.structure is not None}
+    for structure in structures:
+        structure_fields(structure, spec.structure_via, spec.endpoint)
+    return bool(structures)
 
 
 def structure_fields(structure: Structure, via: str, endpoint: str) -> dict[str, Any]:
