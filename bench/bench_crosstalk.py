@@ -42,9 +42,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from benchlib import share  # noqa: E402
+
 from soakgate.mockserver.process import MockProcess  # noqa: E402
 from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
-from soakgate.stats.rates import clopper_pearson  # noqa: E402
 
 MODEL = REPO.parent / "shared" / "models" / "tiny-llama-8k"
 SYSTEM = (
@@ -135,11 +136,6 @@ def flagged(db: Path) -> tuple[int, Counter[str], list[str]]:
             by[evidence["by"]] += 1
             spans.append(evidence.get("span") or evidence.get("canary"))
     return len(rows), by, spans[:3]
-
-
-def share(events: int, n: int) -> str:
-    low, high = clopper_pearson(events, n)
-    return f"{events}/{n} = {100 * events / n:.2f}% [{100 * low:.2f}, {100 * high:.2f}]"
 
 
 def false_flags(folder: Path, requests: int, sets: dict[str, list[str]]) -> None:

@@ -33,9 +33,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from benchlib import share  # noqa: E402
+
 from soakgate.mockserver.process import MockProcess  # noqa: E402
 from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
-from soakgate.stats.rates import clopper_pearson  # noqa: E402
 
 MODEL = REPO.parent / "shared" / "models" / "tiny-llama-8k"
 SHAPES = {
@@ -68,13 +69,6 @@ def rows(db: Path) -> dict[str, tuple[str, dict[str, Any]]]:
             "SELECT request_id, checks, details FROM generations WHERE error_class IS NULL"
         ).fetchall()
     return {r: (c, json.loads(d or "{}")) for r, c, d in found}
-
-
-def share(events: int, n: int) -> str:
-    if not n:
-        return "0/0"
-    low, high = clopper_pearson(events, n)
-    return f"{events}/{n} = {100 * events / n:.2f}% [{100 * low:.2f}, {100 * high:.2f}]"
 
 
 def false_flags(folder: Path, url: str, requests: int, name: str) -> None:

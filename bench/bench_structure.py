@@ -48,8 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
+from benchlib import share  # noqa: E402
+
 from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
-from soakgate.stats.rates import clopper_pearson  # noqa: E402
 
 MODEL = REPO.parent / "shared" / "models" / "tiny-llama-8k"
 ANSWER_SCHEMA = REPO / "examples" / "answer-schema.json"
@@ -106,13 +107,6 @@ def rows(db: Path) -> list[tuple[str, str, str, dict[str, Any]]]:
             "WHERE error_class IS NULL"
         ).fetchall()
     return [(r, f or "", c, json.loads(d or "{}")) for r, f, c, d in found]
-
-
-def share(events: int, n: int) -> str:
-    if not n:
-        return "0/0"
-    low, high = clopper_pearson(events, n)
-    return f"{events}/{n} = {100 * events / n:.2f}% [{100 * low:.2f}, {100 * high:.2f}]"
 
 
 def healthy(folder: Path, url: str, requests: int) -> None:

@@ -1,4 +1,5 @@
-"""Shared by the bench scripts: the pinned mock server, /proc sampling and server scraping.
+"""Shared by the bench scripts: the pinned mock server, /proc sampling, server scraping, and a
+share printed with its Clopper-Pearson interval.
 
 CPU is read from /proc/<pid>/stat (utime+stime+cutime+cstime) summed over the client's whole
 process tree, so tools that fork workers (guidellm, aiperf, locust) are charged for them too.
@@ -162,3 +163,13 @@ def nucleus(torch: Any, logits: Any, top_p: float, temperature: float) -> Any:
     ordered = ordered.masked_fill(ordered.cumsum(-1) - ordered >= top_p, 0.0)
     kept = torch.zeros_like(probs).scatter(-1, index, ordered)
     return kept / kept.sum(-1, keepdim=True)
+
+
+def share(events: int, n: int) -> str:
+    """`events/n = p% [low, high]`, the Clopper-Pearson 95% interval in percent ("0/0" for none)."""
+    from soakgate.stats.rates import clopper_pearson
+
+    if not n:
+        return "0/0"
+    low, high = clopper_pearson(events, n)
+    return f"{events}/{n} = {100 * events / n:.2f}% [{100 * low:.2f}, {100 * high:.2f}]"
