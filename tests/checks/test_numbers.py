@@ -157,3 +157,18 @@ def test_compare_judges_inconsistent_numbers_as_an_outcome_of_their_own(tmp_path
     assert 0 < found["bad"]["events"] < REQUESTS
     free = soakgate("report", str(db), cwd=tmp_path)
     assert "inconsistent" in free.stdout
+
+
+def test_a_token_is_found_among_its_alternatives_by_id_where_llama_cpp_gives_ids() -> None:
+    """Seen on real llama.cpp (8 of 320 answers flagged on the first run): the sampled token
+    that completes a UTF-8 character is written whole, the same token among the alternatives
+    as its byte."""
+    entry = {"token": "\u250c", "id": 234, "logprob": -0.038, "top_logprobs": [
+        {"token": "\ufffd", "id": 234, "logprob": -0.038},
+        {"token": "\ufffd", "id": 242, "logprob": -4.951},
+        {"token": " class", "id": 1574, "logprob": -5.609}]}  # fmt: skip
+    for greedy in (False, True):
+        assert first_impossible(_outcome([{"content": [entry]}], "x"), greedy) is None
+    wrong = {**entry, "top_logprobs": [{**t, "id": t["id"] + 1} for t in entry["top_logprobs"]]}
+    evidence = first_impossible(_outcome([{"content": [wrong]}], "x"), greedy=False)
+    assert evidence is not None and evidence["kind"] == "sampled_above_top"
