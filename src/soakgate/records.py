@@ -25,21 +25,33 @@ ERROR_CLASSES = (
     "unexpected_choices",  # more choices than requested, or choices with a bad index
     "proxy_error",  # a proxy's or gateway's own error page (nginx's 502), not the server's answer
 )
-CHECKS = ("crosstalk", "invalid_structure", "inconsistent")
+CHECKS = ("crosstalk", "invalid_structure", "inconsistent", "twin_mismatch")
 """Integrity checks a clean answer can fail, each an outcome of its own (`Generation.checks`):
 `crosstalk`, an answer that carries another request's canary or a long span of another request's
 prompt that its own does not explain; `invalid_structure`, an answer that breaks the JSON
 schema, regex or tool calls its request asked for; `inconsistent`, an answer whose
-log-probabilities or usage no correct server returns (`soakgate.checks`)."""
+log-probabilities or usage no correct server returns (`soakgate.checks`); `twin_mismatch`, the
+second of two requests sent with the same body and seed whose answer is not the first's
+(`checks.twins`)."""
 UNJUDGED = "-"
 """In `Generation.checks`, `-<check>` marks an answer the check did not judge in a run that ran
 it (`-invalid_structure`: a free prompt's answer, or one the budget cut); the check's rate counts
 only the answers it judged."""
+JUDGED = "+"
+"""In `Generation.checks`, `+<check>` marks an answer a sparse check (SPARSE_CHECKS) judged and
+passed: such a check judges few rows, so it marks those it judged instead of all the others."""
+SPARSE_CHECKS = frozenset({"twin_mismatch"})
+"""Checks whose judged rows are those marked `+<check>` (passed) or `<check>` (failed)."""
+NOT_ANY_FAILURE = frozenset({"twin_mismatch"})
+"""Checks left out of "any failure": a twin mismatch is a property of a pair, read against the
+stack's own rate at rest (many stacks' sampled answers depend on the batch), never a failure of
+one answer on its own."""
 
 
 def failed_checks(checks: list[str]) -> list[str]:
-    """The checks an answer failed (`Generation.checks` without its UNJUDGED marks)."""
-    return [name for name in checks if not name.startswith(UNJUDGED)]
+    """The checks an answer failed (`Generation.checks` without its UNJUDGED and JUDGED
+    marks)."""
+    return [name for name in checks if not name.startswith((UNJUDGED, JUDGED))]
 
 
 NOT_THE_SERVERS = ("cancelled", "client_error", "http_4xx")

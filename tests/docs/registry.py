@@ -54,6 +54,7 @@ CROSSTALK = "tests/checks/test_crosstalk.py::test_compare_and_report_judge_cross
 STRUCTURED = "tests/checks/test_structured_output.py::test_compare_and_report_judge_invalid_structure_over_the_answers_judged"
 STRUCTURED_LLAMA = "tests/realservers/test_llamacpp_structured.py::test_the_readme_soak_of_llama_cpp_with_a_json_schema"
 NUMBERS = "tests/checks/test_numbers.py::test_compare_judges_inconsistent_numbers_as_an_outcome_of_their_own"
+TWINS = "tests/checks/test_twins.py::test_compare_judges_twin_mismatch_as_an_outcome_of_its_own"
 REFERENCE_COMPARE = "tests/reference/test_report.py::test_compare_outcome_suspect_uses_the_collapse_verdict_machinery"
 DEMO = "tests/cli/test_demo_and_interrupt.py::test_demo_reports_an_exact_match"
 LLAMA = "tests/realservers/test_llamacpp.py::test_soak_parses_usage_and_logprob_token_ids"
@@ -170,6 +171,9 @@ COMMANDS: dict[str, Entry] = {
     "soakgate run --target http://127.0.0.1:8000 --logprobs --top-logprobs 5 --requests 2000 "
     "--db runs.sqlite": Run((("--requests 2000", "--requests 40"),)),
     "soakgate compare runs.sqlite eager compiled --outcome inconsistent": Covered(NUMBERS),
+    "soakgate run --target http://127.0.0.1:8000 --twin-fraction 0.05 --requests 2000 "
+    "--db runs.sqlite": Run((("--requests 2000", "--requests 40"),)),
+    "soakgate compare runs.sqlite eager compiled --outcome twin_mismatch": Covered(TWINS),
     "soakgate run --target compiled=http://127.0.0.1:8001 --score-reference http://127.0.0.1:8000 "
     "--calibration 5000 --requests 5000": Run(
         (("--requests 5000", "--requests 40"), ("--calibration 5000", "--calibration 999"))

@@ -149,7 +149,8 @@ def test_report_json_is_what_the_row_object_analysis_printed(
     outcome_columns = {"judged_requests", "server_errors", "crashes", "crashes_per_hour",
                        "requests_lost_to_crashes", "suspect", "scored", "divergent", "compared",
                        "any_failure", "crosstalk", "checked", "invalid_structure",
-                       "structure_judged", "inconsistent", "numbers_judged"}  # fmt: skip
+                       "structure_judged", "inconsistent", "numbers_judged", "twin_mismatch",
+                       "twins_judged"}  # fmt: skip
     for unit in document["units"]:
         assert set(unit) - set(expected["units"][0]) == outcome_columns
         for key in outcome_columns:

@@ -23,7 +23,13 @@ from soakgate.guard.telemetry import Sampler, open_samplers
 from soakgate.guard.watch import Guard
 from soakgate.load.driver import soak
 from soakgate.load.preregistration import register_plan
-from soakgate.load.runner import SoakConfig, open_answer_check, store_failed, watch_streams
+from soakgate.load.runner import (
+    SoakConfig,
+    open_answer_check,
+    open_twin_check,
+    store_failed,
+    watch_streams,
+)
 from soakgate.load.spec import LoadSpec, SoakResult, TargetTally
 from soakgate.probes.differential import Differential
 from soakgate.prompts import PromptPicker
@@ -264,7 +270,7 @@ async def _segment(
             incarnation=guard.incarnation, gate=gate, credit=guard.credit,
             check=differential,
             on_dispatch=dispatch.dispatched if dispatch is not None else None,
-            answer_check=open_answer_check(cfg, run),
+            answer_check=open_answer_check(cfg, run), twins=open_twin_check(cfg, run, writer),
         )  # fmt: skip
     finally:
         relay.cancel()

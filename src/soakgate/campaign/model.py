@@ -92,6 +92,12 @@ class LoadSettings:
     """The request field a structured prompt's constraint is sent in (`run --structure-via`)."""
     canaries: bool = False
     """End every prompt with its request's canary (`run --canaries`)."""
+    twin_fraction: float = 0.0
+    """Share of requests sent twice with the same seed (`run --twin-fraction`)."""
+    twin_gap: int = 0
+    """The target's requests between a first and its twin (`run --twin-gap`)."""
+    twin_at_rest: int = 16
+    """Twin pairs sent one at a time before each block's soak (`run --twin-at-rest`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,14 @@ def _check(campaign: Campaign) -> None:
         raise ConfigError(f"name {campaign.name!r} must be non-empty without / \\ or :")
 
 
+def _twin_fraction(table: Table) -> float:
+    """`[load] twin_fraction`, in [0, 1]."""
+    fraction = table.number("twin_fraction", 0.0)
+    if not 0 <= fraction <= 1:
+        raise ConfigError(f"load: twin_fraction must be in [0, 1], not {fraction:g}")
+    return fraction
+
+
 def _fraction(table: Table) -> float:
     """The `[differential]` table's sampled share of requests, in (0, 1]."""
     fraction = table.number("fraction", 0.03)
@@ -263,6 +277,8 @@ def _load(table: Table, base: Path) -> LoadSettings:
         structure_via=table.choice("structure_via", ("openai", "llamacpp", "vllm", "guided"),
                                    "openai"),
         canaries=table.flag("canaries", False),
+        twin_fraction=_twin_fraction(table), twin_gap=table.integer("twin_gap", 0, minimum=0),
+        twin_at_rest=table.integer("twin_at_rest", 16, minimum=0),
     )  # fmt: skip
     table.done()
     if load.prompt_tokens is not None:

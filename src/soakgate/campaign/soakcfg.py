@@ -11,6 +11,7 @@ from typing import Any
 from soakgate.campaign.blocks import Block
 from soakgate.campaign.model import Campaign, ConfigEntry
 from soakgate.checks import CrosstalkSettings, open_answer_checks
+from soakgate.checks.twins import TwinSettings, open_twins
 from soakgate.detectors import DetectorConfig
 from soakgate.errors import ConfigError, SoakgateError
 from soakgate.load.runner import SoakConfig, new_run
@@ -103,6 +104,8 @@ def soak_config(
         answer_check=functools.partial(open_answer_checks,
                                        CrosstalkSettings(canaries=load.canaries),
                                        structured, None),
+        twin_check=functools.partial(open_twins, TwinSettings(
+            load.twin_fraction, load.twin_gap, load.twin_at_rest), request),
     )  # fmt: skip
 
 

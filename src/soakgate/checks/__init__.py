@@ -28,9 +28,9 @@ class AnswerChecks:
     def __init__(self, checks: Sequence[AnswerCheck]) -> None:
         self.checks = tuple(checks)
 
-    def sent(self, seq: int, prompt: Prompt) -> Prompt:
+    def sent(self, seq: int, prompt: Prompt, same_as: int | None = None) -> Prompt:
         for check in self.checks:
-            prompt = check.sent(seq, prompt)
+            prompt = check.sent(seq, prompt, same_as)
         return prompt
 
     def answered(self, generation: Generation, outcome: Any = None) -> None:

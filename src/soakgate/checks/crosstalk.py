@@ -114,18 +114,22 @@ class Crosstalk:
         self._kept: list[dict[int, _Answer]] = [{}, {}]
         self._common: list[set[int]] = [set(), set()]  # spans answers of two prompts hold
         self._texts: dict[str, str] = {}  # prompt id (in the window) -> its words, joined
+        self._same: dict[int, int] = {}  # a twin's seq -> its first's (whose canary it sent)
 
     def request_id(self, seq: int) -> str:
         """The request id of request `seq` (as the driver names it)."""
         return f"{self._run_id}-{seq}"
 
-    def sent(self, seq: int, prompt: Prompt) -> Prompt:
-        """Enter a request into the window; the prompt as it is to be sent (its canary)."""
+    def sent(self, seq: int, prompt: Prompt, same_as: int | None = None) -> Prompt:
+        """Enter a request into the window; the prompt as it is to be sent (its canary: a twin
+        carries its first's, `same_as`, which is then its own, not another request's)."""
         if self.settings.spans or self.settings.answers:
             self._enter(seq, prompt)
-        if self._canaries is not None:
-            return self._canaries.mark(prompt, seq)
-        return prompt
+        if self._canaries is None:
+            return prompt
+        if same_as is not None:
+            self._same[seq] = same_as
+        return self._canaries.mark(prompt, seq if same_as is None else same_as)
 
     def _enter(self, seq: int, prompt: Prompt) -> None:
         key = prompt.prompt_id
@@ -158,9 +162,12 @@ class Crosstalk:
         """Judge a clean answer; a failed check is named in `generation.checks` with its
         evidence (the source request, how it was found, what was found) in its details."""
         text = generation.text
+        same_as = self._same.pop(generation.seq, None)
         if not text or generation.error_class is not None:
             return
-        evidence = self._canary(generation.seq, text) if self._canaries is not None else None
+        evidence = None
+        if self._canaries is not None:
+            evidence = self._canary(generation.seq, text, same_as)
         evidence = evidence or _reference_match(generation)
         settings = self.settings
         words = words_of(text) if settings.spans or settings.answers else []
@@ -175,9 +182,9 @@ class Crosstalk:
             generation.checks.append(CROSSTALK)
             generation.details[CROSSTALK] = evidence
 
-    def _canary(self, seq: int, text: str) -> dict[str, Any] | None:
+    def _canary(self, seq: int, text: str, same_as: int | None) -> dict[str, Any] | None:
         assert self._canaries is not None
-        others = [s for s in self._canaries.found(text) if s != seq]
+        others = [s for s in self._canaries.found(text) if s not in (seq, same_as)]
         if not others:
             return None
         return {"by": "canary", "source": self.request_id(others[0]),

@@ -51,7 +51,7 @@ class NumbersCheck:
     def __init__(self, temperature: float) -> None:
         self.temperature = temperature
 
-    def sent(self, seq: int, prompt: Any) -> Any:
+    def sent(self, seq: int, prompt: Any, same_as: int | None = None) -> Any:
         return prompt
 
     def answered(self, generation: Generation, outcome: Any = None) -> None:

@@ -52,7 +52,7 @@ class StructureCheck:
     def __init__(self) -> None:
         self._validators: dict[str, Validate | None] = {}
 
-    def sent(self, seq: int, prompt: Prompt) -> Prompt:
+    def sent(self, seq: int, prompt: Prompt, same_as: int | None = None) -> Prompt:
         """Know the prompt's structure (validators are built once per prompt)."""
         if prompt.prompt_id not in self._validators:
             structure = prompt.structure

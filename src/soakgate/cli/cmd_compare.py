@@ -10,7 +10,7 @@ from soakgate.cli.cmd_report import add_clustering_arguments, clustering_options
 
 COMPARE_OUTCOMES = (
     "all", "crash", "error", "collapse", "suspect", "shifted", "crosstalk", "invalid_structure",
-    "inconsistent", "divergence", "any_failure",
+    "inconsistent", "twin_mismatch", "divergence", "any_failure",
 )  # fmt: skip
 
 

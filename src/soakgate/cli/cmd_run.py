@@ -16,6 +16,7 @@ from soakgate.cli.args import (
     explicit_options,
     fraction,
     non_negative_float,
+    non_negative_int,
     positive_float,
     positive_int,
     tls_from_args,
@@ -203,6 +204,21 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         help="requests sent last whose prompts an answer is checked against (default 1024)",
     )  # fmt: skip
     parser.add_argument(
+        "--twin-fraction", type=fraction, default=0.0, metavar="F",
+        help="send this share of requests twice, the same body with the same seed, to the same "
+        "target: a pair whose answers differ is a twin_mismatch (default 0: off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--twin-gap", type=non_negative_int, default=0, metavar="N",
+        help="the target's requests sent between a first and its twin (default 0: the next "
+        "slot, usually while the first is in flight)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--twin-at-rest", type=non_negative_int, default=16, metavar="N",
+        help="with --twin-fraction: pairs sent one at a time to each target before the soak, "
+        "the stack's own mismatch rate the report shows beside the rate under load (default 16)",
+    )  # fmt: skip
+    parser.add_argument(
         "--response-format", metavar="FILE",
         help="a JSON schema (or an OpenAI response_format object) every answer must follow: "
         "sent as the server asks (--structure-via), every answer validated (invalid_structure); "
@@ -247,6 +263,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
     import functools
 
     from soakgate.checks import CrosstalkSettings, open_answer_checks
+    from soakgate.checks.twins import TwinSettings, open_twins
     from soakgate.detectors import DetectorConfig
     from soakgate.load import LoadSpec
     from soakgate.load.runner import SoakConfig
@@ -298,6 +315,9 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
             window=args.crosstalk_window, answers=args.crosstalk_answers),
             structured,
             request.temperature if request.logprobs else None),
+        twin_check=functools.partial(open_twins, TwinSettings(
+            getattr(args, "twin_fraction", 0.0), getattr(args, "twin_gap", 0),
+            getattr(args, "twin_at_rest", 16)), request),
     )  # fmt: skip
 
 

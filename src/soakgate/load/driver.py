@@ -29,6 +29,7 @@ from soakgate.load.spec import (
     RequestCheck,
     SoakResult,
     TargetTally,
+    TwinCheck,
 )
 from soakgate.prompts import Prompt, PromptPicker
 from soakgate.records import Event, Generation, Run, sha256_text
@@ -91,6 +92,8 @@ class _Shared:
     """Per target, set when a worker found its soak over (wakes workers still ramping up)."""
     answer_check: AnswerCheck | None = None
     """Told of every request sent (it may change the prompt), judges every answer's row."""
+    twins: TwinCheck | None = None
+    """Chooses the pairs' firsts, says when their twins are due, marks both rows."""
 
 
 async def soak(
@@ -115,6 +118,7 @@ async def soak(
     scorer: GenerationScorer | None = None,
     on_dispatch: Callable[[str, int], None] | None = None,
     answer_check: AnswerCheck | None = None,
+    twins: TwinCheck | None = None,
 ) -> SoakResult:
     """Drive the soak to its end (count, time, `stop` being set, or the store failing) and
     flush every result; `abort` cancels what is in flight instead of waiting for it.
@@ -128,7 +132,8 @@ async def soak(
     `scorer` scores chosen rows under a reference before they are stored; `on_dispatch(target,
     seq)` is told of each request just before it is sent (a Ray unit's record of what it sent);
     `answer_check` sees every request sent (it may add a canary) and judges every answer's row
-    (the crosstalk check).
+    (the crosstalk check); `twins` makes some requests a pair's first and sends each one's twin
+    (the same body and seed) in a later slot of the same target, after measuring pairs at rest.
     """
     started = time.monotonic()
     counts = writer.store.counts(run.run_id)
@@ -143,7 +148,7 @@ async def soak(
         incarnation=incarnation or (lambda target: 0), gate=gate,
         credit=credit or (lambda target: 0), labels=labels or {}, on_generation=on_generation,
         abort=abort or asyncio.Event(), scorer=scorer, on_dispatch=on_dispatch,
-        answer_check=answer_check,
+        answer_check=answer_check, twins=twins,
     )  # fmt: skip
     sessions = {t.name: make_session() for t in targets}
     writer.flush()  # rows queued before this soak are not its to score
@@ -158,6 +163,8 @@ async def soak(
         clients = [await connect(sessions[t.name], t) for t in targets]
         if check is not None:
             shared.check = await check.open(targets, load.concurrency)
+        if twins is not None:
+            await twins.at_rest(clients, picker)
         run.software["models"] = {c.target.name: c.model for c in clients}
         writer.store.save_run(run)
         writer.store.save_prompts(run.run_id, picker.prompts)  # what a replay sends again
@@ -340,15 +347,24 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
     ):
         if shared.on_dispatch is not None:
             shared.on_dispatch(name, seq)
-        prompt = shared.picker.pick(seq)
+        twins = shared.twins
+        twin = twins.due(name, seq) if twins is not None else None
+        picked = shared.picker.pick(seq) if twin is None else twin.prompt
+        prompt = picked
         if shared.answer_check is not None:  # e.g. the prompt with its canary
-            prompt = shared.answer_check.sent(seq, prompt)
+            prompt = shared.answer_check.sent(seq, prompt, None if twin is None else twin.first)
         request_id = f"{shared.run.run_id}-{seq}"
         outcome = Outcome(started_at=time.time())
         check = shared.check
-        chosen = check.choose(name, seq, shared.spec) if check is not None else None
+        chosen = None
+        if check is not None and twin is None:
+            chosen = check.choose(name, seq, shared.spec)
         sampled = chosen is not None
         spec = chosen or shared.spec
+        if twin is not None:
+            spec = twin.spec
+        elif twins is not None and not sampled:  # a greedy differential row is no pair's
+            spec = twins.first(name, seq, picked, spec) or spec
         divergence: int | None = None
         marks: dict[str, object] = {}
         tally.in_flight += 1
@@ -356,6 +372,8 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
             await client.generate(prompt, spec, request_id, outcome)
             if check is not None and sampled and outcome.error_class is None:
                 divergence, marks = await check.check(name, prompt, spec, request_id, outcome)
+            if twin is not None and twins is not None:
+                await twins.settled(twin)
         except asyncio.CancelledError:
             _store(shared, outcome, name, seq, prompt, request_id)
             raise
@@ -456,6 +474,8 @@ def _row(
         generation.details["differential"] = {
             "greedy": True, "compared": divergence is not None, **marks,
         }  # fmt: skip
+    if shared.twins is not None:
+        shared.twins.mark(generation)
     if shared.answer_check is not None:  # after the differential's marks: it reads them
         shared.answer_check.answered(generation, outcome)
     return generation

@@ -26,9 +26,11 @@ from soakgate.load.spec import (
     AnswerCheck,
     LoadSpec,
     OpenAnswerCheck,
+    OpenTwinCheck,
     RequestCheck,
     SoakResult,
     TargetTally,
+    TwinCheck,
 )
 from soakgate.prompts import Prompt, PromptPicker, builtin_prompts
 from soakgate.records import Run
@@ -81,6 +83,8 @@ class SoakConfig:
     from the stored run, and takes the stored value of every other."""
     scorer: SoakScorer | None = None
     """Reference scoring (reference/): calibrated before the soak, then scoring chosen rows."""
+    twin_check: OpenTwinCheck | None = None
+    """Twin requests (`checks.twins.open_twins`, handed in by the command); None: none."""
     answer_check: OpenAnswerCheck | None = None
     """What checks every request and answer (`checks.crosstalk.open_crosstalk`, handed in by
     the command), opened for the run; None: nothing."""
@@ -351,6 +355,7 @@ async def _soak_with_signals(
             store_text=config.store_text, stop=stop, on_tick=on_tick, check=check,
             labels=config.labels, on_generation=monitor.observe if monitor else None,
             abort=abort, scorer=config.scorer, answer_check=open_answer_check(config, run),
+            twins=open_twin_check(config, run, writer),
         )  # fmt: skip
         on_tick(result.tallies, result.elapsed_s)  # the rows of the last batch too
         result.warnings.extend(warnings)
@@ -364,6 +369,13 @@ async def _soak_with_signals(
             await config.scorer.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+
+
+def open_twin_check(config: SoakConfig, run: Run, writer: BatchWriter) -> TwinCheck | None:
+    """The config's twin check opened for `run` (None without one)."""
+    if config.twin_check is None:
+        return None
+    return config.twin_check(run, writer, config.resume is not None)
 
 
 def open_answer_check(config: SoakConfig, run: Run) -> AnswerCheck | None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from soakgate.load.streamcheck import StreamTiming
-from soakgate.prompts import Prompt
-from soakgate.records import Generation, Run, failed_checks
-from soakgate.targets import Outcome, RequestSpec, TargetSpec
+from soakgate.prompts import Prompt, PromptPicker
+from soakgate.records import JUDGED, SPARSE_CHECKS, Generation, Run, failed_checks
+from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
+
+if TYPE_CHECKING:
+    from soakgate.store import BatchWriter
 
 
 class RequestCheck(Protocol):
@@ -28,9 +31,10 @@ class AnswerCheck(Protocol):
     """A check of every request and answer, supplied by the soak's caller
     (`checks.crosstalk.Crosstalk`); the driver imports none of them."""
 
-    def sent(self, seq: int, prompt: Prompt) -> Prompt:
+    def sent(self, seq: int, prompt: Prompt, same_as: int | None = None) -> Prompt:
         """Request `seq` is about to be sent: the prompt as it is to be sent (e.g. with a
-        canary)."""
+        canary). `same_as`: the request repeats request `same_as` exactly (a twin: the same
+        prompt as sent, its canary too)."""
         ...
 
     def answered(self, generation: Generation, outcome: Outcome | None = None) -> None:
@@ -62,6 +66,55 @@ class OpenCheck(Protocol):
     async def close(self) -> None:
         """The soak is over: close what `open` made."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Twin:
+    """The second request of a twin pair: request `first`'s body (prompt, spec with its seed)
+    sent again to the same target."""
+
+    first: int
+    """The first request's sequence number."""
+    prompt: Prompt
+    """The prompt the first was picked (before an answer check changed it: the same change
+    is made again)."""
+    spec: RequestSpec
+    """The first's request, seed included."""
+
+
+class TwinCheck(Protocol):
+    """Twin requests (`checks.twins.Twins`), supplied by the soak's caller: the driver asks it
+    which requests are a pair's first and when their twins are due, and hands it both answers;
+    it imports none of it."""
+
+    async def at_rest(self, clients: Sequence[OpenAIClient], picker: PromptPicker) -> None:
+        """Before the first request: pairs sent one at a time to each target, nothing else in
+        flight (the stack's own twin rate)."""
+        ...
+
+    def due(self, target: str, seq: int) -> Twin | None:
+        """A twin to send as request `seq` of `target` (its first was sent long enough ago);
+        asked once for every request."""
+        ...
+
+    def first(self, target: str, seq: int, prompt: Prompt, spec: RequestSpec) -> RequestSpec | None:
+        """Request `seq` as a pair's first (its seeded request, its twin now pending), or None
+        when it is not one."""
+        ...
+
+    async def settled(self, twin: Twin) -> None:
+        """Wait until the twin's first has its row (its answer, error or cancellation)."""
+        ...
+
+    def mark(self, generation: Generation) -> None:
+        """Every row, as it is made: a first's answer is kept, a twin's is compared with its
+        first's and marked (`twin_mismatch` or `+twin_mismatch` in its checks)."""
+        ...
+
+
+OpenTwinCheck = Callable[[Run, "BatchWriter", bool], TwinCheck | None]
+"""Opens the twin check for a run (True: a resumed run; the check keeps the settings the run
+stored), writing its events with the writer; None: the run sends no twins."""
 
 
 class GenerationScorer(Protocol):
@@ -160,6 +213,8 @@ class TargetTally:
     """Of them, rows above it (one in ten of a reference-like unit's)."""
     checks: dict[str, int] = field(default_factory=dict)
     """Integrity check -> answered rows that failed it (`records.CHECKS`)."""
+    judged: dict[str, int] = field(default_factory=dict)
+    """Sparse check (`records.SPARSE_CHECKS`) -> answered rows it judged."""
     streams: StreamTiming = field(default_factory=StreamTiming)
     """Whether its streamed answers come whole (a buffering proxy: `load.streamcheck`)."""
     last_at: float | None = None
@@ -194,6 +249,10 @@ class TargetTally:
             self.ttft.observe(generation.ttft_s)
         for name in failed_checks(generation.checks):
             self.checks[name] = self.checks.get(name, 0) + 1
+        for name in generation.checks:
+            judged = name.removeprefix(JUDGED)
+            if judged in SPARSE_CHECKS:
+                self.judged[judged] = self.judged.get(judged, 0) + 1
         if generation.suspect is not None:
             self.scored += 1
             self.suspects += generation.suspect

@@ -141,7 +141,10 @@ class MockServer:
         request_id = request.headers.get("X-Request-Id") or f"mock-{self.pid}-{self.seq}"
         numbers = sampling.logprobs is not None or not sampling.stream or sampling.include_usage
         decision = self.injector.decide(
-            self.metrics.in_flight + 1, sampling.structure is not None, numbers
+            self.metrics.in_flight + 1,
+            sampling.structure is not None,
+            numbers,
+            seeded=sampling.seed is not None,
         )
         rng = self.injector.rng
         plans = [make_plan(self.config, request_id, sampling, decision, rng, index)
@@ -194,6 +197,7 @@ class MockServer:
                 "temperature": plan.sampling.temperature,
                 "prompt_logprobs": plan.sampling.prompt_logprobs,
                 "n": plan.sampling.n,
+                "seed": plan.sampling.seed,
                 "injected": decision.injected,
                 "fault": decision.fault,
                 "perturbed": plan.perturbed,
@@ -205,6 +209,7 @@ class MockServer:
                 "invalid_structure": plan.invalid_structure,
                 "inconsistent": broken.kind if broken is not None else None,
                 "inconsistent_at": broken.at if broken is not None else None,
+                "seed_drift": plan.seed_drift,
                 "burst": decision.burst,
                 "corrupt": decision.corrupt,
                 "crash": decision.crash,

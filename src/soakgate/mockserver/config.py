@@ -29,7 +29,12 @@ class MockConfig:
     tls_client_ca: Path | None = None
     """Ask every client for a certificate signed by these authorities (mutual TLS)."""
     seed: int = 0
-    """Server seed: drives injection decisions and sampled (temperature > 0) output."""
+    """Server seed: drives injection decisions and the output of sampled (temperature > 0)
+    requests that carry no `seed` of their own."""
+    ignore_seeds: bool = False
+    """Answer a sampled request by its request id even when it carries a `seed` (a stack that
+    does not honour seeds); by default such a request is answered by (prompt, seed,
+    temperature, top_p, choice), the same body the same answer."""
     model_name: str = "soakgate-mock"
     """Model id reported by /v1/models and in responses."""
     max_model_len: int = 32768
@@ -103,6 +108,15 @@ class MockConfig:
     -Infinity or positive, one position's alternatives out of order or summing above 1, a greedy
     answer's token below another alternative, or usage.completion_tokens 3 too many; the text
     is untouched, and the kind and position are in the ground truth (`inconsistent`)."""
+    seed_drift_rate: float = 0.0
+    """Fraction of free-text answers to requests that carry a `seed` (sampled or greedy) that
+    drift: from a drawn output position p on, the first choice's tokens differ from the seeded
+    answer's (the token at p in id and text), what a stack that is not batch invariant
+    answers. Structured answers and collapsed or faulted ones never drift; other corruptions
+    decided for the answer apply on top. p is in the ground truth (`seed_drift`)."""
+    seed_drift_after_in_flight: int = 0
+    """Seed drift only while at least this many requests are in flight (this one included):
+    drift under concurrency (0: at any load)."""
     shift_rate: float = 0.0
     """Fraction of clean requests whose every token is drawn from a flattened distribution (each
     likely next token's probability raised to 1/shift_temperature, renormalised): fluent text,
@@ -148,6 +162,7 @@ class MockConfig:
                 "--crosstalk-rate": self.crosstalk_rate,
                 "--invalid-structure-rate": self.invalid_structure_rate,
                 "--inconsistent-rate": self.inconsistent_rate,
+                "--seed-drift-rate": self.seed_drift_rate,
                 "--spec-accept": self.spec_accept,
                 "--spec-accept-saturated": self.spec_accept_saturated,
                 "--corrupt-rate": self.corrupt_rate,
@@ -168,6 +183,10 @@ class MockConfig:
             raise UsageError(
                 "--invalid-structure-after-in-flight must be >= 0, "
                 f"got {self.invalid_structure_after_in_flight}"
+            )
+        if self.seed_drift_after_in_flight < 0:
+            raise UsageError(
+                f"--seed-drift-after-in-flight must be >= 0, got {self.seed_drift_after_in_flight}"
             )
         if self.burst_min_in_flight < 0:
             raise UsageError(f"--burst-min-in-flight must be >= 0, got {self.burst_min_in_flight}")
@@ -240,6 +259,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --tls-cert: require client certificates signed by these authorities",
     )  # fmt: skip
     add("--seed", type=int, default=d.seed, help="server seed (injection decisions, sampling)")
+    add(
+        "--ignore-seeds", action="store_true",
+        help="answer sampled requests by request id even when they carry a seed (a stack that "
+        "does not honour seeds)",
+    )  # fmt: skip
     add("--model-name", default=d.model_name, help="model id to report")
     add(
         "--max-model-len", type=int, default=d.max_model_len,
@@ -331,6 +355,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the kind and position are in the ground truth)",
     )  # fmt: skip
     add(
+        "--seed-drift-rate", type=float, default=d.seed_drift_rate,
+        help="fraction of answers to requests with a seed that drift from the seeded answer "
+        "from a drawn position p on (p is in the ground truth); structured, collapsed and "
+        "faulted answers never drift",
+    )  # fmt: skip
+    add(
+        "--seed-drift-after-in-flight", type=int, default=d.seed_drift_after_in_flight,
+        metavar="N",
+        help="seed drift only while at least N requests are in flight, this one included "
+        "(0: at any load)",
+    )  # fmt: skip
+    add(
         "--shift-temperature", type=float, default=d.shift_temperature,
         help="flatness of shifted outputs: probabilities raised to 1/T (default 2)",
     )  # fmt: skip
@@ -376,6 +412,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         seed=args.seed,
+        ignore_seeds=args.ignore_seeds,
         model_name=args.model_name,
         max_model_len=args.max_model_len,
         max_logprobs=args.max_logprobs,
@@ -404,6 +441,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         invalid_structure_rate=args.invalid_structure_rate,
         invalid_structure_after_in_flight=args.invalid_structure_after_in_flight,
         inconsistent_rate=args.inconsistent_rate,
+        seed_drift_rate=args.seed_drift_rate,
+        seed_drift_after_in_flight=args.seed_drift_after_in_flight,
         shift_temperature=args.shift_temperature,
         corrupt_at_in_flight=args.corrupt_at_in_flight,
         corrupt_rate=args.corrupt_rate,

@@ -11,7 +11,15 @@ from typing import IO
 
 from soakgate.mockserver import lm
 from soakgate.mockserver.config import MockConfig
-from soakgate.mockserver.text import BANG_ID, EMPTY_ID, VOCAB, WORD_IDS, detokenize
+from soakgate.mockserver.text import (
+    BANG_ID,
+    EMPTY_ID,
+    VOCAB,
+    WORD_IDS,
+    clean_tokens,
+    continuation_offset,
+    detokenize,
+)
 from soakgate.mockserver.vocab import PIECE_ID
 
 DEGENERATE_MIN = 100
@@ -45,6 +53,8 @@ class Decision:
     inconsistent: bool = False
     """One number beside the answer (a log-probability, the usage) is to be made impossible
     (`inconsistent_rate`)."""
+    seed_drift: bool = False
+    """The seeded answer is to drift from a drawn position on (`seed_drift_rate`)."""
 
 
 CLEAN = Decision(None, None, False, False)
@@ -70,6 +80,7 @@ class Injector:
             or config.crosstalk_rate
             or config.invalid_structure_rate
             or config.inconsistent_rate
+            or config.seed_drift_rate
             or config.state_collapse
             or config.corrupt_at_in_flight
         )
@@ -78,7 +89,11 @@ class Injector:
         """The state is corrupt (until the process dies: a restart starts clean)."""
 
     def decide(
-        self, in_flight: int = 1, structured: bool = False, numbers: bool = False
+        self,
+        in_flight: int = 1,
+        structured: bool = False,
+        numbers: bool = False,
+        seeded: bool = False,
     ) -> Decision:
         """Advance the burst state, then draw fault, else collapse, else perturbation.
         `in_flight` counts the requests being served, this one included: below
@@ -86,7 +101,7 @@ class Injector:
         `structured` request's answer is its structure's, so instead of the corruptions of free
         text (perturbed, fluent, shifted, leaked) it may be made invalid. A free-text answer
         that carries `numbers` (log-probabilities or usage) may get an impossible one instead
-        of those corruptions."""
+        of those corruptions. A free-text answer to a `seeded` request may drift as well."""
         if self._idle:
             return CLEAN
         config, rng = self._config, self.rng
@@ -119,15 +134,22 @@ class Injector:
                 and rng.random() < config.invalid_structure_rate
             )
             return Decision(None, None, False, self._burst, invalid_structure=invalid)
+        # drawn only when asked for (and under the load asked for), as the draws below
+        drift = (
+            config.seed_drift_rate > 0
+            and seeded
+            and in_flight >= config.seed_drift_after_in_flight
+            and rng.random() < config.seed_drift_rate
+        )
         if numbers and config.inconsistent_rate > 0 and rng.random() < config.inconsistent_rate:
-            return Decision(None, None, False, self._burst, inconsistent=True)
+            return Decision(None, None, False, self._burst, inconsistent=True, seed_drift=drift)
         perturbed = rng.random() < config.perturb_rate
         # drawn only when asked for, so that seeds without it decide exactly as before
         fluent_draw = config.fluent_rate > 0 and rng.random() < config.fluent_rate
         shift_draw = config.shift_rate > 0 and rng.random() < config.shift_rate
         leak = config.crosstalk_rate > 0 and rng.random() < config.crosstalk_rate
         return Decision(None, None, perturbed, self._burst, fluent_draw, shift=shift_draw,
-                        crosstalk=leak)  # fmt: skip
+                        crosstalk=leak, seed_drift=drift)  # fmt: skip
 
     def _corrupts(self, in_flight: int) -> bool:
         """Whether this arrival corrupts the state (drawn only under the load that can)."""
@@ -182,6 +204,36 @@ def garbage(clean: list[int], rng: random.Random) -> tuple[list[int], str]:
         word = rng.choice(WORD_IDS)
         ids.append(word if word != token else WORD_IDS[(WORD_IDS.index(word) + 1) % len(WORD_IDS)])
     return ids, detokenize(ids)
+
+
+def drift(seeded: list[int], context: int, rng: random.Random) -> tuple[list[int], str, int]:
+    """The seeded answer `seeded` (after prompt token `context`) drifted from a drawn position p
+    on, as a stack whose numbers change with the batch answers: the same tokens before p, then
+    a fresh sample of the model, the same length. The token at p is another of its context's
+    likely tokens whose text neither starts nor is the start of the seeded token's, so the
+    texts differ within it. Returns ids, text and p."""
+    at = rng.randrange(len(seeded))
+    before = seeded[at - 1] if at else context
+    seeded_piece = VOCAB[seeded[at]]
+    likely = lm.CORES[before % len(lm.CORES)].ids
+    start = likely.index(lm.sample_core(before, rng.random()))
+    for step in range(len(likely)):  # the drawn token, else the next likely one that differs
+        token = likely[(start + step) % len(likely)]
+        if _apart(VOCAB[token], seeded_piece):
+            break
+    else:  # unreachable: every core holds ten or more distinct pieces; kept for safety
+        token = next(w for w in WORD_IDS if _apart(VOCAB[w], seeded_piece))
+    rest, _ = clean_tokens(continuation_offset(rng.getrandbits(128), token), len(seeded) - at - 1)
+    ids = [*seeded[:at], token, *rest]
+    return ids, detokenize(ids), at
+
+
+def _apart(piece: str, other: str) -> bool:
+    """Whether a text that has `piece` where another has `other` differs from it there: the
+    pieces differ and neither starts the other (a token that decodes to nothing aside)."""
+    if piece == other:
+        return False
+    return not (piece and other and (piece.startswith(other) or other.startswith(piece)))
 
 
 def perturb(

@@ -9,7 +9,15 @@ from typing import Any
 from soakgate.errors import UsageError
 from soakgate.mockserver import structured
 from soakgate.mockserver.config import MockConfig
-from soakgate.mockserver.inject import Decision, degenerate, fluent, garbage, perturb, shifted
+from soakgate.mockserver.inject import (
+    Decision,
+    degenerate,
+    drift,
+    fluent,
+    garbage,
+    perturb,
+    shifted,
+)
 from soakgate.mockserver.logprobs import Inconsistency, answer_logprobs, inconsistency
 from soakgate.mockserver.structured import Structure, ToolCall
 from soakgate.mockserver.text import (
@@ -61,6 +69,8 @@ class Sampling:
     """How many choices to answer with (OpenAI's `n`), generated side by side."""
     structure: Structure | None = None
     """What the answer must be (a JSON schema, a regex, a tool call); None: free text."""
+    top_p: float | None = None
+    """The nucleus asked for; None when the body names none (the mock only keys on it)."""
 
     def prompt_token_count(self) -> int:
         """The prompt's length in mock tokens."""
@@ -104,6 +114,8 @@ class Plan:
     """The tool call the answer makes; its arguments are `text`. None: a text answer."""
     inconsistency: Inconsistency | None = None
     """The impossible number sent beside the answer (ground truth of `inconsistent`)."""
+    seed_drift: int | None = None
+    """The output position from which a seeded answer drifted (ground truth of `seed_drift`)."""
 
 
 def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -112,6 +124,16 @@ def _integer(body: dict[str, Any], name: str, default: int | None) -> int | None
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     raise BadRequest(f"{name} must be an integer")
+
+
+def _number(body: dict[str, Any], name: str) -> float | None:
+    """An optional number field; bools and strings are rejected like real servers do."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise BadRequest(f"{name} must be a number")
 
 
 def _render_chat(messages: Any) -> str:
@@ -193,6 +215,7 @@ def parse_sampling(endpoint: str, body: Any) -> Sampling:
         echo=endpoint != "chat" and bool(body.get("echo", False)),
         n=n,
         structure=structure,
+        top_p=_number(body, "top_p"),
     )
 
 
@@ -237,16 +260,14 @@ def make_plan(
     index: int = 0,
 ) -> Plan:
     """Decide the output of choice `index`: a corpus slice keyed by (prompt, seed) when greedy
-    (so every choice of a greedy request is the same, as a greedy server's are), else (server
-    seed, request id, choice), continuing the prompt's last token; then apply the decided
-    collapse, perturbation or fluent corruption (one decision for the request's choices: they
-    are generated side by side in the same state)."""
+    (so every choice of a greedy request is the same, as a greedy server's are), else by the
+    request's sampling (`_sampled_key`), continuing the prompt's last token; then apply the
+    decided seed drift (first choice only), collapse, perturbation or fluent corruption (one
+    decision for the request's choices: they are generated side by side in the same state)."""
     if sampling.temperature == 0:
         key = request_hash("greedy", sampling.prompt, str(sampling.seed))
-    elif index == 0:
-        key = request_hash("sample", str(config.seed), request_id)
     else:
-        key = request_hash("sample", str(config.seed), request_id, str(index))
+        key = _sampled_key(config, request_id, sampling, index)
     if sampling.structure is not None and decision.injected is None and not decision.corrupt:
         return _structured_plan(request_id, sampling, decision, key, rng, index)
     count, finish = _length(config, sampling, key)
@@ -255,6 +276,9 @@ def make_plan(
         count, finish = sampling.max_tokens, "length"
     context = sampling.last_prompt_token()
     ids, text = clean_tokens(continuation_offset(key, context), count)
+    drifted_at = None
+    if decision.seed_drift and index == 0 and ids:  # never with a collapse (not decided so)
+        ids, text, drifted_at = drift(ids, context, rng)
     perturbed, positions = 0, list[int]()
     if decision.injected is not None:
         ids, text = degenerate(decision.injected, ids, text, rng)
@@ -283,7 +307,22 @@ def make_plan(
         fluent_positions=positions,
         index=index,
         inconsistency=broken,
+        seed_drift=drifted_at,
     )
+
+
+def _sampled_key(config: MockConfig, request_id: str, sampling: Sampling, index: int) -> int:
+    """The random stream of a sampled choice: with the request's `seed`, its (prompt, seed,
+    temperature, top_p, choice), so the same body gets the same answer, as a server with
+    batch-invariant kernels gives (unless --ignore-seeds); else (server seed, request id,
+    choice)."""
+    if sampling.seed is not None and not config.ignore_seeds:
+        top_p = "-" if sampling.top_p is None else repr(sampling.top_p)
+        return request_hash("seeded", sampling.prompt, str(sampling.seed),
+                            repr(sampling.temperature), top_p, str(index))  # fmt: skip
+    if index == 0:
+        return request_hash("sample", str(config.seed), request_id)
+    return request_hash("sample", str(config.seed), request_id, str(index))
 
 
 def _inconsistency(

@@ -26,7 +26,7 @@ EVENT_SLOTS = 48
 """Events closer than 1/EVENT_SLOTS of the axis share one line and one label."""
 QUIET_EVENTS = frozenset(
     {"ended", "started", "telemetry", "note", "spec_decode_absent", "spec_decode",
-     "reference_baseline", "server_load"}
+     "reference_baseline", "twin_baseline", "server_load"}
 )  # fmt: skip
 """Bookkeeping and per-scrape events: kept in the events table, left off the timelines."""
 

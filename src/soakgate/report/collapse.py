@@ -31,7 +31,7 @@ SHOWN_IN_FLIGHT = 12
 # Events that are bookkeeping or per-scrape figures, not what the guard saw happen.
 _NOT_GUARD = frozenset(
     {"server_load", "spec_decode", "spec_decode_absent", "telemetry", "note", "started",
-     "ended", "reference_baseline", "look", "detector_budget", "retried"}
+     "ended", "reference_baseline", "twin_baseline", "look", "detector_budget", "retried"}
 )  # fmt: skip
 _UP_EVENTS = ("server_ready", "server_started", "restarted")
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from soakgate.records import CHECKS
+from soakgate.records import CHECKS, NOT_ANY_FAILURE
 from soakgate.report.formatting import percent
 from soakgate.report.outcomes import IntArray, PerRequest, UnitOutcomes
 from soakgate.stats.outcomes import (
@@ -30,6 +30,7 @@ from soakgate.stats.outcomes import (
     OUTCOMES,
     SHIFTED,
     SUSPECT,
+    TWIN_MISMATCH,
     OutcomeComparison,
     adjust_family,
     crash_verdict,
@@ -44,7 +45,8 @@ NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
     SHIFTED: "shifted (typicality above the reference's p90)", DIVERGENCE: "divergence",
     CROSSTALK: "crosstalk", INVALID_STRUCTURE: "invalid structure",
-    INCONSISTENT: "inconsistent numbers", ANY_FAILURE: "any failure",
+    INCONSISTENT: "inconsistent numbers", TWIN_MISMATCH: "twin mismatch",
+    ANY_FAILURE: "any failure",
 }  # fmt: skip
 
 
@@ -218,7 +220,8 @@ def _any_failure(
     parts = [(a.error, b.error), (a.collapse, b.collapse)]
     if with_suspect:
         parts.append((a.suspect, b.suspect))
-    parts += [(a.checks.get(name), b.checks.get(name)) for name in CHECKS]
+    parts += [(a.checks.get(name), b.checks.get(name)) for name in CHECKS
+              if name not in NOT_ANY_FAILURE]  # fmt: skip
     failing = sum(1 for x, y in parts if (x.events if x else 0) + (y.events if y else 0) > 0)
     if failing < 2:
         return None

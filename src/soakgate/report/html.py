@@ -334,11 +334,13 @@ def _latency(analysis: Analysis) -> dict[str, Any]:
 
 def _outcomes(analysis: Analysis) -> dict[str, Any]:
     """The failures-per-unit table (report/outcome_table.py)."""
-    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table
+    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table, twin_readings
     from soakgate.report.outcomes import analysis_outcomes
 
-    headers, rows = outcome_table(analysis_outcomes(analysis))
-    return {"headers": headers, "rows": rows, "note": OUTCOME_NOTE}
+    outcomes = analysis_outcomes(analysis)
+    headers, rows = outcome_table(outcomes)
+    return {"headers": headers, "rows": rows, "note": OUTCOME_NOTE,
+            "twins": twin_readings(outcomes)}  # fmt: skip
 
 
 def write_html(path: str | Path, html: str) -> None:

@@ -34,7 +34,7 @@ from prometheus_client.exposition import generate_latest
 from soakgate import __version__
 from soakgate.errors import UsageError
 from soakgate.load.spec import Buckets
-from soakgate.records import CHECKS, ERROR_CLASSES, Event
+from soakgate.records import CHECKS, ERROR_CLASSES, SPARSE_CHECKS, Event
 from soakgate.report.metrics_server import BoundedServer, CachedPage
 from soakgate.stats.rates import clopper_pearson
 
@@ -73,6 +73,9 @@ SERIES = {
     "soakgate_check_failures_total": "counter: answered generations that failed an integrity "
     "check, by label, target and check (crosstalk: another request's canary or prompt in the "
     "answer)",
+    "soakgate_check_judged_total": "counter: answered generations a sparse check judged, by "
+    "label, target and check (twin_mismatch: the second requests of twin pairs compared with "
+    "their first), the denominator of its failures above",
     "soakgate_suspect_rate": "gauge: suspect / reference-scored generations",
     "soakgate_suspect_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
     "bound of the suspect rate",
@@ -104,6 +107,7 @@ class _Totals:
     shift_judged: int = 0
     shifted: int = 0
     checks: dict[str, int] = field(default_factory=dict)
+    judged: dict[str, int] = field(default_factory=dict)
 
     def add(self, tally: Any) -> None:
         """Add one soak's tally of this unit."""
@@ -130,13 +134,15 @@ class _Totals:
         self.shifted += getattr(tally, "shifted", 0)
         for name, count in list(getattr(tally, "checks", {}).items()):
             self.checks[name] = self.checks.get(name, 0) + count
+        for name, count in list(getattr(tally, "judged", {}).items()):
+            self.judged[name] = self.judged.get(name, 0) + count
 
     def copy(self) -> _Totals:
         """A copy that later additions to this one do not change."""
         latency, ttft = Buckets(list(self.latency.counts), self.latency.total), Buckets(
             list(self.ttft.counts), self.ttft.total)  # fmt: skip
         return dataclasses.replace(self, errors=dict(self.errors), latency=latency, ttft=ttft,
-                                   checks=dict(self.checks))  # fmt: skip
+                                   checks=dict(self.checks), judged=dict(self.judged))  # fmt: skip
 
 
 def _latest(a: float | None, b: float | None) -> float | None:
@@ -319,6 +325,16 @@ class LiveMetrics:
             for check in CHECKS:
                 counts.add_metric([label, target, check], totals.checks.get(check, 0))
         yield counts
+        judged = [(key, totals) for key, totals in sorted(units.items()) if totals.judged]
+        if judged:
+            name = "soakgate_check_judged"
+            family = CounterMetricFamily(
+                name, SERIES[f"{name}_total"], labels=["label", "target", "check"]
+            )
+            for (label, target), totals in judged:
+                for check in sorted(SPARSE_CHECKS):
+                    family.add_metric([label, target, check], totals.judged.get(check, 0))
+            yield family
 
     def _reference(self, units: dict[tuple[str, str], _Totals]) -> Iterator[Metric]:
         """Reference scoring's series, for the units that had generations chosen for it."""

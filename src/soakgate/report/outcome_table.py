@@ -9,13 +9,22 @@ from typing import Any
 from soakgate.report.formatting import percent
 from soakgate.report.gate import Gate, outcome_words
 from soakgate.report.outcomes import PerRequest, UnitOutcomes
-from soakgate.stats.outcomes import CROSSTALK, INCONSISTENT, INVALID_STRUCTURE, divergence_words
+from soakgate.stats.outcomes import (
+    CROSSTALK,
+    INCONSISTENT,
+    INVALID_STRUCTURE,
+    TWIN_MISMATCH,
+    divergence_words,
+)
 
 OUTCOME_HEADERS = (
     "unit", "requests", "server errors", "crashes", "collapses", "crosstalk", "invalid structure",
-    "inconsistent", "suspect", "divergence", "any failure",
+    "inconsistent", "twin mismatch", "suspect", "divergence", "any failure",
 )  # fmt: skip
-_OPTIONAL = {"invalid structure": INVALID_STRUCTURE, "inconsistent": INCONSISTENT}
+_OPTIONAL = {
+    "invalid structure": INVALID_STRUCTURE, "inconsistent": INCONSISTENT,
+    "twin mismatch": TWIN_MISMATCH,
+}  # fmt: skip
 """Columns shown only where some unit ran their check."""
 OUTCOME_NOTE = (
     "requests: those that say something about the server (not cancelled, not soakgate's own "
@@ -25,6 +34,8 @@ OUTCOME_NOTE = (
     "checked); invalid structure: answers to structured prompts that break their JSON schema, "
     "regex or tool calls (one the budget cut: that can no longer be completed); inconsistent: "
     "answers whose log-probabilities or usage cannot be right (runs that asked for them); "
+    "twin mismatch: second requests of twin pairs (same body and seed) whose answer is not the "
+    "first's, beside the pairs sent at rest before the soak; "
     "suspect among reference-scored ones; divergence: compared greedy answers that "
     "diverged from the reference, beside the reference against itself; any failure: a server "
     "error, collapse, failed check or suspect generation"
@@ -54,13 +65,65 @@ def _divergence(o: UnitOutcomes) -> str:
     return mine + own
 
 
+def _twins(o: UnitOutcomes) -> str:
+    """Twin mismatches under load, and at rest (the stack's own, measured before the soak)."""
+    shown = _share(o.checks.get(TWIN_MISMATCH))
+    rest = o.twins_at_rest
+    if shown == "-" or rest is None:
+        return shown
+    return f"{shown}; at rest {rest.mismatched}/{rest.pairs}"
+
+
+def twin_reading(o: UnitOutcomes) -> str | None:
+    """What a unit's twin mismatches under load say, read against its pairs at rest (None: the
+    unit sent no twins), by a one-sided Fisher exact test of "more under load". Pairs that
+    differ at rest mean the stack does not always repeat a seeded request even alone (seeds
+    not honoured, a prompt cache's other arithmetic, nondeterministic kernels); more under load
+    than at rest points at load itself (batch-dependent kernels, or corruption)."""
+    twins, rest = o.checks.get(TWIN_MISMATCH), o.twins_at_rest
+    if twins is None or not twins.n:
+        return None
+    load = f"{o.name}: {twins.events:,}/{twins.n:,} twin pairs differ under load"
+    if rest is None or not rest.pairs:
+        return f"{load}; no pairs at rest to read them against"
+    at_rest = f"{rest.mismatched}/{rest.pairs} at rest"
+    if not twins.events and not rest.mismatched:
+        return f"{load}, {at_rest}: seeded requests repeated, under load and alone"
+    from scipy.stats import fisher_exact
+
+    table = [
+        [twins.events, twins.n - twins.events],
+        [rest.mismatched, rest.pairs - rest.mismatched],
+    ]
+    p_value = float(fisher_exact(table, alternative="greater").pvalue)
+    alone = ("; the stack does not always repeat a seeded request even alone"
+             if rest.mismatched else "")  # fmt: skip
+    if p_value < 0.05:
+        return (
+            f"{load}, {at_rest}: more under load than at rest (one-sided Fisher p = "
+            f"{p_value:.3g}){alone}: load changes seeded answers (batch-dependent kernels do "
+            "that by themselves; corruption too): judge it against a reference "
+            "configuration with compare --outcome twin_mismatch"
+        )
+    return (
+        f"{load}, {at_rest}: no more under load than at rest (one-sided Fisher p = "
+        f"{p_value:.3g}){alone}"
+    )
+
+
+def twin_readings(outcomes: list[UnitOutcomes]) -> list[str]:
+    """The units' twin readings (aggregates left out: their pairs are their units')."""
+    return [line for o in outcomes if not o.unit.aggregate
+            if (line := twin_reading(o)) is not None]  # fmt: skip
+
+
 def outcome_cells(o: UnitOutcomes) -> list[str]:
     """One display row, in OUTCOME_HEADERS order."""
     name = f"{o.name} (aggregate)" if o.unit.aggregate else o.name
     return [
         name, f"{o.judged:,}", _share(o.error), _crashes(o), _share(o.collapse),
         _share(o.checks.get(CROSSTALK)), _share(o.checks.get(INVALID_STRUCTURE)),
-        _share(o.checks.get(INCONSISTENT)),
+        _share(o.checks.get(INCONSISTENT)), _twins(o),
         _share(o.suspect), _divergence(o),
         _share(o.any_failure(o.suspect is not None)),
     ]  # fmt: skip
@@ -87,6 +150,18 @@ def _counts(outcome: PerRequest | None) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
+def _twin_counts(o: UnitOutcomes) -> dict[str, Any] | None:
+    """Twin mismatches under load, with the at-rest pairs beside them."""
+    found = _counts(o.checks.get(TWIN_MISMATCH))
+    if found is not None:
+        rest = o.twins_at_rest
+        found["at_rest"] = None if rest is None else {
+            "pairs": rest.pairs, "mismatched": rest.mismatched, "errors": rest.errors,
+        }  # fmt: skip
+        found["reading"] = twin_reading(o)
+    return found
+
+
 def outcome_dict(o: UnitOutcomes) -> dict[str, Any]:
     """Every outcome of a unit as JSON-ready values."""
     crash = o.crash
@@ -97,6 +172,7 @@ def outcome_dict(o: UnitOutcomes) -> dict[str, Any]:
         "suspect": _counts(o.suspect), "crosstalk": _counts(o.checks.get(CROSSTALK)),
         "invalid_structure": _counts(o.checks.get(INVALID_STRUCTURE)),
         "inconsistent": _counts(o.checks.get(INCONSISTENT)),
+        "twin_mismatch": _twin_counts(o),
         "any_failure": _counts(o.any_failure(o.suspect is not None)),
         "crashes": None if crash is None else {
             "crashes": crash.crashes, "hours_up": crash.hours, "per_hour": _finite(crash.per_hour),

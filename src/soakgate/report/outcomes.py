@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.records import CHECKS, UNJUDGED
+from soakgate.records import CHECKS, JUDGED, NOT_ANY_FAILURE, SPARSE_CHECKS, UNJUDGED
 from soakgate.report.load import SliceColumns
 from soakgate.report.model import Analysis, Unit
 from soakgate.stats.outcomes import CrashRate, crash_rate
@@ -112,6 +112,29 @@ class RowFlags(NamedTuple):
 
 
 @dataclass(slots=True)
+class TwinsAtRest:
+    """Twin pairs sent one at a time before a soak (the stack's own rate, apart from load)."""
+
+    pairs: int
+    """Pairs whose two answers came back."""
+    mismatched: int
+    """Of them, pairs whose answers differ."""
+    errors: int
+    """Pairs lost to a request error."""
+
+
+def twins_at_rest(analysis: Analysis, unit: Unit) -> TwinsAtRest | None:
+    """The unit's `twin_baseline` events, summed (None: none recorded)."""
+    found = [e.data for e in analysis.events
+             if e.kind == "twin_baseline" and e.target in unit.targets
+             and e.run_id in unit.run_ids]  # fmt: skip
+    if not found:
+        return None
+    return TwinsAtRest(*(sum(int(d.get(key, 0)) for d in found)
+                         for key in ("pairs", "mismatched", "errors")))  # fmt: skip
+
+
+@dataclass(slots=True)
 class UnitOutcomes:
     """Every failure outcome of one unit (or a label's aggregate)."""
 
@@ -140,6 +163,8 @@ class UnitOutcomes:
     that ran it (only checks some run of the unit ran)."""
     rows: list[RowFlags] = field(default_factory=list, repr=False)
     """Each run's row flags, in time order (for `any_failure`)."""
+    twins_at_rest: TwinsAtRest | None = None
+    """Twin pairs sent at rest before the unit's soaks (`twin_baseline` events; None: none)."""
 
     @property
     def name(self) -> str:
@@ -283,16 +308,18 @@ def unit_outcomes(
         checks=_checks(analysis, parts),
         rows=[RowFlags(p.server_error, p.collapsed, p.suspect, p.judged, p.ended, _any_check(p))
               for p in parts],
+        twins_at_rest=twins_at_rest(analysis, unit),
     )  # fmt: skip
 
 
 def _any_check(part: SliceColumns) -> BoolArray | None:
-    """The slice's rows that failed any integrity check (None: none did)."""
+    """The slice's rows that failed any integrity check of a single answer (None: none did;
+    `records.NOT_ANY_FAILURE` left out)."""
     if not part.checks:
         return None
     failed = np.zeros(len(part.ok), bool)
     for name in CHECKS:
-        if name in part.checks:
+        if name in part.checks and name not in NOT_ANY_FAILURE:
             failed |= part.checks[name]
     return failed
 
@@ -314,7 +341,10 @@ def _checks(analysis: Analysis, parts: Sequence[SliceColumns]) -> dict[str, PerR
 
 
 def _judged_by(part: SliceColumns, name: str) -> BoolArray:
-    """The slice's answered rows that check `name` judged."""
+    """The slice's answered rows that check `name` judged (a sparse check's: those it marked)."""
+    if name in SPARSE_CHECKS:
+        none = np.zeros(len(part.ok), bool)
+        return part.ok & (part.checks.get(name, none) | part.checks.get(JUDGED + name, none))
     unjudged = part.checks.get(UNJUDGED + name)
     return part.ok if unjudged is None else part.ok & ~unjudged
 

@@ -15,7 +15,7 @@ from soakgate.report.formatting import percent
 from soakgate.report.model import Analysis, Unit
 from soakgate.report.outcomes import UnitOutcomes
 from soakgate.report.uptime import uptime_json, uptime_lines
-from soakgate.stats.outcomes import CROSSTALK, INCONSISTENT, INVALID_STRUCTURE
+from soakgate.stats.outcomes import CROSSTALK, INCONSISTENT, INVALID_STRUCTURE, TWIN_MISMATCH
 
 COLUMNS = (
     "label", "target", "aggregate", "requests", "n", "collapses", "rate", "ci_low", "ci_high",
@@ -52,7 +52,7 @@ def unit_row(unit: Unit) -> dict[str, Any]:
 OUTCOME_COLUMNS = (
     "judged_requests", "server_errors", "crashes", "crashes_per_hour", "requests_lost_to_crashes",
     "crosstalk", "checked", "invalid_structure", "structure_judged", "inconsistent",
-    "numbers_judged", "suspect", "scored",
+    "numbers_judged", "twin_mismatch", "twins_judged", "suspect", "scored",
     "divergent", "compared", "any_failure",
 )  # fmt: skip
 
@@ -63,6 +63,7 @@ def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
     suspect, crosstalk = outcomes.suspect, outcomes.checks.get(CROSSTALK)
     structure = outcomes.checks.get(INVALID_STRUCTURE)
     numbers = outcomes.checks.get(INCONSISTENT)
+    twins = outcomes.checks.get(TWIN_MISMATCH)
     per_hour = crash.per_hour if crash is not None and crash.hours > 0 else None
     return {
         "judged_requests": outcomes.judged, "server_errors": outcomes.error.events,
@@ -74,6 +75,8 @@ def _outcome_columns(outcomes: UnitOutcomes) -> dict[str, Any]:
         "structure_judged": structure.n if structure else None,
         "inconsistent": numbers.events if numbers else None,
         "numbers_judged": numbers.n if numbers else None,
+        "twin_mismatch": twins.events if twins else None,
+        "twins_judged": twins.n if twins else None,
         "suspect": suspect.events if suspect else None, "scored": suspect.n if suspect else None,
         "divergent": int((d.positions >= 0).sum()) if d else None,
         "compared": len(d.positions) if d else None,
@@ -264,7 +267,7 @@ def _print_outcomes(analysis: Analysis, console: Any) -> None:
     """Every failure outcome per unit: the first table of the report."""
     from rich.table import Table
 
-    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table
+    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table, twin_readings
     from soakgate.report.outcomes import analysis_outcomes
 
     table = Table(title="failures per unit (every kind soakgate observes)")
@@ -276,6 +279,8 @@ def _print_outcomes(analysis: Analysis, console: Any) -> None:
         table.add_row(*row, style="dim" if unit.unit.aggregate else None)
     console.print(table)
     console.print(OUTCOME_NOTE)
+    for line in twin_readings(outcomes):
+        console.print(line, markup=False, highlight=False)
 
 
 def _print_placement(analysis: Analysis, console: Any) -> None:
@@ -419,14 +424,16 @@ def _markdown_latency(analysis: Analysis) -> list[str]:
 
 
 def _markdown_outcomes(analysis: Analysis) -> list[str]:
-    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table
+    from soakgate.report.outcome_table import OUTCOME_NOTE, outcome_table, twin_readings
     from soakgate.report.outcomes import analysis_outcomes
 
-    headers, rows = outcome_table(analysis_outcomes(analysis))
+    outcomes = analysis_outcomes(analysis)
+    headers, rows = outcome_table(outcomes)
     lines = ["**Failures per unit**", "", "| " + " | ".join(headers) + " |"]
     lines.append("|" + "---|" * len(headers))
     lines += ["| " + " | ".join(markdown_text(c) for c in row) + " |" for row in rows]
-    return [*lines, "", markdown_text(OUTCOME_NOTE), ""]
+    twins = [f"- {markdown_text(line)}" for line in twin_readings(outcomes)]
+    return [*lines, "", markdown_text(OUTCOME_NOTE), "", *([*twins, ""] if twins else [])]
 
 
 def _markdown_probes(analysis: Analysis) -> list[str]:

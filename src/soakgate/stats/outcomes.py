@@ -50,9 +50,11 @@ INVALID_STRUCTURE = "invalid_structure"
 """Judged answers to structured prompts that broke their structure (`checks.structure`)."""
 INCONSISTENT = "inconsistent"
 """Answers whose log-probabilities or usage cannot be right (`checks.numbers`)."""
+TWIN_MISMATCH = "twin_mismatch"
+"""Twin requests (same body, same seed) whose answers differ, per judged pair (`checks.twins`)."""
 OUTCOMES = (
     CRASH, ERROR, COLLAPSE, SUSPECT, SHIFTED, CROSSTALK, INVALID_STRUCTURE, INCONSISTENT,
-    DIVERGENCE, ANY_FAILURE,
+    TWIN_MISMATCH, DIVERGENCE, ANY_FAILURE,
 )  # fmt: skip
 CRASH_DESIGN = "crash counts over hours under load"
 DIVERGENCE_DESIGN = "greedy comparisons with a reference"
@@ -234,7 +236,7 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
 
 __all__ = [
     "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "CROSSTALK", "DIVERGENCE", "ERROR",
-    "INCONSISTENT", "INVALID_STRUCTURE", "OUTCOMES", "SHIFTED", "SUSPECT",
+    "INCONSISTENT", "INVALID_STRUCTURE", "OUTCOMES", "SHIFTED", "SUSPECT", "TWIN_MISMATCH",
     "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate", "crash_verdict",
     "divergence_direction", "divergence_verdict", "rate_direction",
 ]  # fmt: skip
