@@ -107,8 +107,8 @@ def faults(folder: Path, requests: int) -> None:
 
 def load_only(folder: Path, requests: int) -> None:
     print(f"load-only drift: mock drifting with 6+ in flight, {requests} requests")
-    with MockProcess(["--seed-drift-rate", "0.2", "--seed-drift-after-in-flight", "6", "--latency-ms", "20",
-                      "--seed", "31"]) as mock:  # fmt: skip
+    with MockProcess(["--seed-drift-rate", "0.2", "--seed-drift-after-in-flight", "6",
+                      "--latency-ms", "20", "--seed", "31"]) as mock:  # fmt: skip
         db = folder / "load-only.sqlite"
         soak(mock.url, db, requests, [])
     found = reading(db)
@@ -138,7 +138,7 @@ def real(folder: Path, url: str, requests: int) -> None:
 
 
 def cost() -> None:
-    from soakgate.checks.twins import TwinSettings, Twins
+    from soakgate.checks.twins import Twins, TwinSettings
     from soakgate.records import Generation, Run
     from soakgate.targets import RequestSpec
 
