@@ -118,12 +118,14 @@ def load_only(folder: Path, requests: int) -> None:
 
 def real(folder: Path, url: str, requests: int) -> None:
     print(f"a real server: llama.cpp, the real tiny model, {requests} requests per setting")
-    for name, extra in {
-        "sampled 0.8, concurrency 8": ["--twin-at-rest", "64"],
-        "greedy, concurrency 8": ["--twin-at-rest", "64", "--temperature", "0"],
-        "sampled 0.8, concurrency 1": ["--twin-at-rest", "64", "--concurrency", "1"],
-    }.items():
-        db = folder / f"llama-{len(name)}-{name[:7]}.sqlite"
+    for index, (name, extra) in enumerate(
+        {
+            "sampled 0.8, concurrency 8": ["--twin-at-rest", "64"],
+            "greedy, concurrency 8": ["--twin-at-rest", "64", "--temperature", "0"],
+            "sampled 0.8, concurrency 1": ["--twin-at-rest", "64", "--concurrency", "1"],
+        }.items()
+    ):
+        db = folder / f"llama-{index}.sqlite"
         soak(url, db, requests, extra)
         found = reading(db)
         rest = found["at_rest"]

@@ -96,7 +96,7 @@ class LoadSettings:
     """Share of requests sent twice with the same seed (`run --twin-fraction`)."""
     twin_gap: int = 0
     """The target's requests between a first and its twin (`run --twin-gap`)."""
-    twin_at_rest: int = 16
+    twin_at_rest: int = 32
     """Twin pairs sent one at a time before each block's soak (`run --twin-at-rest`)."""
 
 
@@ -278,7 +278,7 @@ def _load(table: Table, base: Path) -> LoadSettings:
                                    "openai"),
         canaries=table.flag("canaries", False),
         twin_fraction=_twin_fraction(table), twin_gap=table.integer("twin_gap", 0, minimum=0),
-        twin_at_rest=table.integer("twin_at_rest", 16, minimum=0),
+        twin_at_rest=table.integer("twin_at_rest", 32, minimum=0),
     )  # fmt: skip
     table.done()
     if load.prompt_tokens is not None:

@@ -214,9 +214,10 @@ def add_soak_arguments(parser: argparse.ArgumentParser, levels: bool = False) ->
         "slot, usually while the first is in flight)",
     )  # fmt: skip
     parser.add_argument(
-        "--twin-at-rest", type=non_negative_int, default=16, metavar="N",
+        "--twin-at-rest", type=non_negative_int, default=32, metavar="N",
         help="with --twin-fraction: pairs sent one at a time to each target before the soak, "
-        "the stack's own mismatch rate the report shows beside the rate under load (default 16)",
+        "the stack's own mismatch rate the report reads the rate under load against (default "
+        "32)",
     )  # fmt: skip
     parser.add_argument(
         "--response-format", metavar="FILE",
@@ -317,7 +318,7 @@ def soak_config(args: argparse.Namespace, targets: list[str]) -> Any:
             request.temperature if request.logprobs else None),
         twin_check=functools.partial(open_twins, TwinSettings(
             getattr(args, "twin_fraction", 0.0), getattr(args, "twin_gap", 0),
-            getattr(args, "twin_at_rest", 16)), request),
+            getattr(args, "twin_at_rest", 32)), request),
     )  # fmt: skip
 
 

@@ -105,10 +105,14 @@ def twin_reading(o: UnitOutcomes) -> str | None:
             "that by themselves; corruption too): judge it against a reference "
             "configuration with compare --outcome twin_mismatch"
         )
-    return (
-        f"{load}, {at_rest}: no more under load than at rest (one-sided Fisher p = "
-        f"{p_value:.3g}){alone}"
-    )
+    limit = ""
+    if not rest.mismatched:  # what 0 of R at rest lets the test show at all
+        limit = (
+            f"; {rest.pairs} pairs at rest, none differing, cannot show a rate under load "
+            f"below about {1 - 0.05 ** (1 / rest.pairs):.0%} (more: --twin-at-rest)"
+        )
+    return (f"{load}, {at_rest}: not shown to be more under load than at rest (one-sided Fisher "
+            f"p = {p_value:.3g}){alone}{limit}")  # fmt: skip
 
 
 def twin_readings(outcomes: list[UnitOutcomes]) -> list[str]:
