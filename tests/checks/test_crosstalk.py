@@ -293,3 +293,20 @@ def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_c
     check.answered(row)
     assert row.checks == ["crosstalk"] and row.details["crosstalk"]["by"] == "reference"
     assert row.details["crosstalk"]["source"] == "run1-7"
+
+
+def test_words_are_the_regular_expressions_words_on_ascii_and_unicode_text() -> None:
+    """`words_of` splits ASCII text with `str.translate` (its fast path): the same words as
+    `\\w+` on the lower-cased text, punctuation, control characters and Unicode alike."""
+    import random
+    import re
+    import string
+
+    from soakgate.checks.crosstalk import words_of
+
+    rng, word = random.Random(29), re.compile(r"\w+")
+    alphabets = [string.printable + "éß—…\u00a0\u2028İ", "".join(map(chr, range(128)))]
+    for alphabet in alphabets:
+        for _ in range(5000):
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+            assert words_of(text) == word.findall(text.lower()), repr(text)

