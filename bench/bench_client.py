@@ -73,6 +73,12 @@ def soakgate_canaries_cmd(job: Job) -> list[str]:
     return [*soakgate_cmd(job), "--canaries"]
 
 
+def soakgate_twins_cmd(job: Job) -> list[str]:
+    """`soakgate run` sending 5% of its requests twice (issue 29 item 4: what twins cost per
+    request; no pairs at rest, which would add requests the count leaves out)."""
+    return [*soakgate_cmd(job), "--twin-fraction", "0.05", "--twin-at-rest", "0"]
+
+
 def aiohttp_uvloop_cmd(job: Job) -> list[str] | str:
     """The bare aiohttp loop on uvloop, so uvloop's gain is compared like for like."""
     if importlib.util.find_spec("uvloop") is None:
@@ -275,6 +281,7 @@ CLIENTS: dict[str, Command] = {
     "aiohttp+uvloop": aiohttp_uvloop_cmd,
     "soakgate-nocheck": soakgate_nocheck_cmd,
     "soakgate-canaries": soakgate_canaries_cmd,
+    "soakgate-twins": soakgate_twins_cmd,
 }
 DEFAULT_CLIENTS = "soakgate,aiohttp,h2load,locust,guidellm,aiperf,vllm-bench,inference-perf"
 
