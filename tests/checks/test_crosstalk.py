@@ -281,7 +281,7 @@ def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_c
     compared.answers[("gpu0", "a")] = ("run1-3", outcome([*other[:35], 9]))
     leaked = outcome([*other[:30], 1, 2, 3])  # prompt A's answer: B's for 30 tokens
     assert compared.cross_check("gpu0", "a", leaked, own=0) == {
-        "source": "run1-7", "shared": 30, "unit": "tokens"}  # fmt: skip
+        "source": "run1-7", "shared": 30, "unit": "tokens", "source_prompt": "b"}  # fmt: skip
     assert compared.cross_check("gpu0", "a", outcome(other[:10]), own=0) is None  # short
     assert compared.cross_check("gpu1", "a", leaked, own=0) is None  # another target's
     assert compared.cross_check("gpu0", "a", leaked, own=31) is None  # its own goes on

@@ -358,7 +358,7 @@ async def _work(shared: _Shared, client: OpenAIClient) -> None:
         check = shared.check
         chosen = None
         if check is not None and twin is None:
-            chosen = check.choose(name, seq, shared.spec)
+            chosen = check.choose(name, seq, shared.spec, prompt, request_id)
         sampled = chosen is not None
         spec = chosen or shared.spec
         if twin is not None:

@@ -52,8 +52,12 @@ settings the run stored, and stores its own in the run's detectors)."""
 class OpenCheck(Protocol):
     """A `RequestCheck` ready for one soak's requests."""
 
-    def choose(self, target: str, seq: int, spec: RequestSpec) -> RequestSpec | None:
-        """Request `seq` of `target` as it is to be sent when the check chose it, else None."""
+    def choose(
+        self, target: str, seq: int, spec: RequestSpec, prompt: Prompt | None = None,
+        request_id: str = "",
+    ) -> RequestSpec | None:  # fmt: skip
+        """Request `seq` of `target` (`request_id`, its `prompt` as sent) as it is to be sent
+        when the check chose it, else None; asked of every request."""
         ...
 
     async def check(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -69,6 +70,12 @@ must share with the reference's answer to another prompt, and more than with its
 taken for that prompt's answer (`Compared.cross_check`)."""
 KEPT_ANSWERS = 512
 """Reference answers kept for the cross-check (the latest, one per prompt text)."""
+RECENT = 32
+"""Requests of each target remembered (sent last) as the sources a divergent answer may have
+come from."""
+LOOKUPS = 8
+"""At most this many of them a divergent answer asks the reference about (their prompts'
+answers not kept yet), latest first."""
 
 
 def is_sampled(seq: int, fraction: float, seed: int = 0) -> bool:
@@ -175,10 +182,21 @@ class Compared:
     """(target, prompt id) -> (request id, the reference's answer) of the last compared
     requests (KEPT_ANSWERS at most), for the cross-check of divergent answers. By prompt id,
     not text: requests of one prompt with different canaries are the same prompt."""
+    recent: dict[str, deque[tuple[str, Prompt]]] = field(default_factory=dict)
+    """Target -> (request id, prompt as sent) of its RECENT requests sent last: a divergent
+    answer's possible sources, asked of the reference when their answers are not kept."""
 
-    def choose(self, target: str, seq: int, spec: RequestSpec) -> RequestSpec | None:
-        """The greedy request, for a sampled request of a compared target."""
-        if target in self.clients and is_sampled(seq, self.differential.fraction):
+    def choose(
+        self, target: str, seq: int, spec: RequestSpec, prompt: Prompt | None = None,
+        request_id: str = "",
+    ) -> RequestSpec | None:  # fmt: skip
+        """The greedy request, for a sampled request of a compared target (every request of
+        one is remembered with its prompt)."""
+        if target not in self.clients:
+            return None
+        if prompt is not None:
+            self.recent.setdefault(target, deque(maxlen=RECENT)).append((request_id, prompt))
+        if is_sampled(seq, self.differential.fraction):
             return greedy(spec)
         return None
 
@@ -186,20 +204,59 @@ class Compared:
         self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome
     ) -> tuple[int | None, dict[str, object]]:
         """The target's answer compared with its reference's (`compare_with_reference`); a
-        divergent one is cross-checked against the reference's answers to other prompts."""
+        divergent one is cross-checked against the reference's answers to other prompts, those
+        of the requests sent by the time it came asked of the reference where not kept."""
+        sent = [(rid, p) for rid, p in self.recent.get(target, ()) if rid != request_id]
         divergence, marks, answer = await compare_with_reference(
             self.clients[target], prompt, spec, request_id, outcome, self.differential.repeat
         )
+        if answer.error_class is None:
+            self._keep(target, prompt.prompt_id, request_id, answer)
         if divergence is not None and divergence >= 0:
             match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
+            if match is None and await self._ask_sources(target, prompt, spec, request_id, sent):
+                match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
             if match is not None:
+                # the source: the latest request of that prompt sent by the time this answer
+                # came (one in flight with it), rather than the one whose answer was kept
+                mine = [rid for rid, p in sent if p.prompt_id == match["source_prompt"]]
+                if mine:
+                    match["source"] = mine[-1]
                 marks["matches_other_prompt"] = match
-        if answer.error_class is None:
-            self.answers.pop((target, prompt.prompt_id), None)
-            self.answers[(target, prompt.prompt_id)] = (request_id, answer)
-            if len(self.answers) > KEPT_ANSWERS:
-                del self.answers[next(iter(self.answers))]
         return divergence, marks
+
+    def _keep(self, target: str, prompt_id: str, request_id: str, answer: Outcome) -> None:
+        """Keep a reference answer for the cross-check (the latest KEPT_ANSWERS)."""
+        self.answers.pop((target, prompt_id), None)
+        self.answers[(target, prompt_id)] = (request_id, answer)
+        if len(self.answers) > KEPT_ANSWERS:
+            del self.answers[next(iter(self.answers))]
+
+    async def _ask_sources(
+        self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str,
+        sent: Sequence[tuple[str, Prompt]],
+    ) -> bool:  # fmt: skip
+        """Ask the reference, greedy, the prompts of the target's requests sent last whose
+        answers are not kept (`sent`: those sent by the time its answer came; LOOKUPS at most,
+        latest first): a leak that made the model
+        continue another request's prompt (a cache slot or KV block handed to the wrong
+        request) is that request's greedy answer, and its source is often still in flight, its
+        own comparison not yet made. True when some answer was kept."""
+        seen: set[str] = {prompt.prompt_id}
+        lookups, kept = 0, False
+        for source, other in reversed(sent):
+            if lookups >= LOOKUPS:
+                break
+            if other.prompt_id in seen or (target, other.prompt_id) in self.answers:
+                seen.add(other.prompt_id)
+                continue
+            seen.add(other.prompt_id)
+            lookups += 1
+            answer = await self.clients[target].generate(other, spec, f"{request_id}-src{lookups}")
+            if answer.error_class is None:
+                self._keep(target, other.prompt_id, source, answer)
+                kept = True
+        return kept
 
     def cross_check(
         self, target: str, prompt_id: str, outcome: Outcome, own: int
@@ -207,8 +264,8 @@ class Compared:
         """The kept reference answer to another prompt that this divergent answer follows
         furthest, when it shares at least CROSS_MATCH leading tokens with it and more than with
         its own (a greedy answer to another user's prompt: crosstalk)."""
-        best: tuple[int, str, str] | None = None
-        for (kept_target, kept_prompt), (source, answer) in self.answers.items():
+        best: tuple[int, str, str, str] | None = None
+        for (kept_target, kept_prompt), (source, answer) in list(self.answers.items()):
             if kept_target != target or kept_prompt == prompt_id:
                 continue
             shared = outcome_divergence(outcome, answer)
@@ -217,10 +274,10 @@ class Compared:
                 shared = len(answer.token_ids or []) if unit == "tokens" else len(answer.text)
             needed = CROSS_MATCH if unit == "tokens" else 4 * CROSS_MATCH
             if shared >= needed and shared > own and (best is None or shared > best[0]):
-                best = (shared, source, unit)
+                best = (shared, source, unit, kept_prompt)
         if best is None:
             return None
-        return {"source": best[1], "shared": best[0], "unit": best[2]}
+        return {"source": best[1], "shared": best[0], "unit": best[2], "source_prompt": best[3]}
 
     async def close(self) -> None:
         await self.session.close()
