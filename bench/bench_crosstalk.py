@@ -20,7 +20,9 @@ Real leaks (`--real-leaks`): the real tiny model served in-process by `tests/hfs
 requests leak while two or more are in flight (30% of them): `context` answers a request from
 another waiting request's prompt (a cache slot handed to the wrong request: the answer goes on
 with another user's text), `output` puts the last answer served in the second half of its own
-(an output buffer not cleared). Soaked with `--canaries --crosstalk-answers`, not streamed.
+(an output buffer not cleared). Soaked with `--canaries --crosstalk-answers`, not streamed; and
+the `context` leak again with a second, clean server as the greedy differential's reference,
+every request compared (`--reference-fraction 1`, concurrency 8).
 
 Every share with its Clopper-Pearson 95% interval. Run:
 
@@ -186,39 +188,47 @@ def found(folder: Path, requests: int, sets: dict[str, list[str]]) -> None:
             )
 
 
-def real_leaks(folder: Path, requests: int, max_tokens: int) -> None:
+def _hfserve(*args: str) -> tuple[subprocess.Popen[str], str]:
     import os
 
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.hfserve", str(MODEL), "--layers", "6", "--window", "128",
+         *args], cwd=REPO, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert server.stdout is not None
+    return server, server.stdout.readline().rsplit(" ", 1)[1].strip()
+
+
+LEAK_CASES = {
+    # name: (leak mode, soak arguments, with a clean reference and every request compared)
+    "context": ("context", ["--concurrency", "4", "--canaries", "--crosstalk-answers"], False),
+    "output": ("output", ["--concurrency", "4", "--canaries", "--crosstalk-answers"], False),
+    "context, greedy differential": ("context", ["--concurrency", "8"], True),
+}
+
+
+def real_leaks(folder: Path, requests: int, max_tokens: int) -> None:
     print(f"real leaks: the tiny model in tests/hfserve.py, {requests} requests, "
-          f"{max_tokens} tokens, canaries and answer spans on")  # fmt: skip
-    for mode in ("context", "output"):
-        truth, db = folder / f"hf-{mode}.jsonl", folder / f"hf-{mode}.sqlite"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.hfserve", str(MODEL), "--layers", "6", "--window",
-             "128", "--seed", "3", "--crosstalk-at-in-flight", "2", "--crosstalk-rate", "0.3",
-             "--crosstalk-mode", mode, "--ground-truth", str(truth)],
-            cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )  # fmt: skip
+          f"{max_tokens} tokens, not streamed")  # fmt: skip
+    for name, (mode, extra, with_reference) in LEAK_CASES.items():
+        slug = name.replace(" ", "").replace(",", "-")
+        truth, db = folder / f"hf-{slug}.jsonl", folder / f"hf-{slug}.sqlite"
+        servers = []
         try:
-            assert server.stdout is not None
-            url = server.stdout.readline().rsplit(" ", 1)[1].strip()
-            soak(
-                url,
-                db,
-                requests,
-                [
-                    "--concurrency",
-                    "4",
-                    "--no-stream",
-                    "--canaries",
-                    "--crosstalk-answers",
-                    "--max-tokens",
-                    str(max_tokens),
-                ],
-            )
+            server, url = _hfserve("--seed", "3", "--crosstalk-at-in-flight", "2",
+                                   "--crosstalk-rate", "0.3", "--crosstalk-mode", mode,
+                                   "--ground-truth", str(truth))  # fmt: skip
+            servers.append(server)
+            if with_reference:
+                reference, reference_url = _hfserve()
+                servers.append(reference)
+                extra = [*extra, "--reference", reference_url, "--reference-fraction", "1"]
+            soak(url, db, requests, ["--no-stream", "--max-tokens", str(max_tokens), *extra])
         finally:
-            server.terminate()
-            server.wait(30)
+            for server in servers:
+                server.terminate()
+                server.wait(30)
         leaked = {}
         for line in truth.read_text().splitlines():
             record = json.loads(line)
@@ -235,7 +245,7 @@ def real_leaks(folder: Path, requests: int, max_tokens: int) -> None:
         wrong = sum(1 for rid, checks, _ in rows if checks and rid not in leaked)
         injected = sum(1 for rid, _, _ in rows if rid in leaked)
         print(
-            f"  {mode:8s} found with the right source {share(sum(by.values()), injected)} "
+            f"  {name:30s} found with the right source {share(sum(by.values()), injected)} "
             f"{dict(by)}; flagged clean rows {share(wrong, len(rows) - injected)}"
         )
 
