@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +194,26 @@ class ModelServer(MockServer):
         plan = Plan(request_id, sampling, CLEAN, prompt_tokens, ids, text, finish, 0, 0, [])
         self.metrics.generated(len(ids))
         return web.json_response(response_body(plan, self.config.model_name, int(time.time())))
+
+
+@contextlib.contextmanager
+def launched(model_dir: Path, *args: str) -> Iterator[str]:
+    """This server in a process of its own (one torch thread: the machine's cores are shared),
+    its URL once it listens; stopped on the way out."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.hfserve", str(model_dir), *args], cwd=REPO,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert server.stdout is not None
+    try:
+        line = server.stdout.readline()
+        assert "listening on " in line, "tests.hfserve did not start"
+        yield line.rsplit(" ", 1)[1].strip()
+    finally:
+        server.terminate()
+        server.wait(30)
+        server.stdout.close()
 
 
 def main() -> None:

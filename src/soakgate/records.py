@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,3 +194,12 @@ class Event:
 def sha256_text(text: str) -> str:
     """Hex SHA-256 of a text, the stable fingerprint stored for every generation."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def first_divergence(a: Sequence[object], b: Sequence[object]) -> int:
+    """Where two answers part (token ids or characters; the differential check and twins):
+    index of the first differing element, or -1 when identical (a length difference counts)."""
+    for index, (left, right) in enumerate(zip(a, b, strict=False)):
+        if left != right:
+            return index
+    return -1 if len(a) == len(b) else min(len(a), len(b))

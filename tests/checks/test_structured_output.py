@@ -19,10 +19,9 @@ from soakgate.errors import ConfigError, UsageError
 from soakgate.mockserver.process import MockProcess
 from soakgate.prompts import Prompt, Structure, load_prompts
 from soakgate.records import Generation
-from soakgate.store import open_store
 from soakgate.targets import Outcome, RequestSpec
 from soakgate.targets.parse import Answer, build_payload, fold_body, fold_event
-from tests.cli.helpers import soakgate
+from tests.cli.helpers import soakgate, stored_rows
 
 SCHEMA = {
     "type": "object",
@@ -272,14 +271,6 @@ def _soak(tmp_path: Path, url: str, db: Path, *extra: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def _rows(db: Path) -> dict[str, Generation]:
-    store = open_store(db)
-    try:
-        return {g.request_id: g for g in store.generations()}
-    finally:
-        store.close()
-
-
 def _files(tmp_path: Path) -> dict[str, Path]:
     files = {"schema": tmp_path / "schema.json", "tools": tmp_path / "tools.json"}
     files["schema"].write_text(json.dumps(SCHEMA))
@@ -317,7 +308,7 @@ def test_every_injected_violation_is_flagged_and_no_clean_answer_is(
     injected = {r["request_id"]: r["invalid_structure"] for r in records
                 if r.get("invalid_structure")}  # fmt: skip
     assert all(r.get("structured") for r in records)  # the mock saw every structure
-    rows = _rows(db)
+    rows = stored_rows(db)
     assert len(rows) == REQUESTS and all(g.ok for g in rows.values())
     assert 8 <= len(injected) <= 45
     flagged = {rid for rid, g in rows.items() if g.checks == ["invalid_structure"]}
@@ -367,7 +358,8 @@ def test_compare_and_report_judge_invalid_structure_over_the_answers_judged(
         ).fetchone()
     assert stored > 0 and free == REQUESTS  # half of each arm's requests were free prompts
     counted = {dict(labels)["check"]: value for labels, value in live.items()}
-    assert counted == {"crosstalk": 0, "invalid_structure": stored, "inconsistent": 0}
+    assert counted == {"crosstalk": 0, "invalid_structure": stored, "inconsistent": 0,
+                       "twin_mismatch": 0}  # fmt: skip
     gate = soakgate("compare", str(db), "good", "bad", "--fail-on-differ", cwd=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "gate FAIL" in gate.stdout and "invalid structure" in gate.stdout.split("\n")[1]

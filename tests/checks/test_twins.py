@@ -9,13 +9,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from soakgate.mockserver.process import MockProcess
-from soakgate.store import open_store
-from tests.cli.helpers import soakgate
+from tests.cli.helpers import soakgate, stored_rows
 
 REQUESTS = 240
 
@@ -26,14 +24,6 @@ def _soak(tmp_path: Path, url: str, db: Path, *extra: str) -> None:
                       "--db", str(db), "--quiet", "--no-watch-metrics", *extra,
                       cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
-
-
-def _rows(db: Path) -> dict[str, Any]:
-    store = open_store(db)
-    try:
-        return {g.request_id: g for g in store.generations()}
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(
@@ -50,7 +40,7 @@ def test_a_pair_is_flagged_exactly_when_the_mock_drifted_one_of_its_requests(
         _soak(tmp_path, mock.url, db, *args)
         records = mock.ground_truth()
     sent = {r["request_id"]: r for r in records}
-    rows = _rows(db)
+    rows = stored_rows(db)
     assert len(rows) == REQUESTS and all(g.ok for g in rows.values())
     twins = {rid: g for rid, g in rows.items() if g.details.get("twin", {}).get("role") == "twin"}
     firsts = {rid for rid, g in rows.items() if g.details.get("twin", {}).get("role") == "first"}
@@ -140,7 +130,7 @@ def test_greedy_twins_of_a_deterministic_server_all_repeat_with_canaries(tmp_pat
     db = tmp_path / "t.sqlite"
     with MockProcess(["--seed", "4"]) as mock:
         _soak(tmp_path, mock.url, db, "--temperature", "0", "--canaries", "--twin-gap", "3")
-    rows = _rows(db)
+    rows = stored_rows(db)
     twins = [g for g in rows.values() if g.details.get("twin", {}).get("role") == "twin"]
     assert twins and all(g.checks == ["+twin_mismatch"] for g in twins)
     assert not any("crosstalk" in g.checks for g in rows.values())

@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ENTRY_POINT = Path(sys.executable).parent / "soakgate"
 """The installed console script: unlike `python -m soakgate`, it does not put the current
@@ -66,3 +67,14 @@ def foreign_database(path: Path) -> Path:
     db.commit()
     db.close()
     return path
+
+
+def stored_rows(db: Path) -> dict[str, Any]:
+    """Every stored generation of a database, by request id."""
+    from soakgate.store import open_store
+
+    store = open_store(db)
+    try:
+        return {g.request_id: g for g in store.generations()}
+    finally:
+        store.close()

@@ -5,17 +5,19 @@ flagged; the calibration is the model's own samples, stored with the run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.command_line import soakgate
+from tests.hfserve import launched
 
 MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tiny-llama-8k"
 REPO = Path(__file__).resolve().parents[2]
@@ -27,36 +29,20 @@ pytestmark = [
 
 
 @pytest.fixture
-def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # 2 shared cores: torch's threads would fight
-    started: list[subprocess.Popen[str]] = []
-
-    def start(layers: int) -> str:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hfserve", str(MODEL), "--layers", str(layers),
-             "--window", "128"], cwd=REPO, stdout=subprocess.PIPE, text=True,
-            env={**os.environ},
-        )  # fmt: skip
-        started.append(process)
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert "listening on " in line, "tests.hfserve did not start"
-        return line.rsplit(" ", 1)[1].strip()
-
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(30)
-        if process.stdout is not None:
-            process.stdout.close()
+def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], str]]:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the soak's own reference model too: 2 cores
+    with contextlib.ExitStack() as stack:
+        yield lambda layers: stack.enter_context(
+            launched(MODEL, "--layers", str(layers), "--window", "128")
+        )
 
 
 def test_reference_model_scores_a_real_model_and_flags_a_truncated_one(
-    serve: object, tmp_path: Path
+    serve: Callable[[int], str], tmp_path: Path
 ) -> None:
     db = tmp_path / "hf.sqlite"
     for label, layers in (("same-model", 6), ("two-layers", 2)):
-        url = serve(layers)  # type: ignore[operator]
+        url = serve(layers)
         result = soakgate(
             "run", "--target", f"cpu0={url}", "--label", label, "--reference-model", str(MODEL),
             "--false-flag-rate", "0.05", "--calibration", "60", "--requests", "40",

@@ -33,9 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soakgate.load.spec import Twin
-from soakgate.probes.differential import first_divergence
 from soakgate.prompts import Prompt, PromptPicker
-from soakgate.records import JUDGED, Event, Generation, Run
+from soakgate.records import JUDGED, Event, Generation, Run, first_divergence
 from soakgate.store import BatchWriter
 from soakgate.targets import OpenAIClient, RequestSpec
 
