@@ -8,20 +8,18 @@ then. Every leaked request the differential compared is flagged with its source.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from soakgate.store import open_store
 from tests.command_line import soakgate
+from tests.hfserve import launched
 
 MODEL = Path(__file__).resolve().parents[2].parent / "shared" / "models" / "tiny-llama-8k"
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(1800),  # a model in-process, twice: minutes on a loaded machine
@@ -30,41 +28,24 @@ pytestmark = [
 
 
 @pytest.fixture
-def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # 2 shared cores: torch's threads would fight
-    started: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> str:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hfserve", str(MODEL), "--layers", "6", "--window",
-             "128", *args], cwd=REPO, stdout=subprocess.PIPE, text=True, env={**os.environ},
-        )  # fmt: skip
-        started.append(process)
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert "listening on " in line, "tests.hfserve did not start"
-        return line.rsplit(" ", 1)[1].strip()
-
-    yield start
-    for process in started:
-        process.terminate()
-        process.wait(30)
-        if process.stdout is not None:
-            process.stdout.close()
+def serve() -> Iterator[Callable[..., str]]:
+    with contextlib.ExitStack() as stack:
+        yield lambda *args: stack.enter_context(launched(MODEL, "--layers", "6", "--window",
+                                                         "128", *args))  # fmt: skip
 
 
 def test_a_real_context_leak_is_found_with_its_source_by_the_greedy_differential(
-    serve: object, tmp_path: Path
+    serve: Callable[..., str], tmp_path: Path
 ) -> None:
     truth = tmp_path / "truth.jsonl"
-    candidate = serve("--seed", "3", "--crosstalk-at-in-flight", "2",  # type: ignore[operator]
+    candidate = serve("--seed", "3", "--crosstalk-at-in-flight", "2",
                       "--crosstalk-rate", "0.5", "--crosstalk-mode", "context",
                       "--ground-truth", str(truth))  # fmt: skip
-    reference = serve()  # type: ignore[operator]
+    reference = serve()
     db = tmp_path / "x.sqlite"
     result = soakgate(
         "run", "--target", candidate, "--reference", reference, "--reference-fraction", "1",
-        "--requests", "60", "--concurrency", "8", "--no-stream", "--max-tokens", "24",
+        "--requests", "40", "--concurrency", "8", "--no-stream", "--max-tokens", "24",
         "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path, timeout=1500,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -76,11 +57,17 @@ def test_a_real_context_leak_is_found_with_its_source_by_the_greedy_differential
     finally:
         store.close()
     compared = {rid for rid, g in rows.items() if g.details.get("differential", {}).get("compared")}
-    mine = set(leaked) & compared
+    # a leak whose answer is its own prompt's greedy answer anyway corrupted nothing
+    mine = {rid for rid in set(leaked) & compared if rows[rid].reference_divergence != -1}
     assert len(mine) >= 3, (leaked, len(compared))
     for rid in mine:
         evidence = rows[rid].details.get("crosstalk")
-        assert rows[rid].checks == ["crosstalk"] and evidence["by"] == "reference", (rid, evidence)
+        assert rows[rid].checks == ["crosstalk"] and evidence["by"] == "reference", (
+            rid,
+            leaked[rid],
+            rows[rid].reference_divergence,
+            rows[rid].details["differential"],
+        )
         assert evidence["source"] == leaked[rid], (rid, evidence, leaked[rid])
     clean = [rid for rid in compared - set(leaked) if rows[rid].checks]
     assert not clean, [rows[rid].details["crosstalk"] for rid in clean]

@@ -16,16 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from soakgate.prompts import Prompt
+from soakgate.records import first_divergence
 from soakgate.targets import OpenAIClient, Outcome, RequestSpec, TargetSpec
 from soakgate.targets.client import Session, connect, make_session
-
-
-def first_divergence(a: Sequence[object], b: Sequence[object]) -> int:
-    """Index of the first differing element, or -1 when identical (a length difference counts)."""
-    for index, (left, right) in enumerate(zip(a, b, strict=False)):
-        if left != right:
-            return index
-    return -1 if len(a) == len(b) else min(len(a), len(b))
 
 
 def outcome_divergence(target: Outcome, reference: Outcome) -> int:
@@ -185,6 +178,9 @@ class Compared:
     recent: dict[str, deque[tuple[str, Prompt]]] = field(default_factory=dict)
     """Target -> (request id, prompt as sent) of its RECENT requests sent last: a divergent
     answer's possible sources, asked of the reference when their answers are not kept."""
+    asking: dict[tuple[str, str], asyncio.Future[Outcome]] = field(default_factory=dict)
+    """(target, prompt id) -> the reference's answer being asked for: divergent answers that
+    come together (a leak hits several requests in flight) share one lookup per prompt."""
 
     def choose(
         self, target: str, seq: int, spec: RequestSpec, prompt: Prompt | None = None,
@@ -214,8 +210,12 @@ class Compared:
             self._keep(target, prompt.prompt_id, request_id, answer)
         if divergence is not None and divergence >= 0:
             match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
-            if match is None and await self._ask_sources(target, prompt, spec, request_id, sent):
-                match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
+            if match is None:
+                kept, failed = await self._ask_sources(target, prompt, spec, request_id, sent)
+                if failed:  # a leak from those prompts could not be seen
+                    marks["source_lookups_failed"] = failed
+                if kept:
+                    match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
             if match is not None:
                 # the source: the latest request of that prompt sent by the time this answer
                 # came (one in flight with it), rather than the one whose answer was kept
@@ -235,28 +235,47 @@ class Compared:
     async def _ask_sources(
         self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str,
         sent: Sequence[tuple[str, Prompt]],
-    ) -> bool:  # fmt: skip
-        """Ask the reference, greedy, the prompts of the target's requests sent last whose
-        answers are not kept (`sent`: those sent by the time its answer came; LOOKUPS at most,
-        latest first): a leak that made the model
-        continue another request's prompt (a cache slot or KV block handed to the wrong
-        request) is that request's greedy answer, and its source is often still in flight, its
-        own comparison not yet made. True when some answer was kept."""
+    ) -> tuple[bool, int]:  # fmt: skip
+        """Ask the reference, greedy and together, the prompts of the target's requests sent
+        last whose answers are not kept (`sent`: those sent by the time its answer came;
+        LOOKUPS at most, latest first): a leak that made the model continue another request's
+        prompt (a cache slot or KV block handed to the wrong request) is that request's greedy
+        answer, and its source is often still in flight, its own comparison not yet made. A
+        prompt another divergent answer is already asking about is not asked again.
+        (Whether some answer was kept, how many lookups failed.)"""
         seen: set[str] = {prompt.prompt_id}
-        lookups, kept = 0, False
+        asks: list[tuple[str, Prompt]] = []
         for source, other in reversed(sent):
-            if lookups >= LOOKUPS:
+            if len(asks) >= LOOKUPS:
                 break
-            if other.prompt_id in seen or (target, other.prompt_id) in self.answers:
-                seen.add(other.prompt_id)
-                continue
+            if other.prompt_id not in seen and (target, other.prompt_id) not in self.answers:
+                asks.append((source, other))
             seen.add(other.prompt_id)
-            lookups += 1
-            answer = await self.clients[target].generate(other, spec, f"{request_id}-src{lookups}")
+        answers = await asyncio.gather(*(
+            self._ask(target, other, spec, f"{request_id}-src{n}")
+            for n, (_, other) in enumerate(asks, 1)
+        ))  # fmt: skip
+        kept, failed = False, 0
+        for (source, other), answer in zip(asks, answers, strict=True):
             if answer.error_class is None:
-                self._keep(target, other.prompt_id, source, answer)
+                if (target, other.prompt_id) not in self.answers:
+                    self._keep(target, other.prompt_id, source, answer)
                 kept = True
-        return kept
+            else:
+                failed += 1
+        return kept, failed
+
+    async def _ask(
+        self, target: str, prompt: Prompt, spec: RequestSpec, request_id: str
+    ) -> Outcome:
+        """The reference's greedy answer to `prompt`, shared with any lookup of it in flight."""
+        key = (target, prompt.prompt_id)
+        pending = self.asking.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self.clients[target].generate(prompt, spec, request_id))
+            self.asking[key] = pending
+            pending.add_done_callback(lambda _: self.asking.pop(key, None))
+        return await asyncio.shield(pending)
 
     def cross_check(
         self, target: str, prompt_id: str, outcome: Outcome, own: int
@@ -280,6 +299,8 @@ class Compared:
         return {"source": best[1], "shared": best[0], "unit": best[2], "source_prompt": best[3]}
 
     async def close(self) -> None:
+        for pending in list(self.asking.values()):
+            pending.cancel()
         await self.session.close()
 
 
