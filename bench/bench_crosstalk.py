@@ -27,6 +27,8 @@ every request compared (`--reference-fraction 1`, concurrency 8).
 Every share with its Clopper-Pearson 95% interval. Run:
 
     python bench/bench_crosstalk.py [--requests 2500] [--out DIR]
+    python bench/bench_crosstalk.py --skip-real --mock-requests 0 --real-leaks 120 \
+        --leak-case "context, greedy differential"   # one real-leak case alone
 """
 
 from __future__ import annotations
@@ -208,10 +210,11 @@ LEAK_CASES = {
 }
 
 
-def real_leaks(folder: Path, requests: int, max_tokens: int) -> None:
+def real_leaks(folder: Path, requests: int, max_tokens: int, cases: list[str]) -> None:
     print(f"real leaks: the tiny model in tests/hfserve.py, {requests} requests, "
           f"{max_tokens} tokens, not streamed")  # fmt: skip
-    for name, (mode, extra, with_reference) in LEAK_CASES.items():
+    for name in cases:
+        mode, extra, with_reference = LEAK_CASES[name]
         slug = name.replace(" ", "").replace(",", "-")
         truth, db = folder / f"hf-{slug}.jsonl", folder / f"hf-{slug}.sqlite"
         servers = []
@@ -253,7 +256,7 @@ def real_leaks(folder: Path, requests: int, max_tokens: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2500, help="per prompt set (default 2500)")
-    parser.add_argument("--mock-requests", type=int, default=2000)
+    parser.add_argument("--mock-requests", type=int, default=2000, help="0: no mock part")
     parser.add_argument("--out", type=Path, default=None, help="keep the databases here")
     parser.add_argument("--skip-real", action="store_true", help="the mock part only")
     parser.add_argument(
@@ -264,15 +267,21 @@ def main() -> None:
         help="also N requests per leak mode to tests/hfserve.py (e.g. 120)",
     )
     parser.add_argument("--real-leak-tokens", type=int, default=48)
+    parser.add_argument(
+        "--leak-case", action="append", choices=list(LEAK_CASES), help="only these (repeatable)"
+    )
     args = parser.parse_args()
     folder = args.out or Path(tempfile.mkdtemp(prefix="soakgate-crosstalk-"))
     folder.mkdir(parents=True, exist_ok=True)
     sets = prompt_sets(folder)
     if not args.skip_real:
         false_flags(folder, args.requests, sets)
-    found(folder, args.mock_requests, sets)
+    if args.mock_requests:
+        found(folder, args.mock_requests, sets)
     if args.real_leaks:
-        real_leaks(folder, args.real_leaks, args.real_leak_tokens)
+        real_leaks(
+            folder, args.real_leaks, args.real_leak_tokens, args.leak_case or list(LEAK_CASES)
+        )
 
 
 if __name__ == "__main__":
