@@ -18,8 +18,7 @@ from soakgate.mockserver.process import MockProcess
 from soakgate.prompts import Prompt
 from soakgate.prompts.builtin import builtin_prompts
 from soakgate.records import Generation
-from soakgate.store import open_store
-from tests.cli.helpers import soakgate
+from tests.cli.helpers import soakgate, stored_rows
 
 REQUESTS = 400
 
@@ -128,14 +127,6 @@ def _soak(tmp_path: Path, mock: MockProcess, db: Path, *extra: str) -> str:
     return result.stdout
 
 
-def _rows(db: Path) -> dict[str, Generation]:
-    store = open_store(db)
-    try:
-        return {g.request_id: g for g in store.generations()}
-    finally:
-        store.close()
-
-
 @pytest.mark.parametrize(
     ("endpoint", "stream"),
     [("completions", ()), ("chat", ("--no-stream",)), ("completions", ("--no-stream",)),
@@ -150,7 +141,7 @@ def test_every_injected_leak_is_flagged_with_its_source_and_no_clean_row_is(
                      ground_truth_path=truth) as mock:  # fmt: skip
         _soak(tmp_path, mock, db, "--canaries", "--endpoint", endpoint, *stream)
         leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
-    rows = _rows(db)
+    rows = stored_rows(db)
     assert len(rows) == REQUESTS and 8 <= len(leaked) <= 40
     flagged = {rid: g.details["crosstalk"] for rid, g in rows.items() if g.checks}
     assert set(flagged) == set(leaked)  # every leak, and nothing else
@@ -181,7 +172,7 @@ def test_without_canaries_the_prompt_spans_flag_only_leaks_with_their_source(
                      ground_truth_path=truth) as mock:  # fmt: skip
         _soak(tmp_path, mock, db)
         leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
-    rows = _rows(db)
+    rows = stored_rows(db)
     flagged = {rid: g.details["crosstalk"] for rid, g in rows.items() if g.checks}
     assert set(flagged) <= set(leaked) and len(flagged) >= len(leaked) // 2
     for rid, evidence in flagged.items():
@@ -246,13 +237,13 @@ def test_a_resumed_run_keeps_the_canaries_it_started_with(tmp_path: Path) -> Non
             time.sleep(0.2)
         soaker.send_signal(signal.SIGINT)
         assert soaker.wait(timeout=120) == 130
-        (run_id,) = {g.run_id for g in _rows(db).values()}
-        before = len(_rows(db))
+        (run_id,) = {g.run_id for g in stored_rows(db).values()}
+        before = len(stored_rows(db))
         resumed = soakgate("run", "--resume", run_id, "--target", f"gpu0={mock.url}", "--db",
                            str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path)  # fmt: skip
         assert resumed.returncode == 0, resumed.stderr
         leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
-    rows = _rows(db)
+    rows = stored_rows(db)
     assert len(rows) == 300 > before
     after = {rid for rid, g in rows.items() if g.seq >= before and rid in leaked}
     assert after  # leaks happened after the resume
@@ -296,7 +287,7 @@ def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_c
 
 
 def test_words_are_the_regular_expressions_words_on_ascii_and_unicode_text() -> None:
-    """`words_of` splits ASCII text with `str.translate` (its fast path): the same words as
+    """`words_of` splits ASCII text with `bytes.translate` (its fast path): the same words as
     `\\w+` on the lower-cased text, punctuation, control characters and Unicode alike."""
     import random
     import re
@@ -310,3 +301,70 @@ def test_words_are_the_regular_expressions_words_on_ascii_and_unicode_text() -> 
         for _ in range(5000):
             text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
             assert words_of(text) == word.findall(text.lower()), repr(text)
+
+
+def _sorted_and_whole(prompts: list[Prompt], answers: list[str], monkeypatch: Any) -> list[Any]:
+    """Each answer's evidence, found as shipped and with every answer hashed whole."""
+    import soakgate.checks.crosstalk as crosstalk
+
+    found = []
+    for whole in (False, True):
+        if whole:
+            monkeypatch.setattr(crosstalk, "known_runs", lambda words, _k, _w: [(0, len(words))])
+        check = Crosstalk(CrosstalkSettings(window=256), "run1")
+        for seq, prompt in enumerate(prompts):
+            check.sent(seq, prompt)
+        rows = [_answer(1000 + n, prompts[n % 7], text) for n, text in enumerate(answers)]
+        for row in rows:
+            check.answered(row)
+        found.append([row.details.get("crosstalk") for row in rows])
+    return found
+
+
+def test_hashing_only_runs_of_the_prompts_words_finds_what_hashing_every_span_finds(
+    monkeypatch: Any,
+) -> None:
+    """The check hashes only the runs of an answer whose words some prompt of the window holds
+    (a span can be a prompt's only there); on answers made of the prompts' words, of other
+    words, and both, with spans of other prompts planted at random places, it finds exactly
+    what hashing every span finds. Both ways find the planted spans."""
+    import random
+
+    rng = random.Random(7)
+    vocabulary = [f"w{n}" for n in range(60)]
+    prompts = [Prompt(f"p{n}", " ".join(rng.choices(vocabulary, k=40))) for n in range(200)]
+    answers = []
+    for n in range(600):
+        mix = [vocabulary, [f"x{k}" for k in range(50)], [*vocabulary, "x1", "x2", "42"]][n % 3]
+        words = rng.choices(mix, k=rng.randint(0, 70))
+        if n % 2:  # a span of another prompt, at a random place
+            source = prompts[rng.randrange(7, 200)].text.split()
+            at = rng.randrange(0, 30)
+            span = source[at : at + rng.randint(8, 12)]
+            cut = rng.randint(0, len(words))
+            words[cut:cut] = span
+        answers.append(" ".join(words))
+    shipped, whole = _sorted_and_whole(prompts, answers, monkeypatch)
+    assert shipped == whole
+    assert sum(e is not None and e["by"] == "prompt_span" for e in shipped) > 200
+
+
+def test_a_prompt_set_whose_words_cover_the_answers_hashes_them_whole() -> None:
+    """Sorting an answer's words into runs pays only when many are not the prompts' words: the
+    check stops sorting while the prompts' words cover most answers, sorts one answer in
+    SAMPLE_EVERY to see when they stop, and starts again then."""
+    from soakgate.checks.crosstalk import SAMPLE_EVERY
+
+    prompts = [
+        Prompt(f"p{n}", f"alpha beta gamma delta {n} epsilon zeta eta theta") for n in range(9)
+    ]
+    check = Crosstalk(CrosstalkSettings(), "run1")
+    for seq, prompt in enumerate(prompts):
+        check.sent(seq, prompt)
+    covered = "alpha beta gamma delta epsilon zeta eta theta " * 3
+    for n in range(100):
+        check.answered(_answer(100 + n, prompts[0], covered))
+    assert not check._filtering
+    for n in range(40 * SAMPLE_EVERY):
+        check.answered(_answer(1000 + n, prompts[0], "other words here, none of a prompt " * 3))
+    assert check._filtering
