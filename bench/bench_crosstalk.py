@@ -27,6 +27,7 @@ every request compared (`--reference-fraction 1`, concurrency 8).
 Every share with its Clopper-Pearson 95% interval. Run:
 
     python bench/bench_crosstalk.py [--requests 2500] [--out DIR]
+    python bench/bench_crosstalk.py --cost   # the check's CPU per answer, in process
     python bench/bench_crosstalk.py --skip-real --mock-requests 0 --real-leaks 120 \
         --leak-case "context, greedy differential"   # one real-leak case alone
 """
@@ -253,12 +254,68 @@ def real_leaks(folder: Path, requests: int, max_tokens: int, cases: list[str]) -
         )
 
 
+def cost(passes: int = 7, answers: int = 2000) -> None:
+    """The check's CPU per answer in process (`Crosstalk.answered` on the mock's 64-token
+    answers, 1,024 requests in the window), as shipped and with every span of every answer
+    hashed (the filter of e96c48b alone: words are split the same way), best of `passes`
+    passes, interleaved."""
+    import time
+
+    import soakgate.checks.crosstalk as crosstalk
+    from soakgate.mockserver.text import clean_tokens
+    from soakgate.prompts import Prompt
+    from soakgate.prompts.builtin import builtin_prompts
+    from soakgate.records import Generation
+
+    texts = [clean_tokens(1000 + n, 64)[1] for n in range(answers)]
+    chunks = []
+    for doc in _docstrings():
+        words = doc.split()
+        chunks += [" ".join(words[i : i + 40]) for i in range(0, len(words) - 39, 40)]
+    sets = {
+        "built-in prompts": builtin_prompts(),
+        "stdlib docstrings (400 prompts)": [Prompt(f"d{n}", c) for n, c in enumerate(chunks[:400])],
+        "the answers' own corpus (1,024 prompts)": [
+            Prompt(f"c{n}", clean_tokens(90000 + n, 200)[1]) for n in range(1024)
+        ],
+    }
+    shipped = crosstalk.known_runs
+
+    def row_of(n: int, text: str, prompts: list[Prompt]) -> Generation:
+        prompt = prompts[n % len(prompts)].prompt_id
+        return Generation("run1", f"run1-{n}", "t", "l", 2000 + n, prompt, "completions", False,
+                          0.0, 1.0, text=text)  # fmt: skip
+
+    def whole(words: list[str], _known: object, _width: int) -> list[tuple[int, int]]:
+        return [(0, len(words))]
+
+    print(f"cost in process: us per answer, best of {passes} passes over {answers} answers")
+    for name, prompts in sets.items():
+        best = {"shipped": float("inf"), "every span": float("inf")}
+        for _ in range(passes):
+            for way, runs in (("shipped", shipped), ("every span", whole)):
+                crosstalk.known_runs = runs  # type: ignore[assignment]
+                check = crosstalk.Crosstalk(crosstalk.CrosstalkSettings(), "run1")
+                for seq in range(1024):
+                    check.sent(seq, prompts[seq % len(prompts)])
+                rows = [row_of(n, text, prompts) for n, text in enumerate(texts)]
+                start = time.perf_counter()
+                for row in rows:
+                    check.answered(row)
+                best[way] = min(best[way], (time.perf_counter() - start) / answers * 1e6)
+        crosstalk.known_runs = shipped
+        ratio = best["shipped"] / best["every span"]
+        print(f"  {name:42s} shipped {best['shipped']:5.1f}   every span hashed "
+              f"{best['every span']:5.1f}   ratio {ratio:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2500, help="per prompt set (default 2500)")
     parser.add_argument("--mock-requests", type=int, default=2000, help="0: no mock part")
     parser.add_argument("--out", type=Path, default=None, help="keep the databases here")
     parser.add_argument("--skip-real", action="store_true", help="the mock part only")
+    parser.add_argument("--cost", action="store_true", help="only the check's CPU per answer")
     parser.add_argument(
         "--real-leaks",
         type=int,
@@ -271,6 +328,9 @@ def main() -> None:
         "--leak-case", action="append", choices=list(LEAK_CASES), help="only these (repeatable)"
     )
     args = parser.parse_args()
+    if args.cost:
+        cost()
+        return
     folder = args.out or Path(tempfile.mkdtemp(prefix="soakgate-crosstalk-"))
     folder.mkdir(parents=True, exist_ok=True)
     sets = prompt_sets(folder)

@@ -314,3 +314,9 @@ def test_bench_crosstalk_prints_found_leaks_per_prompt_set() -> None:
     for name in ("builtin", "system", "synthetic", "memorized"):
         assert f"  {name}" in out
     assert out.count("found with the right source") == 8 and "flagged clean rows" in out
+
+
+def test_bench_crosstalk_prints_the_checks_cost_per_answer_both_ways() -> None:
+    out = run_bench("bench_crosstalk.py", "--cost", timeout_s=600)
+    lines = [line for line in out.splitlines() if "every span hashed" in line]
+    assert len(lines) == 3 and all(" ratio " in line for line in lines), out
