@@ -21,8 +21,8 @@ requests leak while two or more are in flight (30% of them): `context` answers a
 another waiting request's prompt (a cache slot handed to the wrong request: the answer goes on
 with another user's text), `output` puts the last answer served in the second half of its own
 (an output buffer not cleared). Soaked with `--canaries --crosstalk-answers`, not streamed; and
-the `context` leak again with a second, clean server as the greedy differential's reference,
-every request compared (`--reference-fraction 1`, concurrency 8).
+both leaks again with a second, clean server as the greedy differential's reference, every
+request compared (`--reference-fraction 1`, concurrency 8).
 
 Every share with its Clopper-Pearson 95% interval. Run:
 
@@ -208,6 +208,7 @@ LEAK_CASES = {
     "context": ("context", ["--concurrency", "4", "--canaries", "--crosstalk-answers"], False),
     "output": ("output", ["--concurrency", "4", "--canaries", "--crosstalk-answers"], False),
     "context, greedy differential": ("context", ["--concurrency", "8"], True),
+    "output, greedy differential": ("output", ["--concurrency", "8"], True),
 }
 
 

@@ -6,6 +6,7 @@ streamed and not, completions and chat."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
@@ -256,7 +257,9 @@ def test_a_resumed_run_keeps_the_canaries_it_started_with(tmp_path: Path) -> Non
 def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_crosstalk() -> None:
     """The greedy differential keeps the reference's answers; a divergent answer that follows
     another prompt's for 16 tokens or more, and further than its own, is marked with that
-    request, and the crosstalk check flags the row by it."""
+    request, and the crosstalk check flags the row by it; so is one that, from where it left its
+    own answer, goes on with a run of 16 or more of another answer's tokens its own does not
+    hold."""
     from soakgate.probes.differential import Compared, Differential
     from soakgate.targets import Outcome
 
@@ -276,6 +279,25 @@ def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_c
     assert compared.cross_check("gpu0", "a", outcome(other[:10]), own=0) is None  # short
     assert compared.cross_check("gpu1", "a", leaked, own=0) is None  # another target's
     assert compared.cross_check("gpu0", "a", leaked, own=31) is None  # its own goes on
+    # from where it left its own answer, a run of another answer (from anywhere in it)
+    mine = outcome(list(range(500, 540)))
+    crossed = outcome([*mine.token_ids[:12], *other[5:27], 7])  # type: ignore[index]
+    assert compared.cross_check("gpu0", "a", crossed, own=12, mine=mine) == {
+        "source": "run1-7", "shared": 22, "unit": "tokens", "source_prompt": "b", "at": 12}  # fmt: skip
+    short = outcome([*mine.token_ids[:12], *other[5:20], 7])  # type: ignore[index]
+    assert compared.cross_check("gpu0", "a", short, own=12, mine=mine) is None  # 15 tokens
+    explained = outcome([*other[5:27], 8])  # its own answer holds that run too
+    assert compared.cross_check("gpu0", "a", crossed, own=12, mine=explained) is None
+    wrong = outcome([*mine.token_ids[:12], 999, *mine.token_ids[13:]])  # type: ignore[index]
+    assert compared.cross_check("gpu0", "a", wrong, own=12, mine=mine) is None  # a wrong token
+    # text only (no ids): 64 characters, or the whole answer where its usage counts 16 tokens
+    texts = Compared(Differential(None), session=None)  # type: ignore[arg-type]
+    hexes = Outcome(started_at=0.0, text="+ commit 4e2a1c3d8d1a6a1a6d7e0a7f", completion_tokens=20)
+    texts.answers[("gpu0", "b")] = ("run1-7", hexes)
+    found = texts.cross_check("gpu0", "a", dataclasses.replace(hexes), own=0)
+    assert found == {"source": "run1-7", "shared": 33, "unit": "characters", "source_prompt": "b"}
+    hexes.completion_tokens = 15
+    assert texts.cross_check("gpu0", "a", dataclasses.replace(hexes), own=0) is None
     row = _answer(9, Prompt("a", "prompt A"), "text")
     row.details["differential"] = {"greedy": True, "compared": True,
                                    "matches_other_prompt": {"source": "run1-7", "shared": 30,

@@ -4,7 +4,10 @@ still waiting, as a cache slot handed to the wrong request does) leaves no canar
 text to find; where the greedy differential runs, the divergent answer is the reference's
 greedy answer to the other prompt. The source is usually still in flight when the leaked answer
 comes, its own comparison not made, so the check asks the reference about the requests sent by
-then. Every leaked request the differential compared is flagged with its source."""
+then. A leak of another answer's tokens into the second half of this one (`--crosstalk-mode
+output`, an output buffer not cleared) is, from where the answer leaves its own, a run of the
+other prompt's greedy answer. Every leaked request the differential compared whose answer the
+leak changed is flagged with its source."""
 
 from __future__ import annotations
 
@@ -34,18 +37,24 @@ def serve() -> Iterator[Callable[..., str]]:
                                                          "128", *args))  # fmt: skip
 
 
-def test_a_real_context_leak_is_found_with_its_source_by_the_greedy_differential(
-    serve: Callable[..., str], tmp_path: Path
+@pytest.mark.parametrize(
+    ("mode", "requests", "tokens"),
+    # `output` puts the last answer served in the second half of its own: 48 tokens leave a run
+    # of about 24, over the 16 tokens (64 characters) the cross-check asks for
+    [("context", "40", "24"), ("output", "30", "48")],
+)
+def test_a_real_leak_is_found_with_its_source_by_the_greedy_differential(
+    serve: Callable[..., str], tmp_path: Path, mode: str, requests: str, tokens: str
 ) -> None:
     truth = tmp_path / "truth.jsonl"
     candidate = serve("--seed", "3", "--crosstalk-at-in-flight", "2",
-                      "--crosstalk-rate", "0.5", "--crosstalk-mode", "context",
+                      "--crosstalk-rate", "0.5", "--crosstalk-mode", mode,
                       "--ground-truth", str(truth))  # fmt: skip
     reference = serve()
     db = tmp_path / "x.sqlite"
     result = soakgate(
         "run", "--target", candidate, "--reference", reference, "--reference-fraction", "1",
-        "--requests", "40", "--concurrency", "8", "--no-stream", "--max-tokens", "24",
+        "--requests", requests, "--concurrency", "8", "--no-stream", "--max-tokens", tokens,
         "--db", str(db), "--quiet", "--no-watch-metrics", cwd=tmp_path, timeout=1500,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -314,8 +314,11 @@ def _reference_match(generation: Generation) -> dict[str, Any] | None:
     match = marks.get("matches_other_prompt") if isinstance(marks, dict) else None
     if not isinstance(match, dict):
         return None
-    return {"by": "reference", "source": match.get("source"), "shared": match.get("shared"),
-            "unit": match.get("unit")}  # fmt: skip
+    evidence = {"by": "reference", "source": match.get("source"), "shared": match.get("shared"),
+                "unit": match.get("unit")}  # fmt: skip
+    if "at" in match:  # where in this answer the other's run starts
+        evidence["at"] = match["at"]
+    return evidence
 
 
 def open_crosstalk(settings: CrosstalkSettings, run: Run, resumed: bool) -> Crosstalk:

@@ -58,9 +58,10 @@ async def compare_with_reference(
 
 
 CROSS_MATCH = 16
-"""Leading tokens (characters where there are no ids: four times as many) a divergent answer
-must share with the reference's answer to another prompt, and more than with its own, to be
-taken for that prompt's answer (`Compared.cross_check`)."""
+"""Leading tokens (characters where there are no ids: four times as many, or the whole answer
+when it is identical and its usage counts this many tokens) a divergent answer must share with
+the reference's answer to another prompt, and more than with its own, to be taken for that
+prompt's answer (`Compared.cross_check`)."""
 KEPT_ANSWERS = 512
 """Reference answers kept for the cross-check (the latest, one per prompt text)."""
 RECENT = 32
@@ -69,6 +70,36 @@ come from."""
 LOOKUPS = 8
 """At most this many of them a divergent answer asks the reference about (their prompts'
 answers not kept yet), latest first."""
+
+
+def _units(outcome: Outcome, unit: str) -> str:
+    """An answer as one string of its units (a token id a character) for substring search."""
+    if unit != "tokens":
+        return outcome.text
+    try:
+        return "".join(map(chr, outcome.token_ids or ()))
+    except (ValueError, OverflowError):  # an id no code point holds: no run is looked for
+        return ""
+
+
+def run_from(
+    outcome: Outcome, other: Outcome, start: int, needed: int, unit: str, mine: Outcome | None
+) -> int:
+    """How long a run of `outcome` from `start` on is found in `other` (0 when shorter than
+    `needed`, or held by `mine` too: its own prompt's answer explains it)."""
+    if start < 0:
+        return 0
+    seq, theirs = _units(outcome, unit), _units(other, unit)
+    needle = seq[start : start + needed]
+    where = theirs.find(needle) if len(needle) == needed else -1
+    if where < 0 or (mine is not None and needle in _units(mine, unit)):
+        return 0
+    length = needed
+    while start + length < len(seq) and where + length < len(theirs):
+        if seq[start + length] != theirs[where + length]:
+            break
+        length += 1
+    return length
 
 
 def is_sampled(seq: int, fraction: float, seed: int = 0) -> bool:
@@ -209,13 +240,13 @@ class Compared:
         if answer.error_class is None:
             self._keep(target, prompt.prompt_id, request_id, answer)
         if divergence is not None and divergence >= 0:
-            match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
+            match = self.cross_check(target, prompt.prompt_id, outcome, divergence, answer)
             if match is None:
                 kept, failed = await self._ask_sources(target, prompt, spec, request_id, sent)
                 if failed:  # a leak from those prompts could not be seen
                     marks["source_lookups_failed"] = failed
                 if kept:
-                    match = self.cross_check(target, prompt.prompt_id, outcome, divergence)
+                    match = self.cross_check(target, prompt.prompt_id, outcome, divergence, answer)
             if match is not None:
                 # the source: the latest request of that prompt sent by the time this answer
                 # came (one in flight with it), rather than the one whose answer was kept
@@ -278,25 +309,38 @@ class Compared:
         return await asyncio.shield(pending)
 
     def cross_check(
-        self, target: str, prompt_id: str, outcome: Outcome, own: int
+        self, target: str, prompt_id: str, outcome: Outcome, own: int, mine: Outcome | None = None
     ) -> dict[str, object] | None:
         """The kept reference answer to another prompt that this divergent answer follows
-        furthest, when it shares at least CROSS_MATCH leading tokens with it and more than with
-        its own (a greedy answer to another user's prompt: crosstalk)."""
-        best: tuple[int, str, str, str] | None = None
+        furthest, one of two ways, each for at least CROSS_MATCH tokens: from its first token
+        and further than it follows its own (a greedy answer to another user's prompt: a
+        request served from another's context), or from where it left its own answer (`own`),
+        as a run found anywhere in the other answer that its own reference answer (`mine`)
+        does not hold (another request's tokens delivered into this one: an output buffer or
+        a stream crossed; `at` names where it starts)."""
+        best: tuple[int, str, str, str, int] | None = None
         for (kept_target, kept_prompt), (source, answer) in list(self.answers.items()):
             if kept_target != target or kept_prompt == prompt_id:
                 continue
             shared = outcome_divergence(outcome, answer)
             unit = divergence_unit(outcome, answer)
-            if shared < 0:  # identical
-                shared = len(answer.token_ids or []) if unit == "tokens" else len(answer.text)
             needed = CROSS_MATCH if unit == "tokens" else 4 * CROSS_MATCH
-            if shared >= needed and shared > own and (best is None or shared > best[0]):
-                best = (shared, source, unit, kept_prompt)
+            if shared < 0:  # identical: as long as the whole answer, in tokens by its usage
+                shared = len(answer.token_ids or []) if unit == "tokens" else len(answer.text)
+                if unit != "tokens" and (answer.completion_tokens or 0) >= CROSS_MATCH:
+                    needed = min(needed, shared)
+            at = 0
+            if shared < needed or shared <= own:
+                shared, at = run_from(outcome, answer, own, needed, unit, mine), own
+            if shared >= needed and (best is None or shared > best[0]):
+                best = (shared, source, unit, kept_prompt, at)
         if best is None:
             return None
-        return {"source": best[1], "shared": best[0], "unit": best[2], "source_prompt": best[3]}
+        match: dict[str, object] = {"source": best[1], "shared": best[0], "unit": best[2],
+                                    "source_prompt": best[3]}  # fmt: skip
+        if best[4]:
+            match["at"] = best[4]
+        return match
 
     async def close(self) -> None:
         for pending in list(self.asking.values()):
