@@ -212,46 +212,71 @@ LEAK_CASES = {
 }
 
 
-def real_leaks(folder: Path, requests: int, max_tokens: int, cases: list[str]) -> None:
+def _leak_run(
+    folder: Path, name: str, seed: int, requests: int, max_tokens: int
+) -> tuple[Counter[str], int, int, int, int]:
+    """One soak of one leak case: leaks found with the right source (by test), leaks, leaks
+    whose answer the leak changed (not the reference's answer to its own prompt anyway, where
+    compared), clean rows flagged, clean rows."""
+    mode, extra, with_reference = LEAK_CASES[name]
+    slug = f"{name.replace(' ', '').replace(',', '-')}-{seed}"
+    truth, db = folder / f"hf-{slug}.jsonl", folder / f"hf-{slug}.sqlite"
+    servers = []
+    try:
+        server, url = _hfserve("--seed", str(seed), "--crosstalk-at-in-flight", "2",
+                               "--crosstalk-rate", "0.3", "--crosstalk-mode", mode,
+                               "--ground-truth", str(truth))  # fmt: skip
+        servers.append(server)
+        if with_reference:
+            reference, reference_url = _hfserve()
+            servers.append(reference)
+            extra = [*extra, "--reference", reference_url, "--reference-fraction", "1"]
+        soak(url, db, requests, ["--no-stream", "--max-tokens", str(max_tokens), *extra])
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(30)
+    leaked = {}
+    for line in truth.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("crosstalk"):
+            leaked[record["request_id"]] = record["crosstalk"]
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "SELECT request_id, checks, details, reference_divergence FROM generations "
+            "WHERE error_class IS NULL"
+        ).fetchall()
+    by: Counter[str] = Counter()
+    for rid, checks, details, _ in rows:
+        evidence = json.loads(details).get("crosstalk") if checks else None
+        if evidence and leaked.get(rid) == evidence["source"]:
+            by[evidence["by"]] += 1
+    wrong = sum(1 for rid, checks, _, _ in rows if checks and rid not in leaked)
+    injected = sum(1 for rid, _, _, _ in rows if rid in leaked)
+    changed = sum(1 for rid, _, _, div in rows if rid in leaked and div != -1)
+    return by, injected, changed, wrong, len(rows) - injected
+
+
+def real_leaks(
+    folder: Path, requests: int, max_tokens: int, cases: list[str], seeds: int = 1
+) -> None:
     print(f"real leaks: the tiny model in tests/hfserve.py, {requests} requests, "
-          f"{max_tokens} tokens, not streamed")  # fmt: skip
+          f"{max_tokens} tokens, not streamed, {seeds} server seed(s)")  # fmt: skip
     for name in cases:
-        mode, extra, with_reference = LEAK_CASES[name]
-        slug = name.replace(" ", "").replace(",", "-")
-        truth, db = folder / f"hf-{slug}.jsonl", folder / f"hf-{slug}.sqlite"
-        servers = []
-        try:
-            server, url = _hfserve("--seed", "3", "--crosstalk-at-in-flight", "2",
-                                   "--crosstalk-rate", "0.3", "--crosstalk-mode", mode,
-                                   "--ground-truth", str(truth))  # fmt: skip
-            servers.append(server)
-            if with_reference:
-                reference, reference_url = _hfserve()
-                servers.append(reference)
-                extra = [*extra, "--reference", reference_url, "--reference-fraction", "1"]
-            soak(url, db, requests, ["--no-stream", "--max-tokens", str(max_tokens), *extra])
-        finally:
-            for server in servers:
-                server.terminate()
-                server.wait(30)
-        leaked = {}
-        for line in truth.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("crosstalk"):
-                leaked[record["request_id"]] = record["crosstalk"]
-        with sqlite3.connect(db) as connection:
-            rows = connection.execute("SELECT request_id, checks, details FROM generations "
-                                      "WHERE error_class IS NULL").fetchall()  # fmt: skip
         by: Counter[str] = Counter()
-        for rid, checks, details in rows:
-            evidence = json.loads(details).get("crosstalk") if checks else None
-            if evidence and leaked.get(rid) == evidence["source"]:
-                by[evidence["by"]] += 1
-        wrong = sum(1 for rid, checks, _ in rows if checks and rid not in leaked)
-        injected = sum(1 for rid, _, _ in rows if rid in leaked)
+        injected = changed = wrong = clean = 0
+        for seed in range(3, 3 + seeds):
+            found, leaks, moved, flagged_clean, rows = _leak_run(
+                folder, name, seed, requests, max_tokens
+            )
+            by += found
+            injected, changed = injected + leaks, changed + moved
+            wrong, clean = wrong + flagged_clean, clean + rows
+        found_all = sum(by.values())
         print(
-            f"  {name:30s} found with the right source {share(sum(by.values()), injected)} "
-            f"{dict(by)}; flagged clean rows {share(wrong, len(rows) - injected)}"
+            f"  {name:30s} found with the right source {share(found_all, injected)} "
+            f"{dict(by)}; of those the leak changed {share(found_all, changed)}; "
+            f"flagged clean rows {share(wrong, clean)}"
         )
 
 
@@ -325,6 +350,7 @@ def main() -> None:
         help="also N requests per leak mode to tests/hfserve.py (e.g. 120)",
     )
     parser.add_argument("--real-leak-tokens", type=int, default=48)
+    parser.add_argument("--leak-seeds", type=int, default=1, help="soaks per case, one seed each")
     parser.add_argument(
         "--leak-case", action="append", choices=list(LEAK_CASES), help="only these (repeatable)"
     )
