@@ -366,9 +366,8 @@ def main() -> None:
     if args.mock_requests:
         found(folder, args.mock_requests, sets)
     if args.real_leaks:
-        real_leaks(
-            folder, args.real_leaks, args.real_leak_tokens, args.leak_case or list(LEAK_CASES)
-        )
+        cases = args.leak_case or list(LEAK_CASES)
+        real_leaks(folder, args.real_leaks, args.real_leak_tokens, cases, args.leak_seeds)
 
 
 if __name__ == "__main__":
