@@ -47,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from benchlib import share  # noqa: E402
+from benchlib import share, soak_run  # noqa: E402
 
 from soakgate.mockserver.process import MockProcess  # noqa: E402
 from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
@@ -119,12 +119,7 @@ def prompt_sets(folder: Path) -> dict[str, list[str]]:
 
 
 def soak(url: str, db: Path, requests: int, extra: list[str]) -> None:
-    command = [sys.executable, "-m", "soakgate", "run", "--target", url, "--requests",
-               str(requests), "--concurrency", "8", "--max-tokens", "64", "--temperature", "0.8",
-               "--db", str(db), "--quiet", "--no-watch-metrics", *extra]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"soak failed ({done.returncode}): {done.stderr[-2000:]}")
+    soak_run(url, db, requests, "--max-tokens", "64", "--temperature", "0.8", *extra)
 
 
 def flagged(db: Path) -> tuple[int, Counter[str], list[str]]:

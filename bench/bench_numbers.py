@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from benchlib import share  # noqa: E402
+from benchlib import share, soak_run  # noqa: E402
 
 from soakgate.mockserver.process import MockProcess  # noqa: E402
 from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
@@ -54,13 +54,8 @@ KINDS = {"nan": "not_finite", "infinite": "not_finite", "positive": "positive",
 
 
 def soak(url: str, db: Path, requests: int, extra: list[str]) -> None:
-    command = [sys.executable, "-m", "soakgate", "run", "--target", url, "--requests",
-               str(requests), "--concurrency", "8", "--max-tokens", "64", "--logprobs",
-               "--prompt-order", "random", "--prompt-seed", "2912", "--db", str(db), "--quiet",
-               "--no-watch-metrics", *extra]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"soak failed ({done.returncode}): {done.stderr[-2000:]}")
+    soak_run(url, db, requests, "--max-tokens", "64", "--logprobs", "--prompt-order", "random",
+             "--prompt-seed", "2912", *extra)  # fmt: skip
 
 
 def rows(db: Path) -> dict[str, tuple[str, dict[str, Any]]]:

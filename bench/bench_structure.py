@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
-from benchlib import share  # noqa: E402
+from benchlib import share, soak_run  # noqa: E402
 
 from soakgate.servers.llamacpp import LlamaCppProcess  # noqa: E402
 
@@ -89,14 +89,7 @@ def one_property_prompts(path: Path, free: int = 0) -> Path:
 
 
 def soak(url: str, db: Path, requests: int, extra: list[str]) -> float:
-    command = [sys.executable, "-m", "soakgate", "run", "--target", url, "--requests",
-               str(requests), "--concurrency", "8", "--temperature", "0.8",
-               "--db", str(db), "--quiet", "--no-watch-metrics", *extra]  # fmt: skip
-    began = time.monotonic()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"soak failed ({done.returncode}): {done.stderr[-2000:]}")
-    return time.monotonic() - began
+    return soak_run(url, db, requests, "--temperature", "0.8", *extra)
 
 
 def rows(db: Path) -> list[tuple[str, str, str, dict[str, Any]]]:

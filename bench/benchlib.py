@@ -134,6 +134,20 @@ def soak_command(
     ]  # fmt: skip
 
 
+def soak_run(url: str, db: Path, requests: int, *args: str) -> float:
+    """`soakgate run --target url --requests N --concurrency 8 --db db --quiet
+    --no-watch-metrics *args`, as the check benches soak; exits the bench with the soak's
+    stderr when it fails. Seconds it took."""
+    command = [sys.executable, "-m", "soakgate", "run", "--target", url, "--requests",
+               str(requests), "--concurrency", "8", "--db", str(db), "--quiet",
+               "--no-watch-metrics", *args]  # fmt: skip
+    began = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"soak failed ({done.returncode}): {done.stderr[-2000:]}")
+    return time.monotonic() - began
+
+
 def stop_group(
     proc: subprocess.Popen[bytes], waits: tuple[float, float, float] = (10, 5, 5)
 ) -> None:
