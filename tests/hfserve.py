@@ -25,7 +25,9 @@ shared between requests does: `--crosstalk-mode context` answers it from the pro
 latest other request waiting (a prefix-cache or KV slot handed to the wrong request: the answer
 continues another user's text), `output` puts the last answer served (another request's, in
 flight with it) in the second half of its own (an output buffer not cleared between slots).
-The leak's source is logged as `crosstalk` in the ground truth.
+The leak's source is logged as `crosstalk` in the ground truth, and once its answer is made a
+second record of the request gives where the leaked text starts (`leak_at`) and its length
+(`leaked_chars`), in characters of the answer.
 """
 
 from __future__ import annotations
@@ -147,19 +149,21 @@ class ModelServer(MockServer):
 
     def _leaky(
         self, sampling: Sampling, leak: tuple[str, str, list[int]] | None
-    ) -> tuple[list[int], int, str]:
-        """`_complete`, through the leak when there is one."""
+    ) -> tuple[list[int], int, str, int]:
+        """`_complete`, through the leak when there is one; the last item counts the leading ids
+        that are this request's own (the leak starts there)."""
         import dataclasses
 
         if leak is None:
-            return self._complete(sampling)
+            ids, prompt_tokens, finish = self._complete(sampling)
+            return ids, prompt_tokens, finish, len(ids)
         _, prompt, answer = leak
         if self.leak[2] == "context":  # another user's text continued
             ids, _, finish = self._complete(dataclasses.replace(sampling, prompt=prompt))
-            return ids, len(self.tokenizer(sampling.prompt).input_ids), finish
+            return ids, len(self.tokenizer(sampling.prompt).input_ids), finish, 0
         ids, prompt_tokens, finish = self._complete(sampling)
         half = len(ids) // 2
-        return (ids[:half] + answer)[: sampling.max_tokens], prompt_tokens, finish
+        return (ids[:half] + answer)[: sampling.max_tokens], prompt_tokens, finish, half
 
     async def _generate(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         try:
@@ -184,8 +188,14 @@ class ModelServer(MockServer):
                 leak = self._leak_source(request_id, sampling.prompt)
                 self.truth.write({"request_id": request_id, "corrupt": self.corrupted,
                                   "crash": False, "crosstalk": leak[0] if leak else None})  # fmt: skip
-                ids, prompt_tokens, finish = await asyncio.to_thread(self._leaky, sampling, leak)
+                ids, prompt_tokens, finish, own = await asyncio.to_thread(
+                    self._leaky, sampling, leak
+                )
                 self.last = (request_id, sampling.prompt, ids)
+                if leak:  # where the leaked text starts in the answer, and how much of it there is
+                    at = len(self.tokenizer.decode(ids[:own]))
+                    self.truth.write({"request_id": request_id, "leak_at": at,
+                                      "leaked_chars": len(self.tokenizer.decode(ids)) - at})  # fmt: skip
         finally:
             self.waiting.pop(request_id, None)
             self.metrics.in_flight -= 1

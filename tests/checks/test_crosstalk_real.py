@@ -7,7 +7,8 @@ comes, its own comparison not made, so the check asks the reference about the re
 then. A leak of another answer's tokens into the second half of this one (`--crosstalk-mode
 output`, an output buffer not cleared) is, from where the answer leaves its own, a run of the
 other prompt's greedy answer. Every leaked request the differential compared whose answer the
-leak changed is flagged with its source."""
+leak changed, leaving as much of the other answer as the cross-check asks for, is flagged with
+its source."""
 
 from __future__ import annotations
 
@@ -60,14 +61,25 @@ def test_a_real_leak_is_found_with_its_source_by_the_greedy_differential(
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in truth.read_text().splitlines()]
     leaked = {r["request_id"]: r["crosstalk"] for r in records if r.get("crosstalk")}
+    spans = {r["request_id"]: (r["leak_at"], r["leaked_chars"]) for r in records if "leak_at" in r}
     store = open_store(db)
     try:
         rows = {g.request_id: g for g in store.generations()}
     finally:
         store.close()
     compared = {rid for rid, g in rows.items() if g.details.get("differential", {}).get("compared")}
-    # a leak whose answer is its own prompt's greedy answer anyway corrupted nothing
-    mine = {rid for rid in set(leaked) & compared if rows[rid].reference_divergence != -1}
+
+    def claimable(rid: str) -> bool:
+        """The leak changed the answer, and left the 64 characters (16 tokens) the cross-check
+        asks for from where the answer leaves its own (a whole leaked answer: 16 tokens)."""
+        divergence, (at, length) = rows[rid].reference_divergence, spans[rid]
+        if divergence is None or divergence < 0:  # its own prompt's answer anyway: no harm
+            return False
+        if at == 0 and rows[rid].completion_tokens and rows[rid].completion_tokens >= 16:
+            return True
+        return at + length - max(divergence, at) >= 64
+
+    mine = {rid for rid in set(leaked) & compared if claimable(rid)}
     assert len(mine) >= 3, (leaked, len(compared))
     for rid in mine:
         evidence = rows[rid].details.get("crosstalk")
