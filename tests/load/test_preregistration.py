@@ -138,8 +138,53 @@ def test_resume_reads_each_arms_flags_from_columns(
         monkeypatch.setattr(type(store), "generations", lambda *a, **k: iter(()))
     monitor = SequentialMonitor(read_plan(plan_path), asyncio.Event(), lambda e: None, "r")
     monitor.resume(store)
+    # in stored order (here the reverse of seq order); the in-memory store keeps no stored order
+    # (its rows come back in seq order, as its row ids count them)
+    stored = rows[::-1] if kind == "sqlite" else rows
     for arm in ("eager", "compiled"):
-        expected = [g.collapsed for g in sorted(rows, key=lambda g: g.seq)
-                    if g.label == arm and g.ok]  # fmt: skip
+        expected = [g.collapsed for g in stored if g.label == arm and g.ok]
         assert list(monitor.flags[arm]) == expected and sum(expected) > 0
+        assert expected != expected[::-1]  # the order is what is checked
     assert monitor.fractions == [0.25]
+
+
+def test_compare_plan_replays_the_looks_in_the_order_the_answers_arrived(tmp_path: Path) -> None:
+    """Under concurrency answers arrive out of seq order. The soak's monitor judges them as they
+    arrive; `compare --plan` must replay that order, not seq order, or one look of one set of
+    rows gets two verdicts (a CI run saw the dependence check read p=0.02 during the soak and
+    p=0.04 on replay: `plan deviation: look 1 recorded differ ...`). Here compiled's failures
+    arrive evenly spread, while in seq order they are the first requests sent: clustered."""
+    import asyncio
+    import time
+
+    from soakgate.load.preregistration import SequentialMonitor, register_plan
+    from soakgate.records import Generation, Run
+    from soakgate.stats.plan import read_plan
+
+    plan_path, _ = sequential_plan(tmp_path)
+    store = open_store(tmp_path / "r.sqlite")
+    run = Run("r", "eager vs compiled", ["gpu0", "gpu1"], time.time())
+    register_plan(store, plan_path, run, ["eager", "compiled"])
+    store.save_run(run)
+    monitor = SequentialMonitor(read_plan(plan_path), asyncio.Event(),
+                                lambda event: store.add([], [event]), "r")  # fmt: skip
+    per_arm = 215
+    fails = [i % 5 == 0 for i in range(per_arm)]  # compiled's i-th answer to arrive
+    rank = {i: r for r, i in enumerate(sorted(range(per_arm), key=lambda i: (not fails[i], i)))}
+    began = time.time() + 1
+    for i in range(per_arm):
+        for arm, seq, failed in (("eager", 2 * i, False), ("compiled", 2 * rank[i] + 1, fails[i])):
+            row = Generation("r", f"r-{seq}", f"gpu{seq % 2}", arm, seq, "p", "completions",
+                             True, began + i * 0.01, began + i * 0.01 + 0.005,
+                             flags=["char_run"] if failed else [])  # fmt: skip
+            store.add([row])
+            monitor.observe(row)
+    store.close()
+    assert monitor.decision is not None and monitor.decision.verdict == "differ"
+    compared = subprocess.run(
+        [sys.executable, "-m", "soakgate", "compare", str(tmp_path / "r.sqlite"), "eager",
+         "compiled", "--plan", str(plan_path)], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stderr
+    assert "plan verdict: DIFFER by batch_means: look 1 of 3" in compared.stdout, compared.stdout
+    assert "plan deviations: none" in compared.stdout, compared.stdout

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from soakgate.errors import PlanError, UsageError
 from soakgate.records import Event, Generation, Run
@@ -53,7 +54,8 @@ class SequentialMonitor:
     record: Callable[[Event], None]
     run_id: str
     flags: dict[str, bytearray] = field(default_factory=dict)
-    """Per arm, one byte per clean generation (1: collapsed), in time order."""
+    """Per arm, one byte per clean generation (1: collapsed), in the order they are stored (the
+    order answers arrive; `compare --plan` replays the looks in the same order)."""
     fractions: list[float] = field(default_factory=list)
     decision: Decision | None = None
 
@@ -70,17 +72,24 @@ class SequentialMonitor:
         for event in store.events(self.run_id):
             if event.kind == "look":
                 self.fractions.append(float(event.data["fraction"]))
+        Part = tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]  # row ids, flags
+        found: dict[str, list[Part]] = {arm: [] for arm in self.flags}
         reader = reader_for(store, self.run_id)
         try:
             for batch in reader.scan(self.run_id, reader.max_row_id(), greedy=False):
                 (labels, names), (errors, kinds) = batch.label, batch.error
                 clean = errors == kinds.index("") if "" in kinds else np.zeros(len(batch), bool)
                 for code, name in enumerate(names):
-                    if name in self.flags:
+                    if name in found:
                         mine = clean & (labels == code)
-                        self.flags[name] += batch.flagged[mine].astype(np.uint8).tobytes()
+                        found[name].append((batch.row_id[mine], batch.flagged[mine]))
         finally:
             reader.close()
+        for name, parts in found.items():  # in stored order, as `observe` saw them
+            if parts:
+                ids = np.concatenate([i for i, _ in parts])
+                flagged = np.concatenate([f for _, f in parts])[np.argsort(ids, kind="stable")]
+                self.flags[name] += flagged.astype(np.uint8).tobytes()
 
     def observe(self, generation: Generation) -> None:
         """Count one stored generation; judge a look when both arms reach its information level."""

@@ -226,17 +226,19 @@ def _sequential_decision(
     analysis: Analysis, plan: Plan, units: tuple[Unit, Unit], comparison: Comparison
 ) -> tuple[Decision, list[str]]:
     """A sequential plan's verdict on stored rows: its scheduled looks replayed over each arm's
-    answered generations in stored order, exactly as the soak's monitor judged them (one look of
-    one set of rows has one verdict), with the full comparison's deviations; and notes on rows
-    past the deciding look and on looks recorded during the soak that the replay contradicts."""
+    answered generations in stored order (the order answers arrived), exactly as the soak's
+    monitor judged them (one look of one set of rows has one verdict), with the full comparison's
+    deviations; and notes on rows past the deciding look and on looks recorded during the soak
+    that the replay contradicts."""
     from soakgate.stats.decision import apply_decision, plan_deviations, replay_looks
 
     rule = plan.sequential
     assert rule is not None
     a, b = units
-    if a.sequence is None or b.sequence is None:
+    seq_a, seq_b = a.stored_sequence, b.stored_sequence  # the order the monitor judged
+    if seq_a is None or seq_b is None:
         return apply_decision(plan, comparison), []
-    replay = replay_looks(plan, a.sequence, b.sequence)
+    replay = replay_looks(plan, seq_a, seq_b)
     if replay is None:
         full = apply_decision(plan, comparison)
         n_first = math.ceil(rule.n_max_per_arm / rule.looks - 1e-9)

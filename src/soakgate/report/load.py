@@ -1,8 +1,9 @@
 """Load: a store read into compact columns per (label, target, run), plus the few whole rows the
 report shows (exemplars). The first stage of the report: nothing here analyses or renders.
 
-A generation costs about 26 bytes here (start, end, clean, collapsed, tokens); texts and JSON
-are read only for the exemplars. Rows stored after the load began are not seen (the scan stops
+A generation costs about 26 bytes here (start, end, clean, collapsed, tokens; 4 more for its
+stored order when answers arrived out of seq order); texts and JSON are read only for the
+exemplars. Rows stored after the load began are not seen (the scan stops
 at the newest row id found at its start), so a database a soak is writing reads consistently.
 """
 
@@ -78,6 +79,10 @@ class SliceColumns:
     checks: dict[str, BoolArray] = field(default_factory=dict)
     """Integrity check (`records.CHECKS`) -> the rows that failed it (only checks some row of
     the slice failed)."""
+    stored_order: npt.NDArray[np.int32] | None = None
+    """The answered rows in the order they were stored (the order answers arrived, which a soak's
+    sequential monitor judged them in), as positions into `clean_sequence`; None when that is
+    seq order already (one request in flight)."""
 
     @property
     def requests(self) -> int:
@@ -193,7 +198,7 @@ class _Pieces:
             "server_error": ~ok & judged, "judged": judged,
             "crash_lost": ~ok & judged & self._lost(batch.incarnation[mask], batch.ended[mask]),
             "suspect": np.isin(row_ids, self.suspect_ids),
-            "repeat": repeat[repeat != NO_DIVERGENCE],
+            "repeat": repeat[repeat != NO_DIVERGENCE], "clean_ids": row_ids[ok],
             **{f"check:{name}": np.isin(row_ids, ids) & ok for name, ids in self.check_ids.items()},
         }  # fmt: skip
         for name, values in parts.items():
@@ -222,7 +227,15 @@ class _Pieces:
             joined["crash_lost"], joined["suspect"], joined["repeat"], self.characters,
             {name[6:]: flags for name, flags in joined.items()
              if name.startswith("check:") and flags.any()},
+            stored_order(joined["clean_ids"]),
         )  # fmt: skip
+
+
+def stored_order(row_ids: IntArray) -> npt.NDArray[np.int32] | None:
+    """Positions that put rows read in seq order into row-id (stored) order; None if they are."""
+    if len(row_ids) < 2 or bool(np.all(row_ids[1:] > row_ids[:-1])):
+        return None
+    return np.argsort(row_ids, kind="stable").astype(np.int32)
 
 
 def _run_order(runs: list[Run], run_ids: list[str]) -> list[str]:

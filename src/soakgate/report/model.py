@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from soakgate.report.probes import Probes
 
 BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 AGGREGATE = "(all targets)"  # target name shown for a label's aggregate row
 
@@ -96,6 +97,9 @@ class Unit:
     """Per-run replicates (per run and target for an aggregate)."""
     sequence: BoolArray | None = None
     """Time-ordered collapse indicator over answered generations (targets concatenated)."""
+    stored_order: IntArray | None = None
+    """Positions into `sequence` in the order its rows were stored (answers' arrival, in which a
+    soak's sequential monitor judged them); None when that is `sequence`'s own order."""
     times: FloatArray | None = None
     """When each of `sequence`'s generations ended (one run of one target only): a unit soaked
     side by side with another can be compared window by window (stats/paired.py)."""
@@ -108,6 +112,14 @@ class Unit:
     def n(self) -> int:
         """Clean (scored) generations: the rate's denominator."""
         return self.rate.n if self.rate else 0
+
+    @property
+    def stored_sequence(self) -> BoolArray | None:
+        """`sequence` in stored order: what a sequential plan's looks judged during the soak."""
+        if self.sequence is None or self.stored_order is None:
+            return self.sequence
+        ordered: BoolArray = self.sequence[self.stored_order]
+        return ordered
 
     @property
     def collapses(self) -> int:
@@ -238,8 +250,22 @@ def build_unit(
         clean_tokens=clean_tokens,
         slices=slices,
         sequence=np.concatenate([p.clean_sequence for p in columns]) if clean else None,
+        stored_order=_stored_order(columns) if clean else None,
         times=columns[0].ended[columns[0].ok] if clean and len(columns) == 1 else None,
     )
+
+
+def _stored_order(columns: Sequence[SliceColumns]) -> IntArray | None:
+    """`Unit.stored_order` from its slices' (each slice's rows after the slices before it)."""
+    if all(p.stored_order is None for p in columns):
+        return None
+    parts, offset = [], 0
+    for part in columns:
+        count = int(part.ok.sum())
+        order = np.arange(count) if part.stored_order is None else part.stored_order
+        parts.append(order.astype(np.int64) + offset)
+        offset += count
+    return np.concatenate(parts)
 
 
 def cluster(unit: Unit, options: ClusteringOptions) -> ClusteringResult | None:
