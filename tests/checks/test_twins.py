@@ -109,8 +109,12 @@ def test_a_stack_that_ignores_seeds_is_told_apart_at_rest(tmp_path: Path) -> Non
 
 def test_compare_judges_twin_mismatch_as_an_outcome_of_its_own(tmp_path: Path) -> None:
     db = tmp_path / "arms.sqlite"
+    # every seeded answer of `bad` drifts, so every pair of it differs: which requests are made
+    # twins (drawn from the run id) cannot change the verdict. At a share below 1 the one-run
+    # verdict is INDETERMINATE by design whenever the dependence check fires (at its sparse
+    # level 0.3 for up to 80 failures), which made this test fail now and then.
     with MockProcess(["--seed", "8"]) as good, MockProcess(
-        ["--seed", "9", "--seed-drift-rate", "0.25"]
+        ["--seed", "9", "--seed-drift-rate", "1"]
     ) as bad:  # fmt: skip
         for label, mock in (("good", good), ("bad", bad)):
             _soak(tmp_path, mock.url, db, "--label", label, "--twin-fraction", "0.4")

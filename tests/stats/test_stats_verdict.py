@@ -115,6 +115,27 @@ def test_a_run_that_cannot_resolve_its_dependence_is_indeterminate() -> None:
     assert first.effective_n < 13_000 / 1.5
 
 
+def test_a_run_failing_on_every_request_is_not_read_as_correlated() -> None:
+    """The check's residuals are each stretch's count less its share of the failures. From the
+    mean stretch instead, a run failing on every request had counts that followed the
+    stretches' lengths (70 requests in 40 stretches: 1, 2, 2, 1, ...), which read as
+    correlation: 100% vs 0% twin mismatch on 70 pairs was INDETERMINATE every time (a CI run saw
+    46% vs 0% INDETERMINATE too, at the sparse level). Independent requests at a high share fire
+    the check at most at its level."""
+    from soakgate.stats.dependence import long_range_check
+
+    for n in (70, 1_001, 13_000):
+        everything = compare_outcomes(np.zeros(n, bool), np.ones(n, bool))
+        assert everything.differ and everything.dependence is not None, n
+        assert not everything.dependence.correlated and everything.dependence.p_value == 1.0
+    rng = np.random.default_rng(1406)
+    for n, share in ((430, 0.5), (430, 0.95), (13_001, 0.01)):
+        fired = [long_range_check([rng.random(n) < share], seed=i) for i in range(300)]
+        level = max(check.level for check in fired)
+        rate = sum(check.correlated for check in fired) / 300
+        assert rate <= level + 3 * (level * (1 - level) / 300) ** 0.5, (n, share, rate, level)
+
+
 def test_entry_point_forms_and_fields() -> None:
     rng = np.random.default_rng(7)
     a = (rng.random(13_000) < RATE).astype(int)
