@@ -320,3 +320,12 @@ def test_bench_crosstalk_prints_the_checks_cost_per_answer_both_ways() -> None:
     out = run_bench("bench_crosstalk.py", "--cost", timeout_s=600)
     lines = [line for line in out.splitlines() if "every span hashed" in line]
     assert len(lines) == 3 and all(" ratio " in line for line in lines), out
+
+
+def test_bench_overwhelming_prints_the_gate_before_and_after_the_not_cleared_rule() -> None:
+    out = run_bench("bench_overwhelming.py", "--quick", "--jobs", "1", "--ratio", "3")
+    assert "differ (before)" in out and "not cleared" in out and "gate fails now" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith("13,000")]
+    assert {(row[2], row[3]) for row in rows} == {
+        (ratio, process) for ratio in ("1", "3") for process in ("independent", "reset-2000")
+    }

@@ -2,7 +2,9 @@
 line a pipeline's log should show.
 
 The gate fails when some outcome of the candidate is worse than the baseline's after the
-family-wise adjustment (Holm over outcomes and arms: `stats.outcomes.adjust_family`), and when
+family-wise adjustment (Holm over outcomes and arms: `stats.outcomes.adjust_family`), or is
+INDETERMINATE against B on overwhelming evidence (adjusted p <= alpha / 50: a release gate errs
+toward failing; `stats.outcomes.OVERWHELMING_FRACTION` says what that costs), and when
 the candidate's servers crashed while the baseline's never did (a crash is a finding on its own,
 whatever its p-value; `allow_crashes` opts out). A DIFFER between single instances fails it too,
 and says so; `configurations_only` opts out of those.
@@ -28,6 +30,7 @@ from soakgate.stats.outcomes import (
     INCONSISTENT,
     INVALID_STRUCTURE,
     OUTCOMES,
+    OVERWHELMING_FRACTION,
     SHIFTED,
     SUSPECT,
     TWIN_MISMATCH,
@@ -81,11 +84,12 @@ class Gate:
         return judged and a is not None and b is not None and b.crashes > 0 and a.crashes == 0
 
     def worse(self) -> list[OutcomeComparison]:
-        """The outcomes on which B is judged worse, within the scope the gate fails on."""
+        """The outcomes on which B is judged worse, or not cleared (INDETERMINATE on overwhelming
+        evidence against B: `OutcomeComparison.not_cleared`), within the scope the gate fails on."""
         return [
             o
             for o in self.outcomes
-            if o.worse
+            if o.not_cleared
             and (not self.options.configurations_only or o.verdict.scope == CONFIGURATIONS)
         ]
 
@@ -102,7 +106,11 @@ class Gate:
             family = f"{len(judged)} outcome(s) with failures judged: {', '.join(judged)}"
             if not judged:
                 family = "no failure of any kind in either arm"
-            return f"gate PASS: {b} is not worse than {a} ({family}; Holm-adjusted)"
+            open_ = [NAMES[o.outcome] for o in self.outcomes
+                     if o.in_family and o.word == "INDETERMINATE"]  # fmt: skip
+            if open_:
+                family += f"; INDETERMINATE, not resolved by this design: {', '.join(open_)}"
+            return f"gate PASS: {b} is not shown worse than {a} ({family}; Holm-adjusted)"
         reasons = [outcome_words(o, self) for o in self.worse()]
         listed = {o.outcome for o in self.worse()}
         if self.crashed_alone and CRASH not in listed and not self.options.allow_crashes:
@@ -137,7 +145,13 @@ def outcome_words(item: OutcomeComparison, gate: Gate) -> str:
         )
     (ea, eb), (na, nb) = item.events, item.exposure
     rates = [percent(e / n, 1) if n else "-" for e, n in ((eb, nb), (ea, na))]
-    return f"{name} {rates[0]} vs {rates[1]} ({eb:,}/{nb:,.0f} vs {ea:,}/{na:,.0f}; {p})"
+    words = f"{name} {rates[0]} vs {rates[1]} ({eb:,}/{nb:,.0f} vs {ea:,}/{na:,.0f}; {p})"
+    if item.overwhelming and not item.worse:
+        words += (
+            f", INDETERMINATE yet not cleared: the dependence one run per arm cannot resolve "
+            f"does not explain p <= {item.verdict.alpha * OVERWHELMING_FRACTION:.2g}"
+        )
+    return words
 
 
 def _crash_words(gate: Gate, name: str, p: str) -> str:

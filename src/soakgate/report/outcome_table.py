@@ -205,7 +205,8 @@ def gate_dict(gate: Gate) -> dict[str, Any]:
         "line": gate.headline(), "crashed_alone": gate.crashed_alone,
         "outcomes": [
             {"outcome": o.outcome, "events": list(o.events), "exposure": list(o.exposure),
-             "verdict": o.word.lower(), "worse": o.worse, "direction": o.direction,
+             "verdict": o.word.lower(), "worse": o.worse, "not_cleared": o.not_cleared,
+             "direction": o.direction,
              "p_value": o.verdict.p_value, "adjusted_p": o.adjusted_p, "in_family": o.in_family,
              "test": o.verdict.test, "design": o.verdict.design, "scope": o.verdict.scope,
              "reason": o.verdict.reason, "words": outcome_words(o, gate)}

@@ -198,6 +198,10 @@ class OutcomeComparison:
     """Holm-adjusted p-value in the family (the raw p-value when alone; 1 out of the family)."""
     differ: bool = field(default=False)
     """DIFFER after the adjustment (never for an INDETERMINATE verdict)."""
+    overwhelming: bool = field(default=False)
+    """INDETERMINATE, yet its own test's adjusted p-value is at or below alpha x
+    `OVERWHELMING_FRACTION`: evidence the dependence one run cannot resolve does not explain
+    away (a release gate does not clear B on it)."""
 
     @property
     def worse(self) -> bool:
@@ -205,11 +209,28 @@ class OutcomeComparison:
         return self.differ and self.direction > 0
 
     @property
+    def not_cleared(self) -> bool:
+        """A release gate cannot pass B on this outcome: judged worse, or INDETERMINATE with
+        B's rate higher on overwhelming evidence."""
+        return self.worse or (self.overwhelming and self.direction > 0)
+
+    @property
     def word(self) -> str:
         """DIFFER, INDETERMINATE or no difference, after the adjustment."""
         if self.verdict.verdict == INDETERMINATE:
             return "INDETERMINATE"
         return "DIFFER" if self.differ else "no difference"
+
+
+OVERWHELMING_FRACTION = 1 / 50
+"""An INDETERMINATE outcome at an adjusted p <= alpha / 50 (0.001 at 0.05) with B worse is not
+cleared by the release gate. One run per arm withholds a verdict when its failures are
+correlated between stretches, because a t over batches then lets equal arms DIFFER far above
+alpha; it is still evidence, and a gate errs toward failing. Measured on equal arms
+(`bench/bench_overwhelming.py`, BENCHMARKS.md section 26): at 0.2% and 13,000-40,000 requests
+per arm the rule adds at most 3.3 points of false gate failures; at 10% and 2,000 per arm under
+resets 11-24 points (instances that really did fail at different rates). Before it, 46% twin
+mismatch against 0% (p = 4e-6) passed the gate."""
 
 
 def rate_direction(events: tuple[int, int], exposure: tuple[float, float]) -> int:
@@ -221,7 +242,7 @@ def rate_direction(events: tuple[int, int], exposure: tuple[float, float]) -> in
 def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
     """Holm over every item that can reach significance (some failure in either arm); sets each
     item's adjusted p-value and DIFFER. An INDETERMINATE verdict keeps its place in the family
-    but is never DIFFER."""
+    but is never DIFFER; it is `overwhelming` at an adjusted p <= alpha x OVERWHELMING_FRACTION."""
     from soakgate.stats.compare import holm_adjust
 
     family = [item for item in items if item.in_family]
@@ -232,11 +253,14 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
     for item, (p_value, reject) in zip(family, adjusted, strict=True):
         item.adjusted_p = p_value
         item.differ = reject and item.verdict.verdict != INDETERMINATE
+        item.overwhelming = (
+            item.verdict.verdict == INDETERMINATE and p_value <= alpha * OVERWHELMING_FRACTION
+        )
 
 
 __all__ = [
     "ANY_FAILURE", "COLLAPSE", "COUNTS", "CRASH", "CROSSTALK", "DIVERGENCE", "ERROR",
-    "INCONSISTENT", "INVALID_STRUCTURE", "OUTCOMES", "SHIFTED", "SUSPECT", "TWIN_MISMATCH",
-    "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate", "crash_verdict",
-    "divergence_direction", "divergence_verdict", "rate_direction",
+    "INCONSISTENT", "INVALID_STRUCTURE", "OUTCOMES", "OVERWHELMING_FRACTION", "SHIFTED",
+    "SUSPECT", "TWIN_MISMATCH", "CrashRate", "OutcomeComparison", "adjust_family", "crash_rate",
+    "crash_verdict", "divergence_direction", "divergence_verdict", "rate_direction",
 ]  # fmt: skip
