@@ -12,6 +12,7 @@ from scipy.stats import chi2
 
 from soakgate.stats import compare_outcomes
 from soakgate.stats.outcomes import (
+    COLLAPSE,
     OutcomeComparison,
     adjust_family,
     crash_rate,
@@ -207,3 +208,43 @@ def test_episodes_never_decide_against_the_failures() -> None:
             episodes = [int(episode_starts(s).sum()) for s in (a, b)]
             assert (episodes[1] - episodes[0]) * (int(b.sum()) - int(a.sum())) > 0
     assert differ / 200 <= 0.06
+
+
+def test_a_differ_on_episodes_the_family_overturns_is_indeterminate_and_not_cleared() -> None:
+    """80-odd failures of 400 against none, placed so that the one-run check fires: episodes
+    decide DIFFER at p = 1/32 (their exact test on a few episodes), far weaker than the batch
+    t the check withheld (p ~ 3e-6). Holm over two outcomes overturned that DIFFER, and the
+    gate passed B; now the outcome reads INDETERMINATE and the withheld t does not clear B."""
+    from soakgate.stats.outcomes import rate_direction
+
+    bad = np.random.default_rng(1).random(400) < 0.2
+    verdict = compare_outcomes(np.zeros(400, bool), bad)
+    assert verdict.test == "episodes" and verdict.differ and 0.025 < verdict.p_value < 0.05
+    assert verdict.withheld_p is not None and verdict.withheld_p < 1e-4
+    events, exposure = (0, int(bad.sum())), (400.0, 400.0)
+    items = [OutcomeComparison(COLLAPSE, events, exposure, verdict,
+                               rate_direction(events, exposure)) for _ in range(2)]  # fmt: skip
+    adjust_family(items, 0.05)
+    assert not items[0].differ and not items[0].worse
+    assert items[0].word == "INDETERMINATE" and items[0].overwhelming and items[0].not_cleared
+    alone = OutcomeComparison(COLLAPSE, events, exposure, verdict, 1)
+    adjust_family([alone], 0.05)
+    assert alone.worse and alone.word == "DIFFER" and not alone.overwhelming
+
+
+def test_an_indeterminate_outcome_clears_b_only_short_of_overwhelming_evidence() -> None:
+    rng = np.random.default_rng(3)
+    quiet = compare_outcomes(np.zeros(13_000, bool), rng.random(13_000) < 0.002)
+    assert quiet.withheld_p is None  # the check did not fire: nothing was withheld
+    stuck = (np.arange(2_000) % 800) < 500  # three long blocks: the check fires
+    verdict = compare_outcomes(np.zeros(2_000, bool), stuck)
+    assert verdict.verdict == "indeterminate" and verdict.withheld_p == verdict.p_value
+    events, exposure = (0, int(stuck.sum())), (2_000.0, 2_000.0)
+    for family, cleared in ((1, False), (8, True)):  # p ~ 1.3e-4: x8 is above 0.001
+        items = [OutcomeComparison(COLLAPSE, events, exposure, verdict, 1)
+                 for _ in range(family)]  # fmt: skip
+        adjust_family(items, 0.05)
+        assert items[0].not_cleared is not cleared and not items[0].differ
+    better = OutcomeComparison(COLLAPSE, (int(stuck.sum()), 0), exposure, verdict, -1)
+    adjust_family([better], 0.05)
+    assert better.overwhelming and not better.not_cleared  # B better: nothing against it

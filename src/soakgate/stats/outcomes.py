@@ -199,9 +199,10 @@ class OutcomeComparison:
     differ: bool = field(default=False)
     """DIFFER after the adjustment (never for an INDETERMINATE verdict)."""
     overwhelming: bool = field(default=False)
-    """INDETERMINATE, yet its own test's adjusted p-value is at or below alpha x
-    `OVERWHELMING_FRACTION`: evidence the dependence one run cannot resolve does not explain
-    away (a release gate does not clear B on it)."""
+    """Not DIFFER after the adjustment, but the one-run t its correlation check withheld
+    (`Verdict.withheld_p`) is at or below alpha x `OVERWHELMING_FRACTION` once multiplied by
+    the family's size: evidence the dependence one run cannot resolve does not explain away (a
+    release gate does not clear B on it)."""
 
     @property
     def worse(self) -> bool:
@@ -216,21 +217,25 @@ class OutcomeComparison:
 
     @property
     def word(self) -> str:
-        """DIFFER, INDETERMINATE or no difference, after the adjustment."""
-        if self.verdict.verdict == INDETERMINATE:
+        """DIFFER, INDETERMINATE or no difference, after the adjustment (a DIFFER on episodes
+        the adjustment overturns is INDETERMINATE: the one-run t was withheld)."""
+        withheld = self.verdict.withheld_p is not None and not self.differ
+        if self.verdict.verdict == INDETERMINATE or withheld:
             return "INDETERMINATE"
         return "DIFFER" if self.differ else "no difference"
 
 
 OVERWHELMING_FRACTION = 1 / 50
-"""An INDETERMINATE outcome at an adjusted p <= alpha / 50 (0.001 at 0.05) with B worse is not
-cleared by the release gate. One run per arm withholds a verdict when its failures are
-correlated between stretches, because a t over batches then lets equal arms DIFFER far above
-alpha; it is still evidence, and a gate errs toward failing. Measured on equal arms
+"""An outcome one run per arm cannot resolve (its check withheld the batch-means t, and it is not
+DIFFER after the family's adjustment) whose t has p x (family size) <= alpha / 50 (0.001 at
+0.05) with B worse is not cleared by the release gate. One run per arm withholds a verdict when
+its failures are correlated between stretches, because a t over batches then lets equal arms
+DIFFER far above alpha; it is still evidence, and a gate errs toward failing. Measured on equal arms
 (`bench/bench_overwhelming.py`, BENCHMARKS.md section 26): at 0.2% and 13,000-40,000 requests
 per arm the rule adds at most 3.3 points of false gate failures; at 10% and 2,000 per arm under
 resets 11-24 points (instances that really did fail at different rates). Before it, 46% twin
-mismatch against 0% (p = 4e-6) passed the gate."""
+mismatch against 0% (p = 4e-6) passed the gate, and so did 80 of 400 against 0 when the
+check's episodes decided DIFFER at p = 0.031 and Holm over two outcomes overturned it."""
 
 
 def rate_direction(events: tuple[int, int], exposure: tuple[float, float]) -> int:
@@ -242,7 +247,8 @@ def rate_direction(events: tuple[int, int], exposure: tuple[float, float]) -> in
 def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
     """Holm over every item that can reach significance (some failure in either arm); sets each
     item's adjusted p-value and DIFFER. An INDETERMINATE verdict keeps its place in the family
-    but is never DIFFER; it is `overwhelming` at an adjusted p <= alpha x OVERWHELMING_FRACTION."""
+    but is never DIFFER; an outcome not DIFFER whose withheld one-run t has p x (family size) <=
+    alpha x OVERWHELMING_FRACTION is `overwhelming` (Bonferroni: the t is not the p Holm saw)."""
     from soakgate.stats.compare import holm_adjust
 
     family = [item for item in items if item.in_family]
@@ -253,8 +259,11 @@ def adjust_family(items: Sequence[OutcomeComparison], alpha: float) -> None:
     for item, (p_value, reject) in zip(family, adjusted, strict=True):
         item.adjusted_p = p_value
         item.differ = reject and item.verdict.verdict != INDETERMINATE
+        withheld = item.verdict.withheld_p
         item.overwhelming = (
-            item.verdict.verdict == INDETERMINATE and p_value <= alpha * OVERWHELMING_FRACTION
+            not item.differ
+            and withheld is not None
+            and withheld * len(family) <= alpha * OVERWHELMING_FRACTION
         )
 
 

@@ -18,7 +18,7 @@ The design, not a clustering pre-test, decides which test the verdict rests on:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -96,6 +96,10 @@ class Verdict:
     paired: PairedCheck | None = None
     """Arms that ran side by side and whose one-run check withheld: what their pairing showed
     (it decided when `design` is `paired windows`)."""
+    withheld_p: float | None = None
+    """One run per arm whose correlation check withheld the batch-means t and nothing resolved
+    the dependence (INDETERMINATE, or DIFFER on episodes, whose weaker test a family adjustment
+    may overturn): that t's p-value. A release gate reads it (`stats.outcomes`)."""
     differ: bool = field(init=False)
     """True exactly when the verdict is `differ`."""
     scope: str = field(init=False)
@@ -153,7 +157,7 @@ def _one_run_verdict(
     effect = _design_effect(result, a, b)
     stretch = f"~{min(a.n, b.n) // check.bins:,}"
     if check.correlated and (by_episodes := _episode_verdict(a, b, alpha, seed, check)):
-        return by_episodes
+        return replace(by_episodes, withheld_p=result.p_value)
     paired = _paired(a, b, seed) if check.correlated else None
     if paired is not None and paired[0].usable:
         return _paired_verdict(a, b, alpha, check, spread, *paired)
@@ -178,6 +182,7 @@ def _one_run_verdict(
     return Verdict(
         verdict, result.p_value, result.name, ONE_RUN, _per_arm(a, b) / effect, alpha,
         reason, result, (0, 0), check, spread, None if paired is None else paired[0],
+        result.p_value if check.correlated else None,
     )  # fmt: skip
 
 
