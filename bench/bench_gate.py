@@ -90,9 +90,10 @@ def _arm(rng: np.random.Generator, collapses: np.ndarray, n: int, broken: bool,
     collapse = per_request([(collapsed, clean)])
     return UnitOutcomes(
         unit=unit, judged=n, error=per_request([(errors, judged)]), collapse=collapse,
-        suspect=None, crash=crash_rate(crashes, n * 1.0, n), crash_lost=0, crash_causes={},
+        suspect=None, shifted=None, crash=crash_rate(crashes, n * 1.0, n), crash_lost=0,
+        crash_causes={},
         divergence=Divergence(positions, own, False),
-        rows=[RowFlags(errors, collapsed, np.zeros(n, bool), judged)],
+        rows=[RowFlags(errors, collapsed, np.zeros(n, bool), judged, np.arange(n, dtype=float))],
     )  # fmt: skip
 
 

@@ -329,3 +329,10 @@ def test_bench_overwhelming_prints_the_gate_before_and_after_the_not_cleared_rul
     assert {(row[2], row[3]) for row in rows} == {
         (ratio, process) for ratio in ("1", "3") for process in ("independent", "reset-2000")
     }
+
+
+def test_bench_gate_prints_false_alarms_and_power_per_process() -> None:
+    out = run_bench("bench_gate.py", "--quick", "--jobs", "1")
+    assert "500 requests per arm" in out and "5,000 requests per arm" in out
+    assert "identical, no crashes" in out and "broken (power)" in out
+    assert out.count("independent ") >= 2 and out.count("self-exciting ") >= 2
