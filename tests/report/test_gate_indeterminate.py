@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.cli.helpers import soakgate
@@ -40,14 +41,21 @@ def arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return tmp_path, db
 
 
+def _gate(arms: tuple[Path, Path], candidate: str, *extra: str) -> tuple[Any, str]:
+    """`compare clean CANDIDATE --outcome collapse --fail-on-differ`, and its gate line."""
+    tmp_path, db = arms
+    judged = soakgate("compare", str(db), "clean", candidate, "--outcome", "collapse",
+                      "--fail-on-differ", *extra, cwd=tmp_path)  # fmt: skip
+    lines = judged.stdout.splitlines()
+    return judged, next((x for x in lines if x.startswith(("gate PASS", "gate FAIL"))), "")
+
+
 def test_overwhelming_evidence_one_run_cannot_resolve_fails_the_gate(
     arms: tuple[Path, Path],
 ) -> None:
     tmp_path, db = arms
-    judged = soakgate("compare", str(db), "clean", "stuck", "--outcome", "collapse",
-                      "--fail-on-differ", cwd=tmp_path)  # fmt: skip
+    judged, line = _gate(arms, "stuck")
     assert judged.returncode == 1, judged.stdout + judged.stderr
-    line = next(x for x in judged.stdout.splitlines() if x.startswith(("gate PASS", "gate FAIL")))
     assert (
         line.startswith("gate FAIL: stuck@")
         and "collapses 70.0% vs 0.0% (1,400/2,000 vs 0/2,000" in line
@@ -66,18 +74,14 @@ def test_overwhelming_evidence_one_run_cannot_resolve_fails_the_gate(
     (lumpy,) = [g for g in document["gates"] if g["candidate"].startswith("lumpy@")]
     assert not lumpy["fails"]
     # --configurations-only fails only on replicated designs: one run per arm is instances
-    scoped = soakgate("compare", str(db), "clean", "stuck", "--outcome", "collapse",
-                      "--fail-on-differ", "--configurations-only", cwd=tmp_path)  # fmt: skip
+    scoped, _ = _gate(arms, "stuck", "--configurations-only")
     assert scoped.returncode == 0, scoped.stdout
 
 
 def test_weaker_evidence_passes_and_the_line_names_what_stayed_unresolved(
     arms: tuple[Path, Path],
 ) -> None:
-    tmp_path, db = arms
-    judged = soakgate("compare", str(db), "clean", "lumpy", "--outcome", "collapse",
-                      "--fail-on-differ", cwd=tmp_path)  # fmt: skip
+    judged, line = _gate(arms, "lumpy")
     assert judged.returncode == 0, judged.stdout + judged.stderr
-    line = next(x for x in judged.stdout.splitlines() if x.startswith(("gate PASS", "gate FAIL")))
     assert line.startswith("gate PASS: lumpy@") and "is not shown worse than clean@" in line
     assert "INDETERMINATE, not resolved by this design: collapses" in line, line
