@@ -345,6 +345,37 @@ def _sorted_and_whole(prompts: list[Prompt], answers: list[str], monkeypatch: An
     return found
 
 
+def _every_word_runs(words: list[str], known: set[str], width: int) -> list[tuple[int, int]]:
+    """Maximal runs of at least `width` known words, by testing every word (the oracle)."""
+    runs, start = [], None
+    for index, word in enumerate([*words, None]):
+        if word is not None and word in known:
+            start = index if start is None else start
+            continue
+        if start is not None and index - start >= width:
+            runs.append((start, index))
+        start = None
+    return runs
+
+
+def test_known_runs_sampling_every_width_th_word_finds_every_run() -> None:
+    """`known_runs` looks up one word in `width` first and grows runs from the known ones: the
+    same runs as testing every word, at every density and width, runs at the ends included."""
+    import random
+
+    from soakgate.checks.crosstalk import known_runs
+
+    rng = random.Random(29)
+    vocabulary = [f"w{i}" for i in range(40)]
+    for trial in range(3_000):
+        share = rng.choice((0.05, 0.3, 0.6, 0.85, 0.97, 1.0))
+        known = set(rng.sample(vocabulary, round(share * len(vocabulary))))
+        words = [rng.choice(vocabulary) for _ in range(rng.randrange(0, 90))]
+        width = rng.choice((1, 2, 3, 8, 16))
+        expected = _every_word_runs(words, known, width)
+        assert list(known_runs(words, known, width)) == expected, (trial, width, words)
+
+
 def test_hashing_only_runs_of_the_prompts_words_finds_what_hashing_every_span_finds(
     monkeypatch: Any,
 ) -> None:
