@@ -155,7 +155,7 @@ def add_gate_arguments(parser: argparse.ArgumentParser, who: str) -> None:
         "--fail-on-differ", action="store_true",
         help=f"the release gate: exit 1 when {who} is judged worse on any outcome (crashes, "
         "server errors, collapses, suspect, divergence, any failure; Holm across them), or is "
-        "INDETERMINATE with it worse at an adjusted p <= alpha/50 (not cleared), or its "
+        "INDETERMINATE with it worse on overwhelming evidence (not cleared), or its "
         "servers crashed and the baseline's never did",
     )  # fmt: skip
     parser.add_argument(

@@ -3,8 +3,9 @@ line a pipeline's log should show.
 
 The gate fails when some outcome of the candidate is worse than the baseline's after the
 family-wise adjustment (Holm over outcomes and arms: `stats.outcomes.adjust_family`), or is
-INDETERMINATE against B on overwhelming evidence (adjusted p <= alpha / 50: a release gate errs
-toward failing; `stats.outcomes.OVERWHELMING_FRACTION` says what that costs), and when
+INDETERMINATE against B on overwhelming evidence (the batch t one run's check withheld, at p x
+family size <= alpha / 50: a release gate errs toward failing;
+`stats.outcomes.OVERWHELMING_FRACTION` says what that costs), and when
 the candidate's servers crashed while the baseline's never did (a crash is a finding on its own,
 whatever its p-value; `allow_crashes` opts out). A DIFFER between single instances fails it too,
 and says so; `configurations_only` opts out of those.
