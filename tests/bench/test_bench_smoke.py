@@ -233,10 +233,12 @@ def test_bench_reference_typical_scores_a_real_control_with_both_scores() -> Non
 def test_bench_calibration_speed_prints_each_configuration() -> None:
     pytest.importorskip("transformers")
     out = run_bench("bench_calibration_speed.py", "--samples", "2", "--threads", "1", "2",
-                    "--batch", "2", "--busy", "0", "1", "--max-tokens", "4", timeout_s=300)  # fmt: skip
+                    "--batch", "2", "--busy", "0", "1", "--max-tokens", "4", "--top-p", "1.0",
+                    "0.9", timeout_s=300)  # fmt: skip
     lines = [line for line in out.splitlines() if line.startswith("busy ")]
-    assert len(lines) == 4 and all("samples/s; 5,000 samples" in line for line in lines), out
+    assert len(lines) == 16 and all("samples/s; 5,000 samples" in line for line in lines), out
     assert {line.split(",")[0] for line in lines} == {"busy 0", "busy 1"}
+    assert {line.split(",")[4].split(":")[0].strip() for line in lines} == {"shipped", "generate"}
 
 
 def test_bench_latency_prints_level_power_and_coverage_with_errors() -> None:

@@ -39,7 +39,7 @@ def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--reference-batch", type=positive_int, metavar="N",
         help="generations per forward pass of --reference-model, sampling and scoring "
-        "(default 16)",
+        "(default: 48 calibration samples, 16 scored rows)",
     )  # fmt: skip
     add(
         "--score-fraction", action="append", default=[], metavar="[NAME=]F",
@@ -149,10 +149,10 @@ def reference_scorer(args: argparse.Namespace, config: Any) -> Any:
         return ReferenceScorer(reference, settings, ServerSampler(spec))
     from pathlib import Path
 
-    from soakgate.reference.hf import BATCH, HFReference
+    from soakgate.reference.hf import HFReference
 
     if not (Path(model_path) / "config.json").is_file():  # refused before any load
         raise UsageError(f"--reference-model {model_path}: no config.json (not a model folder)")
-    hf = HFReference(model_path, args.reference_batch or BATCH, args.reference_threads)
+    hf = HFReference(model_path, args.reference_batch, args.reference_threads)
     hf.sampling = Sampling.of(config.request.temperature, config.request.top_p)
     return ReferenceScorer(hf, settings, hf)

@@ -20,11 +20,20 @@ from soakgate.errors import UsageError
 from soakgate.prompts import Prompt
 from soakgate.reference.http import ReferenceFailed, ScoreRequest
 from soakgate.reference.score import TokenScore
-from soakgate.reference.soak import Sampling, soak_stats_torch
+from soakgate.reference.soak import (
+    Sampling,
+    draw,
+    soak_distribution,
+    soak_stats_of,
+    soak_stats_torch,
+)
 from soakgate.targets import Outcome, RequestSpec
 
 BATCH = 16
-"""Generations scored (or sampled) per forward pass."""
+"""Generations scored per forward pass during the soak."""
+SAMPLE_BATCH = 48
+"""Calibration samples drawn together (one forward pass per token for all of them): on two
+CPU cores 48 drew 1.4x as many samples a second as 16 (BENCHMARKS.md section 17)."""
 
 
 def usable_cores() -> int:
@@ -47,10 +56,13 @@ class HFReference:
     """A transformers causal LM on the CPU (or the device torch picks), scoring and sampling."""
 
     def __init__(
-        self, path: str | Path, batch_size: int = BATCH, threads: int | None = None
+        self, path: str | Path, batch_size: int | None = None, threads: int | None = None
     ) -> None:
         self.path = Path(path)
-        self.batch_size = batch_size
+        self.batch_size = batch_size or BATCH
+        """Generations scored per forward pass during the soak."""
+        self.sample_batch = batch_size or SAMPLE_BATCH
+        """Calibration samples drawn per forward pass (`--reference-batch` sets both)."""
         self.threads = threads or default_threads()
         """torch's intra-op threads while the soak runs (default: every usable core but one)."""
         self.calibration_threads = threads or usable_cores()
@@ -64,6 +76,9 @@ class HFReference:
         self._tokenizer: Any = None
         self._pending: list[tuple[list[int], int, asyncio.Future[list[TokenScore]]]] = []
         self._runner: asyncio.Task[None] | None = None
+        self._drawn: dict[tuple[int, ...], list[TokenScore]] = {}
+        """The calibration's samples as scored while they were drawn (prompt and generated ids
+        -> scores), until `score` is asked for them."""
         self._halt = threading.Event()
         """Set by close(): a sampling thread stops after its batch (a signal during the
         calibration does not wait for thousands of samples)."""
@@ -132,14 +147,19 @@ class HFReference:
     def calibrated(self) -> None:
         """The calibration is drawn: from now on score with the soak's thread count."""
         self._calibrating = False
+        self._drawn.clear()
 
     async def close(self) -> None:
         """Stop any sampling after its batch (the model goes with the process)."""
         self._halt.set()
 
     async def score(self, request: ScoreRequest) -> tuple[list[TokenScore], str]:
-        """The generated tokens as this model scores them, and the alignment used."""
+        """The generated tokens as this model scores them, and the alignment used (a sample of
+        this reference's own calibration: as scored when it was drawn)."""
         ids, first, alignment = self._ids(request)
+        drawn = self._drawn.pop(tuple(ids), None) if alignment == "token_ids" else None
+        if drawn is not None and len(drawn) == len(ids) - first:
+            return drawn, alignment
         if len(ids) > self._model.config.max_position_embeddings:
             raise ReferenceFailed("too_long: longer than the reference model's context")
         future: asyncio.Future[list[TokenScore]] = asyncio.get_running_loop().create_future()
@@ -238,16 +258,22 @@ class HFReference:
 
         self._set_threads()
         torch.manual_seed((spec.seed or 0) * 1_000_003 + first)
-        answers = []
-        for start in range(0, len(prompts), self.batch_size):
-            if self._halt.is_set():
+        answers: list[tuple[Prompt, Outcome]] = []
+        batches = -(-len(prompts) // self.sample_batch)  # as even as they can be: 50 prompts at
+        for index in range(batches):  # 48 are one batch of 25 twice, not 48 and 2 (a step of 2
+            if self._halt.is_set():  # rows costs nearly what one of 48 does)
                 break
-            chunk = prompts[start : start + self.batch_size]
+            chunk = prompts[index * len(prompts) // batches : (index + 1) * len(prompts) // batches]
             answers += list(zip(chunk, self._sample(chunk, spec), strict=True))
         return answers
 
     def _sample(self, prompts: list[Prompt], spec: RequestSpec) -> list[Outcome]:
-        """One batch of samples, left-padded."""
+        """One batch of samples, left-padded, drawn a token at a time on the model's KV cache:
+        what `generate` does at these settings (temperature, nucleus, `min_new_tokens` for
+        `ignore_eos`, pad after a stop) without its per-step machinery, and with the nucleus and
+        the draw of `soak.py` (BENCHMARKS.md section 17: 1.2-1.3x `generate`'s speed here).
+        While calibrating, each sample's scores are taken from the logits that drew it and kept
+        for `score` (`_drawn`): the second forward pass over every sample is not run."""
         import torch
 
         tokenizer = self._tokenizer
@@ -261,24 +287,92 @@ class HFReference:
         inputs = torch.tensor([[pad] * (longest - len(e)) + e for e in encoded])
         mask = torch.tensor([[0] * (longest - len(e)) + [1] * len(e) for e in encoded])
         began = time.time()
-        sampled = spec.temperature is None or spec.temperature > 0
-        options: dict[str, Any] = {"do_sample": sampled, "max_new_tokens": spec.max_tokens,
-                                   "pad_token_id": pad}  # fmt: skip
-        if sampled:
-            options.update(temperature=spec.temperature or 1.0, top_p=spec.top_p or 1.0, top_k=0)
-        if spec.ignore_eos:
-            options["min_new_tokens"] = spec.max_tokens
+        drawing = None
+        if spec.temperature is None or spec.temperature > 0:
+            drawing = Sampling(spec.temperature or 1.0, spec.top_p or 1.0)
+        stops = self._stop_ids()
+        rows = len(encoded)
+        new: list[list[int]] = [[] for _ in encoded]
+        scores: list[list[TokenScore]] = [[] for _ in encoded]
+        finish = ["length"] * rows
         with torch.no_grad():
-            output = self._model.generate(input_ids=inputs, attention_mask=mask, **options)
+            positions = (mask.cumsum(-1) - 1).clamp_min(0)
+            out = self._model(input_ids=inputs, attention_mask=mask, position_ids=positions,
+                              use_cache=True)  # fmt: skip
+            done = torch.zeros(rows, dtype=torch.bool)
+            for step in range(spec.max_tokens):
+                logits = out.logits[:, -1].float()
+                barred = stops if spec.ignore_eos else []
+                distribution = None
+                if drawing is not None:
+                    distribution = soak_distribution(torch, self._barred(logits, barred), drawing)
+                    token = draw(torch, distribution[1])
+                else:
+                    token = self._barred(logits, barred).argmax(-1)
+                stopped = torch.isin(token, torch.tensor(stops))
+                if self._calibrating:
+                    shared = distribution if not barred and drawing == self.sampling else None
+                    step_scores = self._step_scores(torch, logits, token, step, shared)
+                each = zip(token.tolist(), stopped.tolist(), done.tolist(), strict=True)
+                for row, (tid, stop, ended) in enumerate(each):
+                    if ended:
+                        continue
+                    if stop:
+                        finish[row] = "stop"
+                        continue
+                    new[row].append(tid)
+                    if self._calibrating:
+                        scores[row].append(step_scores[row])
+                done |= stopped
+                if bool(done.all()) or step == spec.max_tokens - 1:
+                    break
+                mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype)], dim=1)
+                positions = positions[:, -1:] + 1
+                out = self._model(input_ids=torch.where(done, pad, token)[:, None],
+                                  attention_mask=mask, position_ids=positions,
+                                  past_key_values=out.past_key_values, use_cache=True)  # fmt: skip
         outcomes = []
         for row, prompt_ids in enumerate(encoded):
-            new = output[row, longest:].tolist()
-            eos = tokenizer.eos_token_id
-            finish = "length"
-            if eos in new:
-                new, finish = new[: new.index(eos)], "stop"
-            outcome = Outcome(started_at=began, ended_at=time.time(), text=tokenizer.decode(new),
-                              token_ids=new, prompt_token_ids=prompt_ids, finish_reason=finish,
-                              completion_tokens=len(new))  # fmt: skip
+            if self._calibrating and new[row]:
+                self._drawn[(*prompt_ids, *new[row])] = scores[row]
+            outcome = Outcome(started_at=began, ended_at=time.time(),
+                              text=tokenizer.decode(new[row]), token_ids=new[row],
+                              prompt_token_ids=prompt_ids, finish_reason=finish[row],
+                              completion_tokens=len(new[row]))  # fmt: skip
             outcomes.append(outcome)
         return outcomes
+
+    def _stop_ids(self) -> list[int]:
+        """The ids that end a generation: the model's generation config's and the tokenizer's
+        end of sequence (what `generate` and servers stop on; never in the generated text)."""
+        configured = self._model.generation_config.eos_token_id
+        ids = configured if isinstance(configured, list) else [configured]
+        return sorted({i for i in [*ids, self._tokenizer.eos_token_id] if i is not None})
+
+    @staticmethod
+    def _barred(logits: Any, barred: list[int]) -> Any:
+        """`logits` with the `barred` ids given no probability (`min_new_tokens`)."""
+        if not barred:
+            return logits
+        logits = logits.clone()
+        logits[:, barred] = float("-inf")
+        return logits
+
+    def _step_scores(
+        self, torch: Any, logits: Any, token: Any, step: int, shared: tuple[Any, Any] | None
+    ) -> list[TokenScore]:
+        """Each row's drawn token as `_forward` scores it, from the same logits (the model's,
+        before any id is barred): log-probability, rank, entropy, soak values (from `shared`,
+        the drawing's `soak_distribution`, where it is the scoring's too)."""
+        logprobs = torch.log_softmax(logits, dim=-1)
+        chosen = logprobs.gather(1, token[:, None])[:, 0]
+        ranks = (logprobs > chosen[:, None]).sum(1) + 1
+        entropies = -(logprobs.exp() * logprobs).nan_to_num().sum(1)
+        soak: list[tuple[float, float, float] | None] = [None] * len(token)
+        if self.sampling is not None:
+            stats = (soak_stats_of(torch, *shared, token) if shared is not None
+                     else soak_stats_torch(torch, logits, token, self.sampling))  # fmt: skip
+            soak = list(zip(*(x.tolist() for x in stats), strict=True))
+        return [TokenScore(step, t, lp, r, self._tokenizer.decode([t]), h, s)
+                for t, lp, r, h, s in zip(token.tolist(), chosen.tolist(), ranks.tolist(),
+                                          entropies.tolist(), soak, strict=True)]  # fmt: skip

@@ -79,8 +79,9 @@ class ScoringSettings:
 
 Progress = Callable[[int, int, float], None]
 """Told (samples drawn, samples asked, seconds so far) after every chunk of the calibration."""
-CHUNK = 50
-"""Calibration samples drawn and scored together, at least (progress is told between chunks)."""
+CHUNK = 48
+"""Calibration samples drawn and scored together, at least (progress is told between chunks):
+one batch of the in-process reference's sampler (`hf.SAMPLE_BATCH`)."""
 
 
 UNTRUNCATED_NOTE = (
