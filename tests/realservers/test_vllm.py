@@ -14,11 +14,13 @@ import json
 import subprocess
 import sys
 import time
+import tomllib
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tomli_w
 from scipy import stats
 
 from soakgate.campaign import load_campaign, run_campaign
@@ -41,6 +43,7 @@ from tests.realservers.vllm_support import (
     skip_reason,
     stored,
     vllm_python,
+    wrong_norm_copy,
 )
 
 pytestmark = [
@@ -337,6 +340,71 @@ def test_fluent_control_caught_by_reference_scoring(
         low, high = clopper_pearson(k, n)
         print(f"{arm}: false flags {k}/{n} [{low:.4f}, {high:.4f}], allowed <= {bound}")
         assert k <= bound, (arm, k, n, calibration)
+
+
+# The whole-distribution control (issue 28 item 4): a server whose weights have one norm 1.3x
+# too large, every request; the eager server as clean arm and as reference. Settings as the
+# fluent test's (soakgate's reference defaults, nucleus 0.95).
+SHIFT_REQUESTS = 300
+
+
+def test_whole_distribution_control_shifted_under_reference_scoring(
+    eager_server: tuple[ServerInstance, str], tmp_path: Path
+) -> None:
+    """A vLLM server loading a copy of the model with layer 1's post-attention norm weight
+    x1.3 (every token shifts a little; the text stays fluent) and the eager server itself, in
+    one `soakgate run` scored under the eager server: the report's unit-level verdict is SHIFTED
+    for the copy and not for the eager server, a share of the copy's generations is flagged
+    one by one, the eager server's false flags stay within its calibration, and the release
+    gate fails the copy."""
+    python = vllm_python()
+    assert python is not None
+    reference, _ = eager_server
+    copy = wrong_norm_copy(tmp_path / "wrong-norm-model")
+    folder = tmp_path / "wrong-norm"
+    folder.mkdir()
+    toml = campaign_for_test(EXAMPLES / "vllm-cpu-campaign.toml", folder, python, requests=8)
+    data = tomllib.loads(toml.read_text())
+    data["server"]["model"] = str(copy)
+    toml.write_text(tomli_w.dumps(data))
+    campaign = load_campaign(toml)
+    eager = next(c for c in campaign.configs if c.label == "eager")
+    shifted = ServerInstance(launch_spec(campaign, eager, campaign.devices[0], 0, folder / "logs",
+                                         instance="wrong-norm"))  # fmt: skip
+    db = tmp_path / "shift.sqlite"
+    try:
+        shifted.launch()
+        asyncio.run(shifted.wait_healthy(900))
+        began = time.monotonic()
+        done = soakgate_cli(
+            "run", "--target", f"clean={reference.spec.url}", "--target",
+            f"wrong-norm={shifted.spec.url}", "--score-reference", reference.spec.url,
+            "--requests", str(SHIFT_REQUESTS), "--concurrency", "8", "--max-tokens", "32",
+            "--temperature", "0.8", "--top-p", "0.95", "--db", str(db), "--quiet",
+            timeout=1800,
+        )  # fmt: skip
+        print(f"\nsoakgate run (calibration + 2 x {SHIFT_REQUESTS}): "
+              f"{time.monotonic() - began:.1f} s")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        asyncio.run(shifted.stop())
+    _, events = stored(db)
+    (calibration,) = [e.data for e in events if e.kind == "reference_calibration"]
+    document = json.loads(soakgate_cli("report", str(db), "--format", "json").stdout)
+    units = {u["unit"].split("@")[1]: u for u in document["probes"]["reference"]}
+    for name, unit in units.items():
+        print(f"{name}: {unit['suspect']} of {unit['scored']} flagged, shift {unit['shift']}")
+    bad, good = units["wrong-norm"], units["clean"]
+    assert bad["scored"] >= 0.95 * SHIFT_REQUESTS and good["scored"] >= 0.95 * SHIFT_REQUESTS
+    assert bad["shift"]["verdict"] == "shifted" and bad["shift"]["p_value"] < 1e-6
+    assert good["shift"]["verdict"] != "shifted"
+    assert bad["suspect"] >= 0.3 * bad["scored"], bad  # one by one, not only in aggregate
+    bound = int(stats.binom.ppf(0.999, good["scored"], calibration["upper95"]))
+    assert good["suspect"] <= bound, (good, calibration)
+    gate = soakgate_cli("compare", str(db), "default@clean", "default@wrong-norm",
+                        "--fail-on-differ")  # fmt: skip
+    print(gate.stdout)
+    assert gate.returncode == 1 and "gate FAIL" in gate.stdout, gate.stdout + gate.stderr
 
 
 @pytest.mark.parametrize(

