@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 torch = pytest.importorskip("torch")
 
@@ -22,7 +23,14 @@ from soakgate.reference.score import (  # noqa: E402
     typical_surprisal,
     whole_z,
 )
-from soakgate.reference.soak import Sampling, soak_stats_top, soak_stats_torch, soak_z  # noqa: E402
+from soakgate.reference.soak import (  # noqa: E402
+    Sampling,
+    draw,
+    nucleus,
+    soak_stats_top,
+    soak_stats_torch,
+    soak_z,
+)
 
 SOAK = Sampling(0.8, 0.95)  # soakgate run's temperature, the nucleus the README recommends
 
@@ -49,6 +57,36 @@ def test_the_alternatives_give_the_exact_values_when_they_hold_all_the_mass(top_
         found = soak_stats_top(logprobs[i].tolist(), own, sampling)
         for value, want in zip(found, (exact[0][i], exact[1][i], exact[2][i]), strict=True):
             assert math.isclose(value, want, rel_tol=1e-4, abs_tol=1e-4), (i, found, exact)
+
+
+def test_the_nucleus_looked_for_among_the_top_tokens_is_the_whole_sorts_cut() -> None:
+    """`nucleus` looks among the 256 most likely tokens first and further only for the rows
+    whose cut is not there: the same tokens and weights as cutting the whole sorted vocabulary
+    (vLLM's rule, at least one token), over flat and peaked rows, small and large vocabularies."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        vocabulary = int(torch.randint(2, 9000, (1,), generator=generator))
+        rows = int(torch.randint(1, 24, (1,), generator=generator))
+        spread = float(torch.rand(1, generator=generator)) * 6
+        q = torch.softmax(torch.randn(rows, vocabulary, generator=generator) * spread, -1)
+        top_p = float(torch.rand(1, generator=generator)) * 0.999 + 0.001
+        ordered, index = q.sort(-1, descending=True)
+        cut = ordered.cumsum(-1) - ordered >= top_p
+        cut[:, 0] = False
+        whole = torch.zeros_like(q).scatter(-1, index, ordered.masked_fill(cut, 0.0))
+        whole = whole / whole.sum(-1, keepdim=True)
+        mine = nucleus(torch, q, top_p)
+        assert torch.equal(mine > 0, whole > 0)
+        assert torch.allclose(mine, whole, atol=1e-6)
+
+
+def test_a_draw_follows_its_distribution_and_never_takes_an_impossible_token() -> None:
+    torch.manual_seed(11)
+    q = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(20_000, 1)
+    counts = torch.bincount(draw(torch, q), minlength=6).tolist()
+    assert counts[0] == counts[2] == counts[5] == 0
+    observed = [counts[1], counts[3], counts[4]]
+    assert stats.chisquare(observed, [10_000, 6_000, 4_000]).pvalue > 1e-3
 
 
 def test_sampling_of_a_greedy_soak_is_none_and_top_p_defaults_to_the_whole() -> None:
