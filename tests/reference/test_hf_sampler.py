@@ -8,6 +8,7 @@ a calibration sample is scored as it is drawn, with the numbers a forward pass g
 from __future__ import annotations
 
 import asyncio
+import functools
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,22 @@ def test_a_chunk_is_drawn_in_batches_as_even_as_they_can_be(
     sizes.clear()
     reference._sample_all([prompts[0]] * 7, RequestSpec())
     assert sizes == [7]
+
+
+def test_a_prompts_pass_returns_only_its_last_positions_logits(
+    reference: HFReference, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt's forward pass asks for the last position's logits only, as `generate` does
+    (all of them are rows x prompt x vocabulary: 1.6 GB for 48 prompts of 1,000 tokens)."""
+    forward, widths = reference._model.forward, []
+
+    @functools.wraps(forward)
+    def spied(*args: object, **kwargs: object) -> object:
+        out = forward(*args, **kwargs)
+        widths.append(out.logits.shape[1])
+        return out
+
+    monkeypatch.setattr(reference._model, "forward", spied)
+    prompts = list(builtin_prompts()[:4])
+    reference._sample(prompts, RequestSpec(max_tokens=3, temperature=0.0))
+    assert widths == [1, 1, 1]  # the prompt's pass, then one per drawn token but the last

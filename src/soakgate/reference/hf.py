@@ -298,7 +298,7 @@ class HFReference:
         with torch.no_grad():
             positions = (mask.cumsum(-1) - 1).clamp_min(0)
             out = self._model(input_ids=inputs, attention_mask=mask, position_ids=positions,
-                              use_cache=True)  # fmt: skip
+                              use_cache=True, **self._last_logits_only())  # fmt: skip
             done = torch.zeros(rows, dtype=torch.bool)
             for step in range(spec.max_tokens):
                 logits = out.logits[:, -1].float()
@@ -341,6 +341,15 @@ class HFReference:
                               completion_tokens=len(new[row]))  # fmt: skip
             outcomes.append(outcome)
         return outcomes
+
+    def _last_logits_only(self) -> dict[str, Any]:
+        """The argument that makes the prompt's forward pass return the last position's logits
+        only (as `generate` asks): all of them are a rows x prompt x vocabulary tensor, 1.6 GB
+        for 48 prompts of 1,000 tokens of this small vocabulary."""
+        import inspect
+
+        accepted = inspect.signature(self._model.forward).parameters
+        return {"logits_to_keep": 1} if "logits_to_keep" in accepted else {}
 
     def _stop_ids(self) -> list[int]:
         """The ids that end a generation: the model's generation config's and the tokenizer's
