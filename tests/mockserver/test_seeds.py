@@ -160,9 +160,12 @@ def test_unseeded_sends_differ_and_ignore_seeds_answers_by_request_id() -> None:
         repeated = asyncio.run(_distinct_sends(honours.url, seeded, 10))
         ignored = asyncio.run(_distinct_sends(ignores.url, seeded, 10))
         greedy = asyncio.run(_distinct_sends(ignores.url, {**seeded, "temperature": 0}, 4))
-    assert len(set(unseeded)) == 10
+    # Unseeded (or seeds ignored), each send draws its own stream; two of ten short answers of
+    # the mock's bigram model can still be the same text by chance (9 of 10 distinct in one CI
+    # run, 2026-12-05), so "differ" is most of them, against exactly one text when seeded.
+    assert len(set(unseeded)) >= 8
     assert len(set(repeated)) == 1
-    assert len(set(ignored)) == 10
+    assert len(set(ignored)) >= 8
     assert len(set(greedy)) == 1  # greedy is keyed by (prompt, seed) either way
 
 
