@@ -19,6 +19,7 @@ from soakgate.targets import RequestSpec, TargetSpec
 LAYERS: tuple[str | set[str], ...] = (
     "__main__",
     "cli",  # the commands: thin, over everything below
+    "search",  # a configuration search: probes run as campaign blocks
     {"campaign", "report", "bisect"},  # each independent of the others
     {"probes", "reference", "checks", "audit"},  # observers of the soak; the schema audit
     "load",  # the soak loop: it is handed its probes and scorer, it imports none

@@ -143,6 +143,19 @@ COMMANDS: dict[str, Entry] = {
             "test_the_flagged_configuration_fails_the_campaign_and_the_gate"
         )
     ),
+    # README.md and docs/trace.md: the configuration search (issue 33)
+    "soakgate plan --search examples/mock-search.toml": Run(),
+    "soakgate search examples/mock-search.toml --db /tmp/mock-search.sqlite "
+    "--write-campaign /tmp/minimal.toml": Run(
+        (
+            ("/tmp/mock-search.sqlite", "out/mock-search.sqlite"),
+            ("/tmp/minimal.toml", "out/minimal.toml"),
+        ),
+        creates=("out/mock-search.sqlite", "out/mock-search.logs", "out/minimal.toml"),
+    ),
+    "soakgate search FILE": Names("soakgate search examples/"),
+    "soakgate search": Names("soakgate search examples/"),
+    "soakgate plan --search FILE": Names("soakgate plan --search "),
     # README.md: campaigns, sweeps, probes
     "soakgate campaign examples/ray-mock-fleet.toml --db /tmp/fleet.sqlite": Covered(RAY_FLEET),
     # the example's graph servers die once each on purpose: a crash is a finding (exit 1)

@@ -14,7 +14,7 @@ def register(subparsers: Any) -> None:
         "plan", help="designs with the power their verdict delivers, the one to run; --write a plan"
     )
     parser.add_argument("--baseline-rate", type=float, help="expected rate of A (or --pilot)")
-    parser.add_argument("--ratio", type=float, required=True, help="rate ratio B/A to detect")
+    parser.add_argument("--ratio", type=float, help="rate ratio B/A to detect (required)")
     parser.add_argument("--power", type=float, default=0.8, help="probability of detecting it")
     parser.add_argument("--alpha", type=float, default=0.05, help="two-sided level")
     parser.add_argument("--n", type=int, help="requests per arm: the power each design delivers")
@@ -38,22 +38,30 @@ def register(subparsers: Any) -> None:
         "--matched-targets", action="store_true",
         help="compare --plan refuses arms that ran on different targets",
     )  # fmt: skip
+    parser.add_argument(
+        "--search", metavar="SEARCH_TOML",
+        help="instead: the cost and error rates of `soakgate search SEARCH_TOML`, simulated, "
+        "beside the full factorial's",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the designs and their delivered power (with a note when none is within reach);
     write the plan when asked."""
+    from soakgate.errors import UsageError
     from soakgate.stats.planning import PlanRequest, plan_summary
 
+    if args.search is not None:
+        return _search_plan(args.search)
+    if args.ratio is None:
+        raise UsageError("plan needs --ratio (the rate ratio B/A to detect), or --search FILE")
     pilot = None
     if args.pilot is not None:
         from soakgate.report.api import load_pilot
 
         pilot = load_pilot(args.pilot, args.label)
     elif args.label is not None:
-        from soakgate.errors import UsageError
-
         raise UsageError("--label needs --pilot DB")
     request = PlanRequest(
         baseline_rate=args.baseline_rate, ratio=args.ratio, alpha=args.alpha, power=args.power,
@@ -64,4 +72,16 @@ def run(args: argparse.Namespace) -> int:
         pilot=pilot,
     )  # fmt: skip
     print(plan_summary(request))
+    return 0
+
+
+def _search_plan(path: str) -> int:
+    """Print a search file's knobs and its simulated plan."""
+    from soakgate.search import load_search
+    from soakgate.search.summary import knob_lines, plan_lines
+
+    search = load_search(path)
+    print(f"search {search.campaign.name}: {len(search.knobs)} knobs differ between "
+          f"{search.clean.label!r} and {search.failing.label!r}")  # fmt: skip
+    print("\n".join([*knob_lines(search), *plan_lines(search)]))
     return 0

@@ -213,6 +213,7 @@ class MockServer:
                 "burst": decision.burst,
                 "corrupt": decision.corrupt,
                 "crash": decision.crash,
+                "knob_rate": self.injector.knob_rate,
             }
         )
         self.seq += 1

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from soakgate.errors import UsageError
+from soakgate.mockserver.knobs import KnobRule, collect_knobs, parse_rule
 
 COLLAPSE_KINDS = ("bang_run", "word_loop", "empty")
 FAULT_KINDS = ("http_500", "reset", "stall", "malformed_json", "truncated_stream", "server_error")
@@ -73,6 +76,12 @@ class MockConfig:
         default_factory=lambda: dict.fromkeys(COLLAPSE_KINDS, 1.0)
     )
     """Collapse kind -> relative weight."""
+    knobs: dict[str, str] = field(default_factory=dict)
+    """The configuration the server was started with, as knob name -> value (`--knobs`,
+    `--knob`, `$NAME` from `SOAKGATE_KNOB_NAME`): what `knob_collapse` rules look at."""
+    knob_collapse: tuple[KnobRule, ...] = ()
+    """Rules that raise the collapse rate when the knobs match: each request collapses with
+    probability at least the largest matching rule's rate (not under `state_collapse`)."""
     fault_rates: dict[str, float] = field(default_factory=dict)
     """Fault kind -> probability per request."""
     stall_s: float = 30.0
@@ -210,6 +219,8 @@ class MockConfig:
             raise UsageError(f"--shift-temperature must be > 0, got {self.shift_temperature}")
         if sum(self.fault_rates.values()) > 1.0 + 1e-9:
             raise UsageError("--fault-rate: the rates add up to more than 1")
+        if any(not 0.0 <= rule.rate <= 1.0 for rule in self.knob_collapse):
+            raise UsageError("--knob-collapse: rates must be between 0 and 1")
         unknown = set(self.quirks) - set(QUIRKS)
         if unknown:
             raise UsageError(f"--quirk: unknown {sorted(unknown)}; known: {', '.join(QUIRKS)}")
@@ -259,6 +270,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --tls-cert: require client certificates signed by these authorities",
     )  # fmt: skip
     add("--seed", type=int, default=d.seed, help="server seed (injection decisions, sampling)")
+    add(
+        "--seed-text", metavar="TEXT",
+        help="instead of --seed: the seed is the CRC-32 of TEXT, e.g. a campaign's {log_dir}, so "
+        "every block's server draws afresh and a rerun draws the same",
+    )  # fmt: skip
     add(
         "--ignore-seeds", action="store_true",
         help="answer sampled requests by request id even when they carry a seed (a stack that "
@@ -311,6 +327,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--collapse-kinds", default=",".join(COLLAPSE_KINDS), help="kinds[=weight], comma separated"
     )
+    add(
+        "--knobs", metavar="JSON", default=None,
+        help='configuration as a JSON object, flattened to dotted knobs: {"a":{"b":true}} sets '
+        "a.b=true (strings as they are, other values as compact JSON)",
+    )  # fmt: skip
+    add(
+        "--knob", metavar="NAME=VALUE", action="append", default=[],
+        help="a knob (repeatable; wins over --knobs); each environment variable "
+        "SOAKGATE_KNOB_<NAME> is knob $<NAME>",
+    )  # fmt: skip
+    add(
+        "--knob-collapse", metavar="RULE", action="append", default=[],
+        help="KEY=VALUE[&KEY=VALUE...]@RATE (repeatable): while every KEY's knob equals VALUE, "
+        "requests collapse with the largest matching RATE (at least --collapse-rate)",
+    )  # fmt: skip
     add("--fault-rate", default="", help="NAME=RATE[,NAME=RATE...] over " + ",".join(FAULT_KINDS))
     add("--stall-s", type=float, default=d.stall_s, help="sleep of a `stall` fault, s")
     add("--perturb-rate", type=float, default=d.perturb_rate, help="fraction of perturbed outputs")
@@ -411,7 +442,7 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
-        seed=args.seed,
+        seed=args.seed if args.seed_text is None else zlib.crc32(args.seed_text.encode()),
         ignore_seeds=args.ignore_seeds,
         model_name=args.model_name,
         max_model_len=args.max_model_len,
@@ -429,6 +460,8 @@ def config_from_args(args: argparse.Namespace) -> MockConfig:
         burst_min_in_flight=args.burst_min_in_flight,
         state_collapse=_window(args.state_collapse),
         collapse_kinds=kinds,
+        knobs=collect_knobs(args.knobs, args.knob, os.environ),
+        knob_collapse=tuple(parse_rule(rule) for rule in args.knob_collapse),
         fault_rates=parse_weights(args.fault_rate, FAULT_KINDS, "--fault-rate", 0.0),
         stall_s=args.stall_s,
         perturb_rate=args.perturb_rate,

@@ -11,6 +11,7 @@ from typing import IO
 
 from soakgate.mockserver import lm
 from soakgate.mockserver.config import MockConfig
+from soakgate.mockserver.knobs import knob_rate
 from soakgate.mockserver.text import (
     BANG_ID,
     EMPTY_ID,
@@ -70,9 +71,12 @@ class Injector:
         self._faults = [(name, rate) for name, rate in config.fault_rates.items() if rate > 0]
         self._kinds = [(name, w) for name, w in config.collapse_kinds.items() if w > 0]
         self._kind_total = sum(w for _, w in self._kinds)
+        self.knob_rate = knob_rate(config.knob_collapse, config.knobs)
+        """The largest rate of the `knob_collapse` rules the knobs match (0: none matches)."""
         self._idle = not (
             self._faults
             or config.collapse_rate
+            or self.knob_rate
             or config.burst_enter
             or config.perturb_rate
             or config.fluent_rate
@@ -125,7 +129,7 @@ class Injector:
                 return Decision(None, name, False, self._burst)
             draw -= rate
         collapse_rate = config.burst_collapse_rate if self._burst else config.collapse_rate
-        if rng.random() < collapse_rate:
+        if rng.random() < max(collapse_rate, self.knob_rate):
             return Decision(self._pick_kind(), None, False, self._burst)
         if structured:
             invalid = (

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from soakgate.errors import UsageError
 from soakgate.mockserver.config import MockConfig
+from soakgate.mockserver.knobs import describe
 
 READY_PREFIX = "soakgate-mock listening on "
 """Start of the one readiness line printed to stdout once the socket is listening."""
@@ -49,8 +50,13 @@ async def serve(
 
     context = _tls_context(config)
     sock = _listen(config.host, config.port)
+    server = MockServer(config)
+    if config.knobs or config.knob_collapse:  # what a configuration search sees is what it set
+        print(
+            f"soakgate-mock: {describe(config.knobs, server.injector.knob_rate)}", file=sys.stderr
+        )
     runner = web.AppRunner(
-        MockServer(config).make_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+        server.make_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
     )
     try:
         await runner.setup()
