@@ -16,6 +16,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -59,13 +60,23 @@ def test_bisect_names_the_module_the_stage_and_the_dropped_op(
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
         (request_id,) = check.execute("SELECT request_id FROM generations WHERE seq=2").fetchone()
     done = soakgate("bisect", str(_model()), "--import", str(REPO / CONTROL), "--layers", "2",
-                    "--from-db", str(db), "--request", request_id, cwd=tmp_path, timeout=600)  # fmt: skip
+                    "--from-db", str(db), "--request", request_id, "--repro", "repro.py",
+                    cwd=tmp_path, timeout=600)  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr  # a finding: compiled diverges
-    assert done.stdout.strip() == (
-        "first divergent module: model.norm; first failing stage: aot_eager (AOTAutograd: "
+    first, second, third = done.stdout.splitlines()
+    # The stored answer is the mock's, not the model's: compiled leaves eager at once.
+    assert first.startswith("first divergent token: position 0 of "), first
+    assert first.endswith(
+        "; first divergent module: model.norm; first failing stage: aot_eager (AOTAutograd: "
         "functionalization); missing op: soakgate_ctl::copy_into (schema declares no write and "
         "returns nothing: run soakgate audit)"
     )
+    assert second.startswith("tolerance: rtol 0.001, atol 0.001 (float32); eager's own rounding")
+    assert third.startswith("repro: wrote repro.py (Dynamo's graph 1 of 1, run under aot_eager")
+    # PyTorch's repro, run alone: the op is dropped there too, and its accuracy check says so
+    again = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+    assert again.returncode != 0 and "AccuracyError" in again.stderr, again.stderr[-2000:]
 
 
 @pytest.mark.slow
@@ -78,7 +89,7 @@ def test_bisect_blames_inductors_post_grad_passes_for_a_wrong_custom_pass(tmp_pa
     # PyTorch's own bisector says it: the custom pass is an application of post_grad_passes
     assert "Disabling post_grad_passes fixed the issue." in done.stderr
     assert "Debug info: post_grad_custom_post_pass" in done.stderr
-    line = done.stdout.strip()
+    line = done.stdout.splitlines()[0]
     assert "first failing stage: inductor (post_grad_passes: post_grad_custom_post_pass" in line
     assert line.startswith("first divergent module: <root> (Residual);"), line
     assert line.endswith("missing op: none")
@@ -182,3 +193,59 @@ def test_the_dropped_op_collapses_replay_as_any_input(compiled_server: str, tmp_
     assert all(v["alone_greedy"] == [2, 2, 0] and v["alone_sampled"] == [2, 2, 0] for v in verdicts)
     assert all(v["control_alone"] == [4, 4, 0] for v in verdicts)  # the control prompt as well
     assert texts == {"!" * 16}  # token id 0, every answer, alone and under load
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@needs_transformers
+def test_a_soaked_generation_is_bisected_to_its_first_divergent_token_and_module(
+    compiled_server: str, tmp_path: Path
+) -> None:
+    """The soak's question asked of the model: the dropped-op server answered `!` (token 0);
+    teacher-forced, compiled's top token is the stored one and eager's is not, from the first
+    generated position; the input up to it is then bisected to the module, stage and op."""
+    db = tmp_path / "control.sqlite"
+    soaked = soakgate(
+        "run", "--target", f"cpu0={compiled_server}", "--requests", "2", "--concurrency", "1",
+        "--max-tokens", "6", "--temperature", "0", "--token-ids", "--no-stream", "--db", str(db),
+        "--quiet",
+        "--no-watch-metrics", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert soaked.returncode == 0, soaked.stderr
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as check:
+        (request_id, text, ids) = check.execute(
+            "SELECT request_id, text, token_ids FROM generations WHERE seq = 1").fetchone()  # fmt: skip
+    assert text == "!" * 6 and array("i", ids).tolist() == [0] * 6  # the server's own tokens
+    done = soakgate("bisect", str(_model()), "--import", str(REPO / CONTROL), "--layers", "2",
+                    "--from-db", str(db), "--request", request_id, cwd=tmp_path, timeout=600)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("first divergent token: position 0 of 6 generated"), first
+    assert "(stored '!', rank " in first and ", 1 compiled): eager's top " in first
+    assert "compiled's '!'" in first
+    assert "; first divergent module: model.norm; first failing stage: aot_eager" in first
+
+
+CUSTOM = "examples/bisect/custom_backend.py"
+
+
+@pytest.mark.slow
+@needs_torch
+def test_a_custom_backends_own_pass_is_bisected_only_when_the_backend_is_kept(
+    tmp_path: Path,
+) -> None:
+    """The backend hands the graph to inductor with a wrong pass of its own (as vLLM's backend
+    installs its passes): kept at the inductor stage, the bisector names that pass; plain
+    torch.compile (inductor without it) is correct."""
+    kept = soakgate("bisect", f"{REPO / CUSTOM}:model", "--backend", f"{REPO / CUSTOM}:backend",
+                    cwd=tmp_path, timeout=600)  # fmt: skip
+    assert kept.returncode == 1, kept.stdout + kept.stderr
+    first = kept.stdout.splitlines()[0]
+    assert "first failing stage: inductor (post_grad_passes: post_grad_custom_post_pass" in first
+    assert first.startswith("first divergent module: <root> (Residual);")
+    plain = soakgate("bisect", f"{REPO / CUSTOM}:model", cwd=tmp_path, timeout=600)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert plain.stdout.startswith("no divergence: compiled matches eager at every stage")
+    bad = soakgate("bisect", f"{REPO / CUSTOM}:model", "--backend", f"{REPO / CUSTOM}:nope",
+                   cwd=tmp_path, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "has no callable 'nope'" in one_error_line(bad)

@@ -146,16 +146,17 @@ COMMANDS: dict[str, Entry] = {
     # README.md and docs/trace.md: the configuration search (issue 33)
     "soakgate plan --search examples/mock-search.toml": Run(),
     "soakgate search examples/mock-search.toml --db /tmp/mock-search.sqlite "
-    "--write-campaign /tmp/minimal.toml": Run(
-        (
-            ("/tmp/mock-search.sqlite", "out/mock-search.sqlite"),
-            ("/tmp/minimal.toml", "out/minimal.toml"),
-        ),
-        creates=("out/mock-search.sqlite", "out/mock-search.logs", "out/minimal.toml"),
+    "--write-campaign /tmp/minimal.toml": Covered(
+        "tests/search/test_search_cli.py::"
+        "test_the_example_names_the_two_knobs_at_half_a_percent_and_stores_every_probe"
     ),
     "soakgate search FILE": Names("soakgate search examples/"),
     "soakgate search": Names("soakgate search examples/"),
     "soakgate plan --search FILE": Names("soakgate plan --search "),
+    "soakgate search examples/vllm-cpu-search.toml --db vllm-search.sqlite": Covered(
+        "tests/realservers/test_vllm_search.py::test_search_names_the_compilation_mode_among_five_knobs",
+        "vllm",
+    ),
     # README.md: campaigns, sweeps, probes
     "soakgate campaign examples/ray-mock-fleet.toml --db /tmp/fleet.sqlite": Covered(RAY_FLEET),
     # the example's graph servers die once each on purpose: a crash is a finding (exit 1)
@@ -207,7 +208,8 @@ COMMANDS: dict[str, Entry] = {
         "test_a_target_that_keeps_failing_stops_the_replay_with_exit_2"
     ),
     "soakgate bisect MODEL [--prompt TEXT | --from-db DB --request ID] [--import MODULE] "
-    "[--layers N] [--rtol R] [--atol A] [--verbose]": Covered(DROPPED_BISECT, "torch"),
+    "[--layers N] [--backend MODULE:NAME] [--repro FILE] [--dtype D] [--rtol R] [--atol A] "
+    "[--verbose]": Covered(DROPPED_BISECT, "torch"),
     "soakgate mock-server --port 8000 --seed 7 --tokens-per-s 800 --burst-enter 0.3 "
     "--burst-exit 0.1 --burst-collapse-rate 0.9 --burst-min-in-flight 4": Serve(
         (("--port 8000", "--port 0"),)
@@ -229,7 +231,18 @@ COMMANDS: dict[str, Entry] = {
     "--max-rows 2": Covered(DROPPED_REPLAY, "torch"),
     "soakgate bisect ../shared/models/tiny-llama-8k --import "
     "examples/bisect/dropped_op_transformers.py --layers 2 --from-db control.sqlite --request "
-    "d3b827b7fb23-0": Covered(DROPPED_BISECT, "torch"),
+    "9c917f512f63-0": Covered(DROPPED_BISECT, "torch"),
+    "soakgate bisect examples/bisect/custom_backend.py:model --backend "
+    "examples/bisect/custom_backend.py:backend": Covered(
+        "tests/bisect/test_controls.py::"
+        "test_a_custom_backends_own_pass_is_bisected_only_when_the_backend_is_kept",
+        "torch",
+    ),
+    "soakgate bisect examples/bisect/compile_only_path.py:model": Covered(
+        "tests/bisect/test_tokens.py::"
+        "test_a_module_the_compiled_program_never_calls_is_said_to_be_not_called",
+        "torch",
+    ),
     "soakgate bisect examples/bisect/wrong_post_grad_pass.py:model --verbose": Covered(
         WRONG_PASS, "torch"
     ),

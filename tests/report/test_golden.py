@@ -146,6 +146,7 @@ def test_report_json_is_what_the_row_object_analysis_printed(
     }  # fmt: skip
     assert document["probes"].pop("replays") == []
     assert document["probes"].pop("reference") == []  # reference scoring (issue 17), none here
+    assert document["probes"].pop("searches") == []  # configuration searches (issue 33), none
     outcome_columns = {"judged_requests", "server_errors", "crashes", "crashes_per_hour",
                        "requests_lost_to_crashes", "suspect", "scored", "divergent", "compared",
                        "any_failure", "crosstalk", "checked", "invalid_structure",

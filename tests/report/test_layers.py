@@ -15,6 +15,7 @@ STAGES = {
     "load": 1, "collapse": 1, "reference_load": 1, "latency_load": 1,
     "model": 2, "checks": 2, "probes": 2, "comparisons": 2, "bins": 2, "analyze": 2,
     "replays": 2, "placement": 2, "reference": 2, "outcomes": 2, "gate": 2, "uptime": 2,
+    "searches": 2,
     "latency": 2,
     "compare_text": 3, "verdicts": 3, "tables": 3, "probe_tables": 3, "figures": 3, "html": 3,
     "outcome_table": 3,

@@ -205,3 +205,23 @@ def test_knobs_that_explain_only_part_of_the_failure_are_said_to(tmp_path):
     assert isinstance(finished["partial"], float) and finished["partial"] < 0.01
     # Two failing rates (5%, 40%+) break the search's one-failing-rate model: no bound, exit 1.
     assert "failures cluster" in done.stdout and done.returncode == 1
+
+
+def test_the_report_shows_each_search_as_a_tree_with_its_answer(tmp_path):
+    path = _search_file(tmp_path, "reported")
+    db = tmp_path / "s.sqlite"
+    done = _soakgate("search", str(path), "--db", str(db), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    probes = _events(db, "search_probe")
+    assert max(int(p["depth"]) for p in probes) >= 2  # type: ignore[call-overload]
+    text = _soakgate("report", str(db), "--html", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "configuration search reported" in text.stdout
+    assert "the failure follows {--knobs.mode=3} × {--knobs.pass_config.fuse=true}" in text.stdout
+    html = (tmp_path / "r.html").read_text()
+    assert "<td>· --knobs." in html  # a probe below the tree's first level, indented
+    assert "Configuration search reported" in html and 'id="search-table-1"' in html
+    found = _soakgate("report", str(db), "--format", "json", cwd=tmp_path)
+    [walk] = json.loads(found.stdout)["probes"]["searches"]
+    assert walk["search"] == "reported" and len(walk["probes"]) == len(probes)
+    assert [p["role"] for p in walk["probes"]][-1] == "confirm"

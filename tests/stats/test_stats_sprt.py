@@ -83,3 +83,4 @@ def test_the_dispersion_test_passes_independent_counts_and_flags_bursts():
     found = block_dispersion(bursts)
     assert found is not None and found.p_value < 0.01 and found.ratio > 3
     assert block_dispersion([[(0, 1000), (0, 1000)], [(3, 1000)]]) is None
+    assert block_dispersion([[(16, 16), (16, 16)]]) is None  # always failing: no variance

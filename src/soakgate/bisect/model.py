@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,10 @@ class Subject:
     """Keyword inputs (`input_ids`, `use_cache=False` for a Hugging Face model)."""
     name: str
     """What was loaded, for the finding."""
+    prompt_tokens: int | None = None
+    """With a stored generation appended to `input_ids` (teacher forcing): the prompt's length."""
+    decode: Callable[[int], str] | None = None
+    """A token id's text (a model directory's tokenizer)."""
 
     def __call__(self, model: Any = None) -> Any:
         """Run `model` (default: the eager one) on the inputs, without gradients."""
@@ -49,12 +53,17 @@ def import_modules(names: Sequence[str]) -> None:
 
 
 def load_subject(
-    spec: str, prompt: str, layers: int | None = None, dtype: str = "float32"
-) -> Subject:
-    """The model and inputs named by `spec`: a Hugging Face directory or `module:function`."""
+    spec: str, prompt: str, layers: int | None = None, dtype: str = "float32",
+    generated: Generated | None = None,
+) -> Subject:  # fmt: skip
+    """The model and inputs named by `spec`: a Hugging Face directory or `module:function`;
+    `generated` (a stored generation, for a directory) is appended to the prompt's tokens."""
     path = Path(spec)
     if path.is_dir():
-        return _huggingface(path, prompt, layers, dtype)
+        return _huggingface(path, prompt, layers, dtype, generated)
+    if generated is not None:
+        raise BisectError("a stored generation's tokens need a model directory, not "
+                          "module:function")  # fmt: skip
     module_name, sep, function = spec.rpartition(":")
     if not sep or not module_name or not function:
         raise BisectError(
@@ -65,6 +74,18 @@ def load_subject(
     if not callable(made):
         raise BisectError(f"{module_name} has no function {function!r}")
     return _subject_of(made(), spec)
+
+
+def load_backend(spec: str) -> Any:
+    """A compiler backend named `module:name` (or `file.py:name`): a callable torch.compile takes
+    as its `backend`, e.g. one that hands the graph to inductor with passes of its own."""
+    module_name, sep, name = spec.rpartition(":")
+    if not sep or not module_name or not name:
+        raise BisectError(f"--backend {spec!r} must be module:name (or file.py:name)")
+    found = getattr(_import(module_name), name, None)
+    if not callable(found):
+        raise BisectError(f"{module_name} has no callable {name!r} to compile with")
+    return found
 
 
 def _subject_of(made: Any, name: str) -> Subject:
@@ -82,7 +103,18 @@ def _subject_of(made: Any, name: str) -> Subject:
     return Subject(model.eval(), tuple(inputs), {}, name)
 
 
-def _huggingface(path: Path, prompt: str, layers: int | None, dtype: str) -> Subject:
+@dataclass(frozen=True, slots=True)
+class Generated:
+    """A stored generation to teacher-force: its token ids where the soak stored them, else its
+    text (tokenized here, after the prompt: the server's own tokenization may differ)."""
+
+    text: str
+    token_ids: tuple[int, ...] | None = None
+
+
+def _huggingface(
+    path: Path, prompt: str, layers: int | None, dtype: str, generated: Generated | None
+) -> Subject:
     """A causal LM from a local directory (never the hub), on the tokenized prompt."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -108,7 +140,25 @@ def _huggingface(path: Path, prompt: str, layers: int | None, dtype: str) -> Sub
         raise BisectError(f"cannot load the model in {path}: {exc}") from None
     input_ids = tokenizer(prompt, return_tensors="pt").input_ids
     model.eval()
-    return Subject(model, (), {"input_ids": input_ids, "use_cache": False}, str(path))
+    if generated is None:
+        return Subject(model, (), {"input_ids": input_ids, "use_cache": False}, str(path))
+    prompt_tokens = int(input_ids.shape[1])
+    ids = list(generated.token_ids or _continuation(tokenizer, prompt, generated.text))
+    if not ids:
+        raise BisectError("the stored generation has no tokens to check")
+    full = torch.cat([input_ids, torch.tensor([ids], dtype=input_ids.dtype)], dim=1)
+    return Subject(model, (), {"input_ids": full, "use_cache": False}, str(path), prompt_tokens,
+                   lambda token: str(tokenizer.decode([token])))  # fmt: skip
+
+
+def _continuation(tokenizer: Any, prompt: str, text: str) -> list[int]:
+    """The ids of `text` as it continues `prompt`: from tokenizing both together where the
+    prompt's own ids are a prefix of that, else `text` alone."""
+    alone: list[int] = tokenizer(prompt).input_ids
+    both: list[int] = tokenizer(prompt + text).input_ids
+    if both[: len(alone)] == alone:
+        return both[len(alone) :]
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
 
 
 def _import(name: str) -> Any:

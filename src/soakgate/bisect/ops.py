@@ -84,9 +84,11 @@ def missing_custom_ops(eager: Counter[str], graph: Counter[str]) -> list[Missing
     return missing
 
 
-def capture_graphs(subject: Subject, backend: str) -> list[Any]:
+def capture_graphs(subject: Subject, backend: str, custom: Any = None) -> list[Any]:
     """The FX graphs the failing stage produced: Dynamo's for `eager`, the AOTAutograd forward
-    graph for the aot_* stages, inductor's post-grad graph for `inductor`."""
+    graph for the aot_* stages, inductor's post-grad graph for `inductor` (through the `custom`
+    backend, when one is kept there). Raises when no graph was seen (a custom backend that
+    replaces the post-grad passes hides it)."""
     import torch
     from torch._dynamo.backends.common import aot_autograd
 
@@ -106,9 +108,13 @@ def capture_graphs(subject: Subject, backend: str) -> list[Any]:
             subject(torch.compile(subject.model, backend=_decomp_partition(keep)))
         else:
             with _reading_post_grad_graph(graphs.append):
-                subject(torch.compile(subject.model))
+                compiled = torch.compile(subject.model, backend=custom) if custom is not None \
+                    else torch.compile(subject.model)  # fmt: skip
+                subject(compiled)
     finally:
         torch._dynamo.reset()
+    if not graphs:
+        raise RuntimeError(f"no {backend} graph was seen")
     return graphs
 
 

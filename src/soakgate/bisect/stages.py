@@ -71,10 +71,15 @@ class Stage:
 
 
 def first_failing_stage(
-    subject: Subject, expected: list[Any], tolerance: Tolerance, log: Callable[[str], None]
-) -> Stage:
-    """Run the bisector over the compile stack with soakgate's comparison as its check."""
+    subject: Subject, expected: list[Any], tolerance: Tolerance, log: Callable[[str], None],
+    custom: Any = None,
+) -> Stage:  # fmt: skip
+    """Run the bisector over the compile stack with soakgate's comparison as its check. With a
+    `custom` backend (a callable), the model is compiled with it, and the bisector keeps it at
+    its inductor stage (torch's `bisect_keep_custom_backend_for_inductor`): the backend's own
+    use of inductor (its passes, as vLLM's backend installs them) is bisected."""
     import torch
+    import torch._inductor.config as inductor_config
     from torch._inductor.compiler_bisector import CompilerBisector
 
     errors: dict[str, str] = {}
@@ -83,7 +88,7 @@ def first_failing_stage(
     def check() -> bool:
         calls[0] += 1
         backend = CompilerBisector.get_backend() or "inductor"
-        difference = run_compiled(subject, expected, tolerance, backend=None)
+        difference = run_compiled(subject, expected, tolerance, backend=custom)
         if difference.reason.startswith("raised"):
             errors.setdefault(backend, difference.reason.removeprefix("raised "))
         log(f"bisect: {backend} {CompilerBisector.get_subsystem() or ''}: "
@@ -91,7 +96,8 @@ def first_failing_stage(
         return difference.matches
 
     output = io.StringIO()
-    with contextlib.redirect_stdout(output):
+    keep = {"test_configs.bisect_keep_custom_backend_for_inductor": custom is not None}
+    with contextlib.redirect_stdout(output), inductor_config.patch(keep):
         result = CompilerBisector.do_bisect(check)
     for line in output.getvalue().splitlines():
         log(f"bisect: {line}")
@@ -108,8 +114,9 @@ def first_failing_stage(
 def run_compiled(
     subject: Subject, expected: list[Any], tolerance: Tolerance, backend: Any
 ) -> Difference:
-    """Compile afresh (`backend` None: torch.compile's default, which the bisector overrides
-    with the backend under test), run on the inputs, compare with eager."""
+    """Compile afresh (`backend` None: torch.compile's default; the bisector overrides either
+    with the backend under test, a custom one only before its inductor stage), run on the
+    inputs, compare with eager."""
     import torch
 
     torch._dynamo.reset()

@@ -130,15 +130,20 @@ class Campaign:
 
 def load_campaign(path: str | Path) -> Campaign:
     """Read and validate a campaign file; every problem is a one-line ConfigError."""
-    file = Path(path)
+    data, sha256 = read_toml(Path(path), "campaign file")
+    return campaign_from_dict(data, Path(path), sha256)
+
+
+def read_toml(file: Path, what: str) -> tuple[dict[str, Any], str]:
+    """A TOML file's tables and the SHA-256 of its bytes; one-line ConfigError otherwise."""
     try:
         raw = file.read_bytes()
         data = tomllib.loads(raw.decode("utf-8"))
     except OSError as exc:
-        raise ConfigError(f"cannot read campaign file {file}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read {what} {file}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}") from None
-    return campaign_from_dict(data, file, hashlib.sha256(raw).hexdigest())
+    return data, hashlib.sha256(raw).hexdigest()
 
 
 def campaign_from_dict(data: dict[str, Any], path: Path, sha256: str = "") -> Campaign:

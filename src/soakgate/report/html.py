@@ -182,6 +182,7 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
     from soakgate.report import probe_tables as pt
     from soakgate.report.probes import Probes, SpecSeries
     from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
+    from soakgate.report.searches import SEARCH_HEADERS, SEARCH_NOTE
 
     probes = analysis.probes or Probes()
     by_target: dict[str, list[SpecSeries]] = {}
@@ -214,6 +215,14 @@ def _probe_context(analysis: Analysis) -> dict[str, Any]:
             "headers": REPLAY_HEADERS,
             "note": REPLAY_NOTE,
             "rows": [r.cells() for r in probes.replays],
+        },
+        "searches": {
+            "headers": SEARCH_HEADERS,
+            "note": SEARCH_NOTE,
+            "found": [
+                {"name": w.name, "answer": w.answer(), "rows": [p.cells() for p in w.probes]}
+                for w in probes.searches
+            ],
         },
         "reference": {
             "headers": pt.REFERENCE_HEADERS,

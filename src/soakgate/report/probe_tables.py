@@ -10,6 +10,7 @@ from soakgate.report.formatting import percent
 from soakgate.report.probes import DifferentialUnit, Look, Probes, Sweep
 from soakgate.report.reference import ReferenceUnit
 from soakgate.report.replays import REPLAY_HEADERS, REPLAY_NOTE
+from soakgate.report.searches import SEARCH_HEADERS, SEARCH_NOTE
 from soakgate.stats.shift import MIN_ROWS, SHIFTED, TOO_FEW
 
 DIFFERENTIAL_HEADERS = (
@@ -199,6 +200,7 @@ def probes_json(probes: Probes) -> dict[str, Any]:
         "looks": [dict(zip(LOOK_HEADERS, look_cells(look), strict=True)) for look in probes.looks],
         "replays": [replay.as_dict() for replay in probes.replays],
         "reference": [reference_dict(unit) for unit in probes.reference],
+        "searches": [walk.as_dict() for walk in probes.searches],
     }  # fmt: skip
 
 
@@ -222,6 +224,10 @@ def probe_sections(probes: Probes) -> list[Section]:
     if probes.reference:
         rows = [reference_cells(unit) for unit in probes.reference]
         sections.append(("reference scoring", REFERENCE_HEADERS, rows, REFERENCE_NOTE))
+    for walk in probes.searches:
+        rows = [probe.cells() for probe in walk.probes]
+        sections.append((f"configuration search {walk.name}", SEARCH_HEADERS, rows,
+                         f"{walk.answer()}. {SEARCH_NOTE}"))  # fmt: skip
     return sections
 
 

@@ -27,6 +27,7 @@ from soakgate.report.model import Analysis, BoolArray, Unit
 from soakgate.report.outcomes import Divergence, divergence_of
 from soakgate.report.reference import ReferenceUnit, reference_units
 from soakgate.report.replays import ReplayVerdict, replay_verdicts
+from soakgate.report.searches import SearchWalk, search_walks
 from soakgate.stats.outcomes import divergence_direction, divergence_verdict, divergence_words
 from soakgate.stats.rates import RateSummary, summarize_rate
 from soakgate.stats.verdict import Verdict
@@ -207,6 +208,8 @@ class Probes:
     """`soakgate replay`'s verdicts (report/replays.py)."""
     reference: list[ReferenceUnit] = field(default_factory=list)
     """Reference scoring per unit (report/reference.py)."""
+    searches: list[SearchWalk] = field(default_factory=list)
+    """`soakgate search`'s walks (report/searches.py)."""
 
     @property
     def spec_collapses(self) -> list[SpecCollapse]:
@@ -345,4 +348,5 @@ def find_probes(analysis: Analysis) -> Probes:
         absent,
         replay_verdicts(analysis.events),
         reference_units(analysis.columns.reference, analysis.runs, analysis.columns.reference_rows),
+        search_walks(analysis.events),
     )

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 
-Probe = Generator[frozenset[int], bool, tuple[int, ...]]
-"""Yields the knob set to try; is sent whether it fails; returns the knobs it needs."""
+Probe = Generator[tuple[frozenset[int], int], bool, tuple[int, ...]]
+"""Yields the knob set to try and its depth in the search tree (the recursion's, from 0); is
+sent whether it fails; returns the knobs it needs."""
 
 
 def max_probes(knobs: int) -> int:
@@ -29,21 +30,24 @@ def minimal_knobs(knobs: int) -> Probe:
     (the failing configuration, all of them changed, is taken to fail; none changed, not)."""
     if knobs < 1:
         return ()
-    found = yield from _explain((), False, tuple(range(knobs)))
+    found = yield from _explain((), False, tuple(range(knobs)), 0)
     return tuple(sorted(found))
 
 
-def _explain(background: tuple[int, ...], added: bool, candidates: tuple[int, ...]) -> Probe:
+def _explain(
+    background: tuple[int, ...], added: bool, candidates: tuple[int, ...], depth: int
+) -> Probe:
     """QuickXplain's step: the candidates needed beside `background` (which fails, if `added`
     knobs were just put into it, when none of the candidates is needed)."""
-    if added and (yield frozenset(background)):
+    if added and (yield frozenset(background), depth):
         return ()
     if len(candidates) == 1:
         return candidates
     half = len(candidates) // 2
     first, second = candidates[:half], candidates[half:]
-    needed_second = yield from _explain(background + first, True, second)
-    needed_first = yield from _explain(background + needed_second, bool(needed_second), first)
+    needed_second = yield from _explain(background + first, True, second, depth + 1)
+    needed_first = yield from _explain(background + needed_second, bool(needed_second), first,
+                                       depth + 1)  # fmt: skip
     return needed_first + needed_second
 
 
@@ -54,9 +58,9 @@ def run_sync(
     asked: list[frozenset[int]] = []
     search = minimal_knobs(knobs)
     try:
-        subset = next(search)
+        subset, _ = next(search)
         while True:
             asked.append(subset)
-            subset = search.send(fails(subset))
+            subset, _ = search.send(fails(subset))
     except StopIteration as done:
         return tuple(done.value), asked

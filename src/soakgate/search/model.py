@@ -3,14 +3,12 @@ table naming its clean and failing configurations and the error rates the search
 
 from __future__ import annotations
 
-import hashlib
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from soakgate.campaign.fields import Table
-from soakgate.campaign.model import Campaign, ConfigEntry, campaign_from_dict
+from soakgate.campaign.model import Campaign, ConfigEntry, campaign_from_dict, read_toml
 from soakgate.errors import ConfigError
 from soakgate.search.algorithm import max_probes
 from soakgate.search.knobs import Knob, diff_knobs
@@ -62,15 +60,9 @@ class Search:
 def load_search(path: str | Path) -> Search:
     """Read and validate a search file; every problem is a one-line ConfigError."""
     file = Path(path)
-    try:
-        raw = file.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read search file {file}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    data, sha256 = read_toml(file, "search file")
     rest = {k: v for k, v in data.items() if k != "search"}
-    campaign = campaign_from_dict(rest, file, hashlib.sha256(raw).hexdigest())
+    campaign = campaign_from_dict(rest, file, sha256)
     if campaign.reference is not None or campaign.cluster.engine != "local":
         raise ConfigError("search: a reference configuration and [cluster] are not supported yet")
     if "search" not in data:

@@ -120,7 +120,7 @@ class _StoredSoaker:
         if probe.index in seen:  # stored by the invocation that decided it first
             return
         data: dict[str, Any] = {
-            "probe": probe.index, "role": probe.role, "label": probe.label,
+            "probe": probe.index, "role": probe.role, "label": probe.label, "depth": probe.depth,
             "knobs": [self.search.knobs[i].describe() for i in probe.knobs],
             "outcome": decision.outcome, "failures": probe.failures, "answered": probe.answered,
             "evidence": decision.evidence, "truncated": decision.truncated,

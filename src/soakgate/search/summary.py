@@ -63,12 +63,14 @@ def probe_lines(search: Search, walked: Walked) -> list[str]:
     """Each probe in the order run: role, knobs changed, failures/answered, decision."""
     lines = []
     for probe in walked.probes:
-        changed = "+".join(f"k{i}" for i in probe.knobs) or "none"
+        changed = "· " * max(probe.depth - 1, 0) + (
+            "+".join(f"k{i}" for i in probe.knobs) or "none"
+        )
         decision = probe.outcome or "undecided"
         if probe.decision is not None and probe.decision.truncated:
             decision += " (truncated: no error bound)"
         lines.append(
-            f"  {probe.index:>3} {probe.role:<8} {changed:<20} {probe.failures:,}/"
+            f"  {probe.index:>3} {probe.role:<8} {changed:<24} {probe.failures:,}/"
             f"{probe.answered:,} = {_rate(probe)} in {len(probe.blocks)} blocks: {decision}"
         )
     return lines

@@ -39,6 +39,8 @@ class Probe:
     knobs: tuple[int, ...]
     """Indexes of the knobs set to their failing values."""
     label: str
+    depth: int = 0
+    """Depth in the group test's tree (its recursion), for showing it as a tree."""
     failures: int = 0
     answered: int = 0
     blocks: list[str] = field(default_factory=list)
@@ -152,22 +154,22 @@ class Walk:
         decided: dict[frozenset[int], bool] = {}
         steps = minimal_knobs(self.knobs)
         try:
-            subset = next(steps)
+            subset, depth = next(steps)
             while True:
                 if subset not in decided:
-                    probe = self._probe("probe", tuple(sorted(subset)))
+                    probe = self._probe("probe", tuple(sorted(subset)), depth)
                     await self._decide(probe)
                     decided[subset] = probe.outcome == FAILS
-                subset = steps.send(decided[subset])
+                subset, depth = steps.send(decided[subset])
         except StopIteration as done:
             return tuple(done.value)
 
-    def _probe(self, role: str, knobs: tuple[int, ...]) -> Probe:
+    def _probe(self, role: str, knobs: tuple[int, ...], depth: int = 0) -> Probe:
         label = {"baseline": self.labels[0], "failing": self.labels[1]}.get(role)
         if label is None:
             names = "+".join(f"k{i}" for i in knobs) or "none"
             label = f"{'confirm' if role == 'confirm' else 'knobs'}-{names}"
-        probe = Probe(len(self.walked.probes), role, knobs, label)
+        probe = Probe(len(self.walked.probes), role, knobs, label, depth)
         self.walked.probes.append(probe)
         return probe
 

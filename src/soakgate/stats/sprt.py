@@ -138,14 +138,14 @@ class Dispersion:
 def block_dispersion(groups: Sequence[Sequence[tuple[int, int]]],
                      design_effect: float = 1.0) -> Dispersion | None:  # fmt: skip
     """Pearson's dispersion test over blocks: each group (one configuration's blocks, as
-    (failures, answered)) against its own pooled rate; groups without a failure or with one block
-    add nothing. None when nothing can be tested."""
+    (failures, answered)) against its own pooled rate; a group with one block, or that failed
+    never or always, adds nothing. None when nothing can be tested."""
     chi2, df = 0.0, 0
     for blocks in groups:
         failures = sum(f for f, _ in blocks)
         answered = sum(n for _, n in blocks)
-        if len(blocks) < 2 or failures == 0 or answered == 0:
-            continue
+        if len(blocks) < 2 or failures == 0 or failures == answered:
+            continue  # one block, or a rate of 0 or 1: no variance to test
         rate = failures / answered
         for f, n in blocks:
             expected = n * rate
