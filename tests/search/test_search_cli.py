@@ -164,22 +164,28 @@ def test_plan_search_prints_the_knobs_and_the_simulated_cost_beside_the_factoria
 
 
 def test_failures_in_bursts_are_said_to_void_the_bounds_and_exit_1(tmp_path):
-    """The failing configuration collapses in bursts (mean 10 answers, about 9% overall): the
-    block counts vary far more than independent failures allow, which the search says (the
-    knobs it names under such bursts are often wrong: that is why it exits 1)."""
+    """The failing configuration collapses in long bursts (mean 100 answers, two a block, about
+    17% overall): the block counts vary far more than independent failures allow, which the
+    search says (the knobs it names under such bursts are often wrong: that is why it exits 1).
+    Bursts of mean 10, five a block, passed the test in a CI run: too few blocks to tell."""
     text = EXAMPLE.read_text().replace('name = "mock-search"', 'name = "bursts"')
-    text = text.replace("  --knob max_num_seqs=8", "  --knob max_num_seqs=8 --burst-enter 0.01 "
-                        "--burst-exit 0.1 --burst-collapse-rate 1.0")  # fmt: skip
-    text = text.replace("failing_rate = 0.005", "failing_rate = 0.09")
+    text = text.replace("  --knob max_num_seqs=8", "  --knob max_num_seqs=8 --burst-enter 0.002 "
+                        "--burst-exit 0.01 --burst-collapse-rate 1.0")  # fmt: skip
+    text = text.replace("failing_rate = 0.005", "failing_rate = 0.15")
     text = text.replace("mode=3&pass_config.fuse=true@0.005", "mode=7@0.005")  # bursts only
     path = tmp_path / "bursts.toml"
     path.write_text(text)
     db = tmp_path / "s.sqlite"
     done = _soakgate("search", str(path), "--db", str(db), "--quiet", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "failures cluster: block counts vary" in done.stdout
-    assert "the error bounds do not hold" in done.stdout
     [finished] = _events(db, "search_finished")
+    if finished["named"] is None and "did not fail" in str(finished["stopped"]):
+        # a whole block of the failing configuration fell between bursts (about one run in
+        # seven): the search stops with nothing to explain, exit 1, and claims no bound either
+        assert "no answer: the failing configuration 'compiled' did not fail" in done.stdout
+        return
+    assert "failures cluster: block counts vary" in done.stdout, done.stdout[-2500:]
+    assert "the error bounds do not hold" in done.stdout
     dispersion = finished["dispersion"]
     assert isinstance(dispersion, dict) and dispersion["p_value"] < 0.01
 
