@@ -59,7 +59,7 @@ def test_the_first_generated_position_where_compiled_leaves_eager_is_found():
     from soakgate.bisect.tokens import check_tokens
 
     subject = _toy(5)
-    found = check_tokens(subject, "eager", 3, lambda t: f"t{t}")
+    found = check_tokens(subject, subject(), "eager", 3, lambda t: f"t{t}")
     # logits at position p predict generated token p - 2: from the fourth on, compiled says t7
     stored = subject.kwargs["input_ids"][0, 3:].tolist()
     expected = next(i for i in range(3, 6) if stored[i] != 7)
@@ -85,7 +85,8 @@ def test_bisect_reports_the_token_then_bisects_the_input_up_to_it():
 def test_a_compiled_program_that_keeps_every_token_says_so():
     from soakgate.bisect.tokens import check_tokens
 
-    found = check_tokens(_toy(99), "eager", 3, lambda t: f"t{t}")
+    toy = _toy(99)
+    found = check_tokens(toy, toy(), "eager", 3, lambda t: f"t{t}")
     assert found.position is None and found.describe(None).startswith(
         "compiled's top token is eager's at all 6 generated positions"
     )

@@ -97,17 +97,18 @@ def bisect_model(
     tolerance = tolerance or tolerance_for(dtype)
     say = log or (lambda _line: None)
     try:
-        subject()
+        eager = subject()  # once: the noise, the token check and the comparisons all use it
     except Exception as exc:
         raise BisectError(f"the model fails eagerly: {type(exc).__name__}: {exc}") from None
-    noise = rounding_noise(subject)
+    noise = rounding_noise(subject, eager)
     tokens = None
     if subject.prompt_tokens is not None:
         say(f"bisect: checking the stored generation's tokens under {backend}")
         decode = subject.decode or str
-        tokens = check_tokens(subject, backend, subject.prompt_tokens, decode)
+        tokens = check_tokens(subject, eager, backend, subject.prompt_tokens, decode)
         if tokens.position is not None:  # ask the rest of the input up to that position
             subject = truncated(subject, subject.prompt_tokens + tokens.position)
+            eager = None
 
     def found(stage: Stage, module: Divergence, missing: tuple[MissingOp, ...] = (),
               unknown: bool = False) -> Finding:  # fmt: skip
@@ -115,7 +116,7 @@ def bisect_model(
                        tokens)  # fmt: skip
 
     try:
-        expected = [t.detach().clone() for t in leaves(subject())]
+        expected = [t.detach().clone() for t in leaves(subject() if eager is None else eager)]
         traced = eager_ops(subject)
     except Exception as exc:
         raise BisectError(f"the model fails eagerly: {type(exc).__name__}: {exc}") from None

@@ -62,9 +62,10 @@ def tolerance_for(dtype: str) -> Tolerance:
     return TOLERANCES.get(dtype, TOLERANCES["float32"])
 
 
-def rounding_noise(subject: Subject) -> Noise | None:
-    """Eager in the model's dtype against a copy of the model in a wider dtype, on the same
-    inputs; None when there is no wider dtype or the copy cannot run (a custom op without it)."""
+def rounding_noise(subject: Subject, eager: Any) -> Noise | None:
+    """Eager's output `eager` (the model in its dtype) against a copy of the model in a wider
+    dtype, on the same inputs; None when there is no wider dtype or the copy cannot run (a
+    custom op without it)."""
     import torch
 
     dtype = model_dtype(subject)
@@ -79,7 +80,7 @@ def rounding_noise(subject: Subject) -> Noise | None:
         )
         wide = Subject(model, tuple(widen(a) for a in subject.args),
                        {k: widen(v) for k, v in subject.kwargs.items()}, subject.name)  # fmt: skip
-        ours, theirs = leaves(subject()), leaves(wide())
+        ours, theirs = leaves(eager), leaves(wide())
     except Exception:  # a custom op or a model that only runs in its own dtype
         return None
     worst = 0.0
@@ -129,14 +130,15 @@ class TokenCheck:
         return self.position is not None and (noise is None or self.margin > noise.max_abs)
 
 
-def check_tokens(subject: Subject, backend: Any, prompt_tokens: int,
+def check_tokens(subject: Subject, eager_output: Any, backend: Any, prompt_tokens: int,
                  decode: Callable[[int], str]) -> TokenCheck:  # fmt: skip
-    """Teacher-force the subject's `input_ids` (prompt, then the stored generation) eager and
-    compiled with `backend`; compare the top token at every generated position."""
+    """Teacher-force the subject's `input_ids` (prompt, then the stored generation) compiled with
+    `backend`, against `eager_output` (eager's on the same input); compare the top token at
+    every generated position."""
     import torch
 
     input_ids = subject.kwargs["input_ids"]
-    eager = _logits(subject())
+    eager = _logits(eager_output)
     torch._dynamo.reset()
     try:
         compiled = _logits(subject(torch.compile(subject.model, backend=backend)))

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from soakgate.search.model import Search, load_search
 from soakgate.search.summary import partial_p_value
 from soakgate.search.walk import Probe, Stopped, Walk, Walked
 from soakgate.store import Store, open_store
+from soakgate.store.base import TargetCounts
 
 
 @dataclass(slots=True)
@@ -109,8 +110,7 @@ class _StoredSoaker:
         if result.outcome == "failed":
             reason = failure_reason(self.store, result.run_id)
             raise Stopped(f"block {block.block_id} failed: {reason}")
-        stored = result.stored.values()
-        return sum(c.collapses for c in stored), sum(c.requests - c.errors for c in stored)
+        return _failures_answered(result.stored.values())
 
     def decided(self, probe: Probe) -> None:
         decision = probe.decision
@@ -136,7 +136,12 @@ def _done_counts(store: Store, run: Run | None) -> tuple[int, int] | None:
     done = [e for e in store.events(run.run_id) if e.kind == "block_completed"]
     if not done or done[-1].data.get("outcome") != "completed":
         return None
-    counts = store.counts(run.run_id).values()
+    return _failures_answered(store.counts(run.run_id).values())
+
+
+def _failures_answered(counts: Iterable[TargetCounts]) -> tuple[int, int]:
+    """A block's failures (flagged generations) and answered requests, every target's."""
+    counts = list(counts)
     return sum(c.collapses for c in counts), sum(c.requests - c.errors for c in counts)
 
 

@@ -53,17 +53,21 @@ class ProbeDesign:
         """Evidence at which a probe is `clean`."""
         return math.log(self.clean_error)
 
-    def evidence(self, failures: int, answered: int) -> float:
-        """The log-likelihood ratio of p_fail against p_clean for `failures` of `answered`."""
+    def _steps(self) -> tuple[float, float]:
+        """The evidence one failure and one success add (before the design effect)."""
         per_failure = math.log(self.p_fail / self.p_clean)
         per_success = math.log((1.0 - self.p_fail) / (1.0 - self.p_clean))
+        return per_failure, per_success
+
+    def evidence(self, failures: int, answered: int) -> float:
+        """The log-likelihood ratio of p_fail against p_clean for `failures` of `answered`."""
+        per_failure, per_success = self._steps()
         llr = failures * per_failure + (answered - failures) * per_success
         return llr / self.design_effect
 
     def expected_requests(self, rate: float) -> float:
         """Wald's approximation of the requests a probe at `rate` needs (no overshoot)."""
-        per_failure = math.log(self.p_fail / self.p_clean)
-        per_success = math.log((1.0 - self.p_fail) / (1.0 - self.p_clean))
+        per_failure, per_success = self._steps()
         drift = (rate * per_failure + (1.0 - rate) * per_success) / self.design_effect
         if abs(drift) < 1e-15:
             return float(self.max_requests)
