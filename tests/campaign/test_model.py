@@ -138,18 +138,22 @@ def test_environment_values_are_filled_per_instance_and_braces_can_be_doubled(
         'env = {VLLM_LOGGING_LEVEL = "INFO", FLAG = true}',
         'env = {VLLM_CACHE_ROOT = "{log_dir}/{instance}/cache", JSON = "{{\\"gpu\\": {device}}}"}',
     ).replace(
-        'flags = "--enforce-eager"', 'flags = "--enforce-eager"\nenv = {TAG = "{label}-{port}"}'
+        'flags = "--enforce-eager"',
+        'flags = "--enforce-eager"\nenv = {TAG = "{label}-{port}", SEED = "{block}"}',
     )
     campaign = load_campaign(_write(tmp_path, text))
     eager = campaign.configs[0]
     specs = [
-        launch_spec(campaign, eager, d, i, tmp_path / "b") for i, d in enumerate(campaign.devices)
+        launch_spec(campaign, eager, d, i, tmp_path / "003-eager-r1")
+        for i, d in enumerate(campaign.devices)
     ]
     assert [s.env["VLLM_CACHE_ROOT"] for s in specs] == [
-        f"{tmp_path}/b/cuda:0/cache", f"{tmp_path}/b/gpu1/cache",
+        f"{tmp_path}/003-eager-r1/cuda:0/cache", f"{tmp_path}/003-eager-r1/gpu1/cache",
     ]  # fmt: skip
     assert [s.env["JSON"] for s in specs] == ['{"gpu": 0}', '{"gpu": 1}']
     assert [s.env["TAG"] for s in specs] == [f"eager-{s.url.rsplit(':', 1)[1]}" for s in specs]
+    # {block} is the block's name alone: the same wherever the campaign's logs are written.
+    assert [s.env["SEED"] for s in specs] == ["003-eager-r1", "003-eager-r1"]
 
 
 @pytest.mark.parametrize(

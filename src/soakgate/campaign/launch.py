@@ -35,7 +35,7 @@ def launch_spec(
     values = {
         "model": server.model, "port": str(port), "flags": config.flags,
         "device": device.index, "python": sys.executable, "log_dir": str(log_dir),
-        "campaign_dir": str(log_dir.parent),
+        "campaign_dir": str(log_dir.parent), "block": log_dir.name,
         "label": config.label, "instance": name, "host": server.host,
     }  # fmt: skip
     host = f"[{server.host}]" if ":" in server.host else server.host

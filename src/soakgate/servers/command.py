@@ -12,8 +12,8 @@ from pathlib import PurePath
 from soakgate.errors import ConfigError
 
 PLACEHOLDERS = (
-    "model", "port", "flags", "device", "python", "log_dir", "campaign_dir", "label", "instance",
-    "host",
+    "model", "port", "flags", "device", "python", "log_dir", "campaign_dir", "block", "label",
+    "instance", "host",
 )  # fmt: skip
 """Names a `server.command` template may use, e.g. `vllm serve {model} --port {port} {flags}`;
 a config's flags may use all of them but {flags}."""
