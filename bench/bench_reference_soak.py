@@ -141,6 +141,8 @@ def main() -> None:
         groups = load(args.dir / f"tuning-p{top_p}")
         held = args.dir / f"heldout-p{top_p}"
         held_groups = load(held) if Path(f"{held}-ref.npz").is_file() else {}
+        second = args.dir / f"heldout2-p{top_p}"
+        second_groups = load(second) if Path(f"{second}-ref.npz").is_file() else {}
         calibration = groups.pop("calibration")
         worst = [max_surprisal(t) for t in calibration]
         before = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration])
@@ -154,6 +156,7 @@ def main() -> None:
         print(f"  {'generations':<16} {'':<9} {header}")
         rows = [("tuning", "clean holdout" if n == "holdout" else n, g) for n, g in groups.items()]
         rows += [("held out", n, g) for n, g in held_groups.items()]
+        rows += [("held out 2", n, g) for n, g in second_groups.items()]
         for kind, name, generations in rows:
             n = len(generations)
             line = (f"  {name:<16} {kind:<9} {_share(flagged(generations, before), n):<29} "
@@ -170,27 +173,53 @@ def main() -> None:
 
 def units(calibration: list[list[TokenScore]], rows: list[tuple[str, str, Any]], reps: int,
           size: int) -> None:  # fmt: skip
-    """The unit-level verdict per control (bench_reference_typical.unit_verdicts)."""
-    import bench_reference_typical as typical
+    """The unit-level verdict per control: `reps` units of `size` scored generations, each
+    against a fresh calibration of up to 5,000 drawn without replacement from the clean pool
+    (calibration + holdout), the unit's rows replaced by the control's on 1 in 10 (Bernoulli).
+    Columns: the verdict `report` applies (`report.reference._shift`: the soak z, its share
+    above the calibration's 90th percentile and its mean, each at half the level), and the share
+    test alone on the typicality and on the mean surprisal (the verdicts shipped before)."""
+    import numpy as np
 
     from soakgate.reference.score import mean_surprisal
+    from soakgate.stats.shift import SHIFTED, score_shift, score_shift_z
 
-    def summary(rows: list[list[TokenScore]]) -> list[tuple[float, float, None, float]]:
-        return [(max_surprisal(t), typical_surprisal(t) or 0.0, None, mean_surprisal(t))
-                for t in rows]  # fmt: skip
+    def summary(generations: list[list[TokenScore]]) -> Any:
+        return np.array([(max_surprisal(t), typical_surprisal(t) or 0.0, mean_surprisal(t),
+                          whole_z(t) or 0.0) for t in generations])  # fmt: skip
 
-    typical.UNIT_REPS[0], typical.UNIT_SIZE[0], typical.RATE[0] = reps, size, RATE[0]
-    clean = [*summary(calibration), *summary(next(g for _, n, g in rows if n == "clean holdout"))]
-    cal = min(5000, len(clean) - size)
-    print(f"  unit level: {reps} units of {size:,} scored generations, the control on 1 in "
-          f"{round(1 / typical.SHARE)}, each against a fresh calibration of {cal:,} "
-          "(stats.shift, one-sided 5%)")  # fmt: skip
-    print(f"  {'units':<16} {'':<9} {'SHIFTED by typicality':<22} SHIFTED by mean surprisal")
+    holdout = next(g for _, n, g in rows if n == "clean holdout")
+    pool = np.concatenate([summary(calibration), summary(holdout)])
+    cal = min(5000, len(pool) - size)
+    print(f"  unit level: {reps} units of {size:,} scored generations, the control on 1 in 10, "
+          f"each against a fresh calibration of {cal:,} (one-sided 5%)")  # fmt: skip
+    print(f"  {'units':<16} {'':<10} {'SHIFTED: soak z (shipped)':<27} {'typicality share':<18} "
+          "mean surprisal share")  # fmt: skip
     for index, (kind, name, generations) in enumerate(rows):
+        rng = np.random.default_rng(50 + index)
         bad = None if name == "clean holdout" else summary(generations)
-        shares = typical.unit_verdicts(clean, bad, cal, 50 + index)
-        print(f"  {name:<16} {kind:<9} {typical._unit_share(shares[0]):<22} "
-              f"{typical._unit_share(shares[1])}", flush=True)  # fmt: skip
+        found = [0, 0, 0]
+        for _ in range(reps):
+            order = rng.permutation(len(pool))
+            sample, unit = pool[order[:cal]], pool[order[cal : cal + size]].copy()
+            if bad is not None:
+                hit = np.flatnonzero(rng.random(size) < 0.1)
+                unit[hit] = bad[rng.choice(len(bad), len(hit), replace=len(hit) > len(bad))]
+            made = calibrate(list(sample[:, 0]), RATE[0], list(sample[:, 2]), list(sample[:, 1]),
+                             list(sample[:, 3]))  # fmt: skip
+            moments = made.soak_z_moments
+            verdicts = (
+                score_shift_z(unit[:, 3], made.soak_z_quantiles["p90"], cal, moments["mean"],
+                              moments["variance"]),
+                score_shift(unit[:, 1], made.typical_quantiles["p90"], cal),
+                score_shift(unit[:, 2], made.mean_quantiles["p90"], cal),
+            )  # fmt: skip
+            for i, verdict in enumerate(verdicts):
+                found[i] += verdict.verdict == SHIFTED
+        shares = [f / reps for f in found]
+        errors = [(max(x * (1 - x), 1 / reps) / reps) ** 0.5 for x in shares]
+        cells = [f"{100 * x:5.1f} ± {100 * e:3.1f}%" for x, e in zip(shares, errors, strict=True)]
+        print(f"  {name:<16} {kind:<10} {cells[0]:<27} {cells[1]:<18} {cells[2]}", flush=True)
 
 
 if __name__ == "__main__":

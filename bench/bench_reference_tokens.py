@@ -13,6 +13,18 @@ writes them to their own file):
 - `fp8-act`: every layer's MLP output rounded to float8 e4m3 (an activation-quantised kernel),
   every step.
 
+A second held-out set (`--held-out-2`, its own file `heldout2-*`) was added with issue 28's unit
+verdict on the soak z and kept apart until that code was frozen:
+
+- `lost-head`: the first attention head's output of every layer dropped (zero into `o_proj`: a
+  kernel that skips part of the attention), every step;
+- `kv-int4`: every layer's key and value projections rounded to 4 bits per row (a KV-cache
+  quantisation kernel), every step;
+- `logit-sharp`: the final logits x 1.2 (a sampler or fused-head kernel with the wrong scale:
+  sharper, not flatter), every step;
+- `resid-noise`: every layer's output plus Gaussian noise of 5% of its RMS (a race reading
+  half-written memory), every step. Its likelihood ratio is that of one draw of the noise.
+
 Each generation is scored teacher-forced under the clean model; per generated token the file
 holds, under the reference at temperature 1 (what soakgate's in-process reference computes):
 its log-probability `lp`, the entropy `h` and the varentropy `v` (variance of the surprisal)
@@ -47,6 +59,7 @@ from soakgate.reference.hf import HFReference  # noqa: E402
 from soakgate.reference.soak import Sampling, soak_stats_torch  # noqa: E402
 
 HELD_OUT = ("wrong-norm", "attn-scale", "fp8-act")
+HELD_OUT_2 = ("lost-head", "kv-int4", "logit-sharp", "resid-noise")
 FIELDS = ("lp", "h", "v", "tail", "ls", "m", "w", "lq")
 FLOOR = -60.0
 """Log-probabilities below this (a token outside the nucleus: minus infinity) are stored as this."""
@@ -68,6 +81,29 @@ class Candidate(typical.Candidate):
             layer.mlp.register_forward_hook(
                 self._hook("fp8-act", lambda out: out.to(torch.float8_e4m3fn).to(out.dtype))
             )
+        config = self.model.config
+        heads = config.num_attention_heads
+        width = getattr(config, "head_dim", None) or config.hidden_size // heads
+
+        def drop_head(module: Any, args: Any) -> Any:
+            if self.mode != "lost-head":
+                return None
+            first = args[0]
+            return (torch.cat([first[..., :width] * 0.0, first[..., width:]], -1), *args[1:])
+
+        def int4(out: Any) -> Any:
+            scale = out.abs().amax(-1, keepdim=True).clamp_min(1e-8) / 7.0
+            return (out / scale).round().clamp(-8, 7) * scale
+
+        def noise(out: Any) -> Any:
+            return out + 0.05 * out.pow(2).mean(-1, keepdim=True).sqrt() * torch.randn_like(out)
+
+        for layer in layers:
+            layer.self_attn.o_proj.register_forward_pre_hook(drop_head)
+            layer.self_attn.k_proj.register_forward_hook(self._hook("kv-int4", int4))
+            layer.self_attn.v_proj.register_forward_hook(self._hook("kv-int4", int4))
+            layer.register_forward_hook(self._hook("resid-noise", noise))
+        self.model.lm_head.register_forward_hook(self._hook("logit-sharp", lambda out: out * 1.2))
 
 
 def _stats(torch: Any, logp: Any, targets: Any) -> list[Any]:
@@ -165,6 +201,7 @@ def main() -> None:
     parser.add_argument("--controls", nargs="+", default=list(typical.CONTROLS),
                         choices=typical.CONTROLS)  # fmt: skip
     parser.add_argument("--held-out", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
+    parser.add_argument("--held-out-2", nargs="*", default=list(HELD_OUT_2), choices=HELD_OUT_2)
     parser.add_argument(
         "--ratios", action="store_true", help="top_p 1.0: held-out controls' likelihood ratios"
     )
@@ -175,9 +212,10 @@ def main() -> None:
     reference = HFReference(args.model)
     reference.threads = reference.calibration_threads
     reference._load()
-    if args.device != "cpu":
-        import torch
+    import torch
 
+    torch.manual_seed(0)  # `resid-noise` draws its noise from torch's global generator
+    if args.device != "cpu":
         torch.set_default_device(args.device)
         reference._model.to(args.device)
     candidate = Candidate(reference)
@@ -186,7 +224,7 @@ def main() -> None:
         began = time.perf_counter()
         # the Neyman-Pearson ceiling of each held-out control, without a nucleus (as
         # bench_reference_typical computes it for the others)
-        ratios = tuple(args.held_out) if args.ratios and top_p >= 1.0 else ()
+        ratios = (*args.held_out, *args.held_out_2) if args.ratios and top_p >= 1.0 else ()
         found: dict[str, dict[str, list[float]]] = {}
         tuning: dict[str, Rows] = {}
         tuning["calibration"], found["calibration"] = draw(
@@ -206,10 +244,20 @@ def main() -> None:
                 held[control], found[control] = draw(
                     candidate, reference, args.generations, top_p, control, 40 + i, own
                 )
+        second: dict[str, Rows] = {}
+        for i, control in enumerate(HELD_OUT_2):
+            if control in args.held_out_2:
+                own = (control,) if ratios else ()
+                second[control], found[control] = draw(
+                    candidate, reference, args.generations, top_p, control, 60 + i, own
+                )
         save(args.out / f"tuning-p{top_p}", tuning, found)
         save(args.out / f"heldout-p{top_p}", held, found)
-        print(f"top_p {top_p}: {sum(map(len, tuning.values()))} + {sum(map(len, held.values()))} "
-              f"generations in {time.perf_counter() - began:.0f} s", flush=True)  # fmt: skip
+        if second:
+            save(args.out / f"heldout2-p{top_p}", second, found)
+        drawn = sum(len(g) for g in (*tuning.values(), *held.values(), *second.values()))
+        print(f"top_p {top_p}: {drawn} generations in {time.perf_counter() - began:.0f} s",
+              flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -292,22 +292,26 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
     pytest.importorskip("transformers")
     run_bench("bench_reference_tokens.py", "--top-p", "1.0", "--calibration", "40", "--holdout",
               "8", "--generations", "4", "--controls", "lost-mlp", "--held-out", "wrong-norm",
-              "--batch", "8", "--max-tokens", "8", "--ratios", "--out", str(tmp_path),
-              timeout_s=600)  # fmt: skip
+              "--held-out-2", "lost-head", "kv-int4", "logit-sharp", "resid-noise", "--batch", "8",
+              "--max-tokens", "8", "--ratios", "--out", str(tmp_path), timeout_s=600)  # fmt: skip
     assert {p.name for p in tmp_path.iterdir()} == {
-        f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout") for part in ("ref", "soak")
-    }
+        f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout", "heldout2")
+        for part in ("ref", "soak")
+    }  # fmt: skip
     out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
                     "3", "--unit-size", "20")  # fmt: skip
     assert "after: worst token >" in out and "soak z >" in out, out
     rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") >= 2}
-    assert set(rows) == {"clean", "lost-mlp", "wrong-norm"}, out
+    second = {"lost-head", "kv-int4", "logit-sharp", "resid-noise"}
+    assert set(rows) == {"clean", "lost-mlp", "wrong-norm", *second}, out
     assert "held out" in rows["wrong-norm"] and "tuning" in rows["lost-mlp"], out
-    # the held-out control's likelihood ratio (--ratios): the ceiling beside the two rules
-    assert rows["wrong-norm"].count("% [") == 3 and "likelihood ratio" in rows["wrong-norm"], out
+    assert all("held out 2" in rows[name] for name in second), out
+    # the held-out controls' likelihood ratio (--ratios): the ceiling beside the two rules
+    for name in ("wrong-norm", *second):
+        assert rows[name].count("% [") == 3 and "likelihood ratio" in rows[name], out
     assert "unit level: 3 units of 20 scored generations" in out, out
-    units = [line for line in out.splitlines() if line.count(" ± ") == 2]
-    assert len(units) == 3, out
+    units = [line for line in out.splitlines() if line.count(" ± ") == 3]
+    assert len(units) == 7 and "SHIFTED: soak z (shipped)" in out, out
     assert "us per generation without the soak values" in out, out
 
 

@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from soakgate.mockserver.process import MockProcess
 from soakgate.reference.calibrate import calibrate
@@ -107,9 +108,11 @@ def test_a_reference_that_refuses_the_alternatives_is_scored_by_the_worst_token(
     assert calibration["typical_threshold"] is None and calibration["n"] >= 90
 
 
-def _scored_db(path: Path, label: str, means: np.ndarray, typicals: list[float | None]) -> None:
-    """One calibrated, reference-scored run of `label` (rows given their mean surprisal and
-    typicality; no row suspect), as `soakgate run --score-reference` stores it."""
+def _scored_db(path: Path, label: str, means: np.ndarray, typicals: list[float | None],
+               soak_zs: np.ndarray | None = None) -> None:  # fmt: skip
+    """One calibrated, reference-scored run of `label` (rows given their mean surprisal,
+    typicality and, with `soak_zs`, soak z, calibrated on standard normal soak z too; no row
+    suspect), as `soakgate run --score-reference` stores it."""
     from soakgate.records import Generation, Run
     from soakgate.store import open_store
 
@@ -117,7 +120,9 @@ def _scored_db(path: Path, label: str, means: np.ndarray, typicals: list[float |
     calibration = calibrate(
         list(rng.exponential(5.0, 5000)), 0.001, list(rng.normal(3.0, 1.0, 5000)),
         list(rng.normal(0.0, 1.0, 5000)),
+        [] if soak_zs is None else list(rng.normal(0.0, 1.0, 5000)),
     ).to_dict()  # fmt: skip
+    zs = [None] * len(means) if soak_zs is None else [round(float(z), 4) for z in soak_zs]
     store = open_store(path)
     start = 1_700_000_000.0 + (1000.0 if label == "compiled" else 0.0)
     run_id = f"{label}-run"
@@ -128,8 +133,8 @@ def _scored_db(path: Path, label: str, means: np.ndarray, typicals: list[float |
                    prompt_id="p0", endpoint="completions", stream=True, started_at=start + i,
                    ended_at=start + i + 0.5, completion_tokens=32, text="fine words",
                    reference_score=1.0, suspect=False,
-                   details={"reference": {"mean": float(m), "typical": t}})
-        for i, (m, t) in enumerate(zip(means, typicals, strict=True))
+                   details={"reference": {"mean": float(m), "typical": t, "soak_z": z}})
+        for i, (m, t, z) in enumerate(zip(means, typicals, zs, strict=True))
     ])  # fmt: skip
     store.close()
 
@@ -165,7 +170,43 @@ def test_the_unit_verdict_judges_the_typicality_and_the_mean_where_a_row_has_non
     gate = soakgate("compare", "a.sqlite", "eager", "compiled", "--outcome", "shifted",
                     "--fail-on-differ", cwd=tmp_path)  # fmt: skip
     assert gate.returncode == 1, gate.stdout + gate.stderr
-    assert "whose typicality" in gate.stdout and "verdict: DIFFER" in gate.stdout
+    assert "typicality where the reference gave entropies" in gate.stdout
+    assert "verdict: DIFFER" in gate.stdout
+
+
+def test_the_unit_verdict_judges_the_soak_z_by_its_mean_as_well_as_its_upper_tail(
+    tmp_path: Path,
+) -> None:
+    """Issue 28: where rows and calibration hold the soak z, `report` judges it (not the
+    typicality) by two tests: a unit whose soak z is higher on every row but no more often above
+    the reference's 90th percentile (every token a little less likely; the tail even narrower)
+    is SHIFTED by its mean, where the share test alone (and the typicality, unmoved) sees
+    nothing. The same rows under a calibration stored before the soak z had moments are judged
+    on the typicality, as before."""
+    rng = np.random.default_rng(12)
+    means = rng.normal(3.0, 1.0, 2000)
+    typicals: list[float | None] = [float(t) for t in rng.normal(0.0, 1.0, 2000)]
+    moved = 0.4 + 0.6 * rng.normal(0.0, 1.0, 2000)
+    _scored_db(tmp_path / "a.sqlite", "compiled", means, typicals, moved)
+    _scored_db(tmp_path / "a.sqlite", "eager", rng.normal(3.0, 1.0, 2000),
+               [float(t) for t in rng.normal(0.0, 1.0, 2000)], rng.normal(0.0, 1.0, 2000))
+    _scored_db(tmp_path / "b.sqlite", "compiled", means, typicals)  # no soak z: older rows
+    shifts = {}
+    for name in ("a", "b"):
+        made = soakgate("report", f"{name}.sqlite", "--format", "json", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+        units = json.loads(made.stdout)["probes"]["reference"]
+        shifts[name] = {u["unit"]: u["shift"] for u in units}
+    compiled, eager = shifts["a"]["compiled@gpu0"], shifts["a"]["eager@gpu0"]
+    assert compiled["score"] == "soak z" and compiled["verdict"] == "shifted"
+    assert compiled["mean"] == pytest.approx(0.4, abs=0.05) and compiled["mean_p_value"] < 1e-6
+    assert compiled["share"] < 0.1 and compiled["share_p_value"] > 0.5
+    assert compiled["p_value"] == pytest.approx(2 * compiled["mean_p_value"])
+    assert eager["score"] == "soak z" and eager["verdict"] == "like the reference"
+    assert shifts["b"]["compiled@gpu0"]["score"] == "typicality"
+    assert shifts["b"]["compiled@gpu0"]["verdict"] == "like the reference"
+    table = soakgate("report", "a.sqlite", cwd=tmp_path, env={"COLUMNS": "300"}).stdout
+    assert "SHIFTED by soak z" in table and "the smaller of two tests" in table
 
 
 def test_the_calibration_records_the_typicalitys_quantiles() -> None:
@@ -173,6 +214,11 @@ def test_the_calibration_records_the_typicalitys_quantiles() -> None:
     made = calibrate(values, 0.001, values, values)
     assert made.typical_quantiles == made.mean_quantiles and made.typical_quantiles["p90"] > 1
     assert calibrate(values, 0.001, values, [None] * 5000).typical_quantiles == {}
+    assert made.soak_z_moments == {} and made.soak_z_quantiles == {}  # no soak z given
+    with_z = calibrate(values, 0.001, values, values, values)
+    assert with_z.soak_z_quantiles == with_z.typical_quantiles
+    assert with_z.soak_z_moments["mean"] == pytest.approx(float(np.mean(values)))
+    assert with_z.soak_z_moments["variance"] == pytest.approx(float(np.var(values, ddof=1)))
 
 
 def test_reference_alternatives_sets_what_each_score_request_asks_for(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ Beta(E + 2, n + 1 - E).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -74,6 +75,11 @@ class Calibration:
     """Which whole-generation score `typical_threshold` is for: `soak_z` (`score.whole_z`) when
     every sample had one, else `typical_surprisal` (a calibration stored before issue 28's soak
     z, or a greedy soak)."""
+    soak_z_quantiles: dict[str, float] = field(default_factory=dict)
+    """The same quantiles of the samples' soak z, when every sample has one."""
+    soak_z_moments: dict[str, float] = field(default_factory=dict)
+    """The samples' soak z `mean` and `variance` (n - 1), when every sample has one: the
+    report's unit-level verdict tests a unit's mean soak z against them (stats/shift.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (event data / run metadata)."""
@@ -159,6 +165,12 @@ def calibrate(
         )
     means_found = _quantiles(means) if len(means) == n else {}
     typical_found = _quantiles(typicals) if has_typical else {}  # type: ignore[arg-type]
+    z_found: dict[str, float] = {}
+    z_moments: dict[str, float] = {}
+    zs = [float(z) for z in soak_zs if z is not None] if has_z else []
+    if len(zs) > 1:
+        z_found = _quantiles(zs)
+        z_moments = {"mean": statistics.fmean(zs), "variance": statistics.variance(zs)}
     return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning,
                        _quantiles(scores), means_found, typical_threshold, flagged,
-                       typical_found, whole_score)  # fmt: skip
+                       typical_found, whole_score, z_found, z_moments)  # fmt: skip

@@ -127,8 +127,9 @@ def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenSco
 
 def evidence(
     tokens: Sequence[TokenScore], threshold: float, alignment: str,
-    typical_threshold: float | None = None, shift_cutoffs: tuple[float | None, float | None] = (
-        None, None), whole_score: str = "typical_surprisal",
+    typical_threshold: float | None = None,
+    shift_cutoffs: tuple[float | None, float | None, float | None] = (None, None, None),
+    whole_score: str = "typical_surprisal",
 ) -> tuple[float, bool, dict[str, Any]]:  # fmt: skip
     """Score, flag and the `details["reference"]` payload of a scored generation: the first
     implausible token with the text around it, and up to KEEP_IMPLAUSIBLE of them; the whole
@@ -136,10 +137,11 @@ def evidence(
     its threshold. The whole-generation score is the one the calibration was drawn for
     (`whole_score`: `soak_z` or `typical_surprisal`, whose threshold `typical_threshold` is), and
     flags only where the calibration set its threshold.
-    `shift_cutoffs` (the calibration's 90th percentiles of the typicality and of the mean
-    surprisal) add `above_p90`: the row's typicality (else its mean surprisal) is above its
-    percentile, which one in ten of the reference's own rows is (the live metrics' shifted
-    share; the report's unit-level verdict recomputes it per run from the stored scores)."""
+    `shift_cutoffs` (the calibration's 90th percentiles of the soak z, the typicality and the
+    mean surprisal) add `above_p90`: the row's soak z (else its typicality, else its mean
+    surprisal) is above its percentile, which one in ten of the reference's own rows is (the
+    live metrics' shifted share; the report's unit-level verdict recomputes it per run from the
+    stored scores)."""
     score = max_surprisal(tokens)
     bad = implausible(tokens, threshold)
     typical = typical_surprisal(tokens)
@@ -153,8 +155,10 @@ def evidence(
         "typical": typical, "soak_z": None if z is None else round(z, 4),
         "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
-    typical_cutoff, mean_cutoff = shift_cutoffs
-    if typical is not None and typical_cutoff is not None:
+    z_cutoff, typical_cutoff, mean_cutoff = shift_cutoffs
+    if z is not None and z_cutoff is not None:
+        payload["above_p90"] = round(z, 4) > z_cutoff  # as stored
+    elif typical is not None and typical_cutoff is not None:
         payload["above_p90"] = typical > typical_cutoff
     elif mean_cutoff is not None:
         payload["above_p90"] = mean > mean_cutoff

@@ -146,7 +146,8 @@ class ReferenceScorer:
         calibration = self.calibration
         score, flagged, payload = evidence(
             tokens, calibration.threshold, alignment, calibration.typical_threshold,
-            (calibration.typical_quantiles.get("p90"), calibration.mean_quantiles.get("p90")),
+            (calibration.soak_z_quantiles.get("p90"), calibration.typical_quantiles.get("p90"),
+             calibration.mean_quantiles.get("p90")),
             calibration.whole_score,
         )  # fmt: skip
         payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency

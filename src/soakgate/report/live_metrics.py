@@ -79,9 +79,9 @@ SERIES = {
     "soakgate_suspect_rate": "gauge: suspect / reference-scored generations",
     "soakgate_suspect_rate_upper_bound": "gauge: exact (Clopper-Pearson) one-sided 95% upper "
     "bound of the suspect rate",
-    "soakgate_shifted_share": "gauge: share of reference-scored generations whose typicality "
-    "(else mean surprisal) is above the calibration's 90th percentile (a reference-like unit's "
-    "is 0.1, less 1/(calibration samples + 1) at most)",
+    "soakgate_shifted_share": "gauge: share of reference-scored generations whose soak z "
+    "(else typicality, else mean surprisal) is above the calibration's 90th percentile (a "
+    "reference-like unit's is 0.1, less 1/(calibration samples + 1) at most)",
 }
 """Every series exported, with its type and meaning (README, *Live metrics*)."""
 

@@ -148,8 +148,9 @@ class UnitOutcomes:
     suspect: PerRequest | None
     """Reference scoring's suspect rows among scored rows (None when nothing was scored)."""
     shifted: PerRequest | None
-    """Scored rows whose typicality (else mean surprisal) is above their calibration's 90th
-    percentile (None when no scored run recorded it): one in ten of a reference-like unit's."""
+    """Scored rows whose soak z (else typicality, else mean surprisal) is above their
+    calibration's 90th percentile (None when no scored run recorded it): one in ten of a
+    reference-like unit's."""
     crash: CrashRate | None
     """Server crashes the guard recorded (None when no guard watched: not a campaign)."""
     crash_lost: int

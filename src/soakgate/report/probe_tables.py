@@ -88,8 +88,8 @@ def reference_cells(unit: ReferenceUnit) -> list[str]:
 
 
 def shift_words(unit: ReferenceUnit) -> str:
-    """`SHIFTED by typicality: 17.2% vs 10.0% expected (t 5.1, p 1e-05)`, or why there is no
-    such verdict."""
+    """`SHIFTED by typicality: 17.2% vs 10.0% expected (t 5.1, p 1e-05)` (the soak z: both of
+    its tests, `stats.shift.score_shift_z`), or why there is no such verdict."""
     shift = unit.shift
     if shift is None:
         return "-"
@@ -97,8 +97,13 @@ def shift_words(unit: ReferenceUnit) -> str:
         return f"{TOO_FEW} ({shift.scored} < {MIN_ROWS})"
     word = "SHIFTED" if shift.verdict == SHIFTED else shift.verdict
     share, expected = percent(shift.share, 1), percent(shift.expected, 1)
-    return (f"{word} by {shift.score}: {share} vs {expected} expected "
-            f"(t {shift.statistic:.2f}, p {shift.p_value:.3g})")  # fmt: skip
+    if shift.mean is None or shift.expected_mean is None or shift.mean_statistic is None:
+        return (f"{word} by {shift.score}: {share} vs {expected} expected "
+                f"(t {shift.statistic:.2f}, p {shift.p_value:.3g})")  # fmt: skip
+    return (f"{word} by {shift.score} (p {shift.p_value:.3g}, the smaller of two tests x 2): "
+            f"mean {shift.mean:.3f} vs {shift.expected_mean:.3f} (t {shift.mean_statistic:.2f}, "
+            f"p {shift.mean_p:.3g}); above the reference's p90 {share} vs {expected} "
+            f"(t {shift.statistic:.2f}, p {shift.share_p:.3g})")  # fmt: skip
 
 
 def reference_dict(unit: ReferenceUnit) -> dict[str, Any]:
@@ -115,6 +120,9 @@ def reference_dict(unit: ReferenceUnit) -> dict[str, Any]:
             "share": unit.shift.share if unit.shift.scored else None,
             "expected": unit.shift.expected, "p_value": _finite(unit.shift.p_value),
             "statistic": _finite(unit.shift.statistic), "score": unit.shift.score,
+            "share_p_value": unit.shift.share_p, "mean": unit.shift.mean,
+            "expected_mean": unit.shift.expected_mean,
+            "mean_statistic": unit.shift.mean_statistic, "mean_p_value": unit.shift.mean_p,
         },
         "worst": [
             {"request_id": g.request_id, "score": g.reference_score,

@@ -24,7 +24,7 @@ from soakgate.report.reference_load import (
     worst_ids,
 )
 from soakgate.stats.rates import RateSummary, summarize_rate
-from soakgate.stats.shift import ShiftResult, score_shift
+from soakgate.stats.shift import ShiftResult, score_shift, score_shift_z
 
 QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
 
@@ -83,11 +83,14 @@ def reference_units(
     return units
 
 
-SHIFT_SCORES = (("typical", "typical_quantiles", "typicality"),
+SHIFT_SCORES = (("soak_z", "soak_z_quantiles", "soak z"),
+                ("typical", "typical_quantiles", "typicality"),
                 ("mean", "mean_quantiles", "mean surprisal"))  # fmt: skip
 """The scores the unit-level verdict can judge, best first: (slice attribute, calibration key,
-name). The typicality (surprisal less the reference's entropy) takes out what the prompt makes
-uncertain; the mean surprisal is judged where the reference gave no entropies."""
+name). The soak z (the per-generation flag's score: surprisal against what the soak's own
+sampling expects) is judged where the reference gave alternatives; the typicality (surprisal
+less the reference's entropy) where it gave entropies only; the mean surprisal where it gave
+neither."""
 
 
 def _cutoff(calibration: dict[str, Any], key: str) -> float | None:
@@ -100,11 +103,19 @@ def _cutoff(calibration: dict[str, Any], key: str) -> float | None:
 def _shift(
     group: Sequence[ReferenceSlice], calibrations: list[dict[str, Any]]
 ) -> ShiftResult | None:
-    """The unit-level verdict on its rows' typicality (else their mean surprisal), when every
-    run of the unit was calibrated alike, recorded that score's 90th percentile and every
-    scored row has the score."""
+    """The unit-level verdict on its rows' soak z (share above the 90th percentile and mean,
+    `stats.shift.score_shift_z`), else their typicality, else their mean surprisal (the share
+    alone): the first score for which every run of the unit was calibrated alike, recorded
+    what the test needs, and every scored row has the score."""
     first = calibrations[0] if calibrations else {}
     n = first.get("n")
+    cutoff, moments = _cutoff(first, "soak_z_quantiles"), first.get("soak_z_moments")
+    same = all(_cutoff(c, "soak_z_quantiles") == cutoff and c.get("soak_z_moments") == moments
+               and c.get("n") == n for c in calibrations)  # fmt: skip
+    values = np.concatenate([piece.soak_z for piece in group])
+    if (same and cutoff is not None and isinstance(moments, dict) and isinstance(n, int)
+            and not np.isnan(values).any()):  # fmt: skip
+        return score_shift_z(values, cutoff, n, float(moments["mean"]), float(moments["variance"]))
     for attribute, key, name in SHIFT_SCORES:
         cutoff = _cutoff(first, key)
         same = all(_cutoff(c, key) == cutoff and c.get("n") == n for c in calibrations)
@@ -123,10 +134,10 @@ def suspect_units(units: Sequence[Unit], slices: ReferenceSlices) -> list[Unit]:
 def shifted_units(
     units: Sequence[Unit], slices: ReferenceSlices, runs: Sequence[Run]
 ) -> list[Unit]:
-    """The units as `compare` sees them for outcome `shifted`: scored rows whose typicality
-    (else mean surprisal: `SHIFT_SCORES`) is above their run's calibration's 90th percentile (one
-    in ten of a reference-like unit's), per run and in time order; runs that recorded neither
-    are left out."""
+    """The units as `compare` sees them for outcome `shifted`: scored rows whose soak z (else
+    typicality, else mean surprisal: `SHIFT_SCORES`) is above their run's calibration's 90th
+    percentile (one in ten of a reference-like unit's), per run and in time order; runs that
+    recorded none are left out."""
     calibrations = {run.run_id: run.detectors["reference"] for run in scored_runs(runs)}
     shifted: ReferenceSlices = {}
     for key, group in slices.items():

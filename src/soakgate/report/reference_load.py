@@ -39,6 +39,8 @@ class ReferenceSlice:
     """Each scored row's mean surprisal (NaN where it was not recorded)."""
     typical: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
     """Each scored row's typicality (NaN where it was not recorded or not computed)."""
+    soak_z: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    """Each scored row's soak z (NaN where it was not recorded or not computed)."""
 
 
 def scored_runs(runs: Sequence[Run]) -> list[Run]:
@@ -85,8 +87,9 @@ def _rows_of(
         reason = reference.get("reason") if g.suspect is None and reference else None
         mean = reference.get("mean") if g.suspect is not None and reference else None
         typical = reference.get("typical") if g.suspect is not None and reference else None
+        soak_z = reference.get("soak_z") if g.suspect is not None and reference else None
         rows.append((index, g.label, g.target, g.started_at, g.suspect, g.reference_score, reason,
-                     mean, typical))  # fmt: skip
+                     mean, typical, soak_z))  # fmt: skip
     return rows
 
 
@@ -105,6 +108,7 @@ def _split(run_id: str, rows: list[tuple[Any, ...]]) -> list[ReferenceSlice]:
             np.array([r[0] for r in scored], np.int64), unscored,
             np.array([np.nan if r[7] is None else r[7] for r in scored], np.float64),
             np.array([np.nan if r[8] is None else r[8] for r in scored], np.float64),
+            np.array([np.nan if r[9] is None else r[9] for r in scored], np.float64),
         ))  # fmt: skip
     return pieces
 

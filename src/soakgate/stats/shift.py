@@ -12,16 +12,28 @@ against p0, one-sided (a shifted unit scores higher), with a batch-means varianc
 consecutive batches of the unit's scored rows (valid when dependence between rows is shorter
 than a batch, as for the one-run collapse verdict) plus the calibration's own Beta variance;
 t with 11 degrees of freedom. Written here: a few lines over scipy's t distribution.
+
+Where every row and the calibration hold the soak z (`reference.soak.soak_z`, the score the
+per-generation flag judges: mean 0 and variance 1 for the reference's own samples) the verdict
+is two one-sided tests of it, each at half the level (Bonferroni): the share above the
+calibration's 90th percentile as above, which sees a large shift on a few rows, and the mean
+against the calibration's mean (batch-means variance of the unit plus the calibration's
+variance of its mean, t with 11 degrees of freedom), which sees a small shift on many (for a
+share e of rows moved by d, the mean moves by e * d whatever d is; the share above the 90th
+percentile gains little while d is under about one standard deviation). A unit whose soak z
+or calibration lacks either keeps the one test on the typicality (else the mean surprisal).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from soakgate.stats.dependence import bin_edges
 from soakgate.stats.robust import BATCHES, _batch_variance
 
 SHIFT_QUANTILE = 0.9
@@ -46,7 +58,18 @@ class ShiftResult:
     verdict: str
     """`shifted`, `like the reference` or `too few scored rows`."""
     score: str = "mean surprisal"
-    """The per-generation score judged (`typicality` or `mean surprisal`)."""
+    """The per-generation score judged (`soak z`, `typicality` or `mean surprisal`)."""
+    mean: float | None = None
+    """The unit's mean score, where its mean was tested too (the soak z)."""
+    expected_mean: float | None = None
+    """The calibration's mean score, where the mean was tested."""
+    mean_statistic: float | None = None
+    """t of the mean's excess over `expected_mean`."""
+    share_p: float | None = None
+    """One-sided p of the share test alone, where the mean was tested too (`p_value` is then
+    the two tests' Bonferroni p: twice the smaller)."""
+    mean_p: float | None = None
+    """One-sided p of the mean test alone."""
 
     @property
     def share(self) -> float:
@@ -82,3 +105,39 @@ def score_shift(
     p_value = float(stdtr(BATCHES - 1, -statistic))
     return ShiftResult(count, scored, expected, statistic, p_value,
                        SHIFTED if p_value < alpha else LIKE_REFERENCE, score)  # fmt: skip
+
+
+def _mean_variance(values: npt.NDArray[np.float64], batches: int) -> float:
+    """Batch-means variance of the mean of `values` over `batches` consecutive stretches
+    (ratio estimator, as `robust._batch_variance` for rates)."""
+    edges = bin_edges(len(values), batches)
+    sums = np.add.reduceat(values, edges[:-1])
+    sizes = np.diff(edges).astype(np.float64)
+    n, used = len(values), len(sums)
+    residual = sums - float(values.mean()) * sizes
+    return used / (used - 1) * float((residual**2).sum()) / n**2
+
+
+def score_shift_z(
+    scores: npt.NDArray[np.float64], cutoff: float, calibration_n: int, calibration_mean: float,
+    calibration_variance: float, alpha: float = 0.05,
+) -> ShiftResult:  # fmt: skip
+    """The unit-level verdict on a unit's soak z in time order: the share above the
+    calibration's 90th percentile `cutoff` and the mean against `calibration_mean` (the
+    calibration's `calibration_n` samples have variance `calibration_variance`), each one-sided
+    at `alpha` / 2."""
+    from scipy.special import stdtr
+
+    share = score_shift(scores, cutoff, calibration_n, alpha / 2, "soak z")
+    if share.verdict == TOO_FEW:
+        return share
+    mean = float(scores.mean())
+    variance = _mean_variance(scores, BATCHES) + calibration_variance / calibration_n
+    statistic = (mean - calibration_mean) / math.sqrt(variance) if variance > 0 else 0.0
+    mean_p = float(stdtr(BATCHES - 1, -statistic))
+    p_value = min(1.0, 2 * min(share.p_value, mean_p))
+    return dataclasses.replace(
+        share, p_value=p_value, verdict=SHIFTED if p_value < alpha else LIKE_REFERENCE, mean=mean,
+        expected_mean=calibration_mean, mean_statistic=statistic, share_p=share.p_value,
+        mean_p=mean_p,
+    )  # fmt: skip

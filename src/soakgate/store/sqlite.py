@@ -332,14 +332,16 @@ class SqliteStore:
         """Reference scoring of a run's rows that were chosen for it, in seq order: (row id,
         label, target, started_at, suspect, reference_score, unscored reason, mean surprisal
         (None for rows scored before it was recorded), typicality (None where the reference
-        gave no entropies, or before it was recorded))."""
+        gave no entropies, or before it was recorded), soak z (None where the reference gave no
+        alternatives, or before it was recorded))."""
         if "suspect" not in self.generation_columns():
             return []
         return self._db.execute(
             "SELECT id, label, target, started_at, suspect, reference_score, "
             "CASE WHEN suspect IS NULL THEN json_extract(details, '$.reference.reason') END, "
             "CASE WHEN suspect IS NOT NULL THEN json_extract(details, '$.reference.mean') END, "
-            "CASE WHEN suspect IS NOT NULL THEN json_extract(details, '$.reference.typical') END "
+            "CASE WHEN suspect IS NOT NULL THEN json_extract(details, '$.reference.typical') END, "
+            "CASE WHEN suspect IS NOT NULL THEN json_extract(details, '$.reference.soak_z') END "
             "FROM generations WHERE run_id = ? AND (suspect IS NOT NULL OR "
             "instr(details, '\"reference\"') > 0) ORDER BY seq",
             (run_id,),
