@@ -192,7 +192,7 @@ def units(calibration: list[list[TokenScore]], rows: list[tuple[str, str, Any]],
     pool = np.concatenate([summary(calibration), summary(holdout)])
     cal = min(5000, len(pool) - size)
     print(f"  unit level: {reps} units of {size:,} scored generations, the control on 1 in 10, "
-          f"each against a fresh calibration of {cal:,} (one-sided 5%)")  # fmt: skip
+          f"each against a fresh calibration of {cal:,} (level 5%)")  # fmt: skip
     print(f"  {'units':<16} {'':<10} {'SHIFTED: soak z (shipped)':<27} {'typicality share':<18} "
           "mean surprisal share")  # fmt: skip
     for index, (kind, name, generations) in enumerate(rows):

@@ -188,8 +188,21 @@ def test_the_unit_verdict_judges_the_soak_z_by_its_mean_as_well_as_its_upper_tai
     typicals: list[float | None] = [float(t) for t in rng.normal(0.0, 1.0, 2000)]
     moved = 0.4 + 0.6 * rng.normal(0.0, 1.0, 2000)
     _scored_db(tmp_path / "a.sqlite", "compiled", means, typicals, moved)
-    _scored_db(tmp_path / "a.sqlite", "eager", rng.normal(3.0, 1.0, 2000),
-               [float(t) for t in rng.normal(0.0, 1.0, 2000)], rng.normal(0.0, 1.0, 2000))
+    _scored_db(
+        tmp_path / "a.sqlite",
+        "eager",
+        rng.normal(3.0, 1.0, 2000),
+        [float(t) for t in rng.normal(0.0, 1.0, 2000)],
+        rng.normal(0.0, 1.0, 2000),
+    )
+    # a sharper model: every row a little more predictable than the reference's own samples
+    _scored_db(
+        tmp_path / "a.sqlite",
+        "sharp",
+        rng.normal(3.0, 1.0, 2000),
+        [float(t) for t in rng.normal(0.0, 1.0, 2000)],
+        rng.normal(-0.15, 1.0, 2000),
+    )
     _scored_db(tmp_path / "b.sqlite", "compiled", means, typicals)  # no soak z: older rows
     shifts = {}
     for name in ("a", "b"):
@@ -203,10 +216,13 @@ def test_the_unit_verdict_judges_the_soak_z_by_its_mean_as_well_as_its_upper_tai
     assert compiled["share"] < 0.1 and compiled["share_p_value"] > 0.5
     assert compiled["p_value"] == pytest.approx(2 * compiled["mean_p_value"])
     assert eager["score"] == "soak z" and eager["verdict"] == "like the reference"
+    sharp = shifts["a"]["sharp@gpu0"]
+    assert sharp["verdict"] == "shifted" and sharp["mean_statistic"] < -3, sharp
     assert shifts["b"]["compiled@gpu0"]["score"] == "typicality"
     assert shifts["b"]["compiled@gpu0"]["verdict"] == "like the reference"
     table = soakgate("report", "a.sqlite", cwd=tmp_path, env={"COLUMNS": "300"}).stdout
     assert "SHIFTED by soak z" in table and "the smaller of two tests" in table
+    assert "more predictable than the reference's own samples" in table
 
 
 def test_the_calibration_records_the_typicalitys_quantiles() -> None:

@@ -47,7 +47,7 @@ from soakgate.stats.verdict import CONFIGURATIONS, SCOPE_WORDS, decide
 
 NAMES = {
     CRASH: "crashes", ERROR: "errors", COLLAPSE: "collapses", SUSPECT: "suspect",
-    SHIFTED: "shifted (soak z above the reference's p90)", DIVERGENCE: "divergence",
+    SHIFTED: "shifted (scores above the reference's p90)", DIVERGENCE: "divergence",
     CROSSTALK: "crosstalk", INVALID_STRUCTURE: "invalid structure",
     INCONSISTENT: "inconsistent numbers", TWIN_MISMATCH: "twin mismatch",
     ANY_FAILURE: "any failure",

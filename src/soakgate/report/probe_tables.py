@@ -24,7 +24,7 @@ SWEEP_HEADERS = (
 Section = tuple[str, tuple[str, ...], list[list[str]], str]
 REFERENCE_HEADERS = (
     "unit", "scored", "suspect", "suspect rate [95% CI]", "unscored", "score p50 / p99 / max",
-    "threshold (calibration)", "as a whole (above the reference's p90)",
+    "threshold (calibration)", "as a whole (against the reference's own)",
 )  # fmt: skip
 REFERENCE_NOTE = (
     "suspect: a generated token the reference finds less likely than the threshold set on its "
@@ -100,9 +100,12 @@ def shift_words(unit: ReferenceUnit) -> str:
     if shift.mean is None or shift.expected_mean is None or shift.mean_statistic is None:
         return (f"{word} by {shift.score}: {share} vs {expected} expected "
                 f"(t {shift.statistic:.2f}, p {shift.p_value:.3g})")  # fmt: skip
+    lower = shift.mean_statistic < 0 and shift.mean_p is not None and shift.share_p is not None \
+        and shift.mean_p < shift.share_p  # fmt: skip
+    why = " (below: more predictable than the reference's own samples)" if lower else ""
     return (f"{word} by {shift.score} (p {shift.p_value:.3g}, the smaller of two tests x 2): "
             f"mean {shift.mean:.3f} vs {shift.expected_mean:.3f} (t {shift.mean_statistic:.2f}, "
-            f"p {shift.mean_p:.3g}); above the reference's p90 {share} vs {expected} "
+            f"p {shift.mean_p:.3g}){why}; above the reference's p90 {share} vs {expected} "
             f"(t {shift.statistic:.2f}, p {shift.share_p:.3g})")  # fmt: skip
 
 

@@ -15,13 +15,17 @@ t with 11 degrees of freedom. Written here: a few lines over scipy's t distribut
 
 Where every row and the calibration hold the soak z (`reference.soak.soak_z`, the score the
 per-generation flag judges: mean 0 and variance 1 for the reference's own samples) the verdict
-is two one-sided tests of it, each at half the level (Bonferroni): the share above the
-calibration's 90th percentile as above, which sees a large shift on a few rows, and the mean
+is two tests of it, each at half the level (Bonferroni): the share above the calibration's
+90th percentile as above (one-sided), which sees a large shift on a few rows, and the mean
 against the calibration's mean (batch-means variance of the unit plus the calibration's
-variance of its mean, t with 11 degrees of freedom), which sees a small shift on many (for a
-share e of rows moved by d, the mean moves by e * d whatever d is; the share above the 90th
-percentile gains little while d is under about one standard deviation). A unit whose soak z
-or calibration lacks either keeps the one test on the typicality (else the mean surprisal).
+variance of its mean, t with 11 degrees of freedom, two-sided), which sees a small shift on
+many (for a share e of rows moved by d, the mean moves by e * d whatever d is; the share above
+the 90th percentile gains little while d is under about one standard deviation). A mean
+*below* the calibration's is a unit more predictable than the reference's own samples: a model
+sharper than the reference (a logit or softmax scale too large), or sampling settings not
+honoured. The mean test was one-sided in its first run (BENCHMARKS.md section 17: blind to a
+sharper model); two-sided since. A unit whose soak z or calibration lacks either keeps the one
+test on the typicality (else the mean surprisal).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class ShiftResult:
     """One-sided p of the share test alone, where the mean was tested too (`p_value` is then
     the two tests' Bonferroni p: twice the smaller)."""
     mean_p: float | None = None
-    """One-sided p of the mean test alone."""
+    """Two-sided p of the mean test alone (its statistic's sign says which way)."""
 
     @property
     def share(self) -> float:
@@ -123,9 +127,9 @@ def score_shift_z(
     calibration_variance: float, alpha: float = 0.05,
 ) -> ShiftResult:  # fmt: skip
     """The unit-level verdict on a unit's soak z in time order: the share above the
-    calibration's 90th percentile `cutoff` and the mean against `calibration_mean` (the
-    calibration's `calibration_n` samples have variance `calibration_variance`), each one-sided
-    at `alpha` / 2."""
+    calibration's 90th percentile `cutoff` (one-sided) and the mean against `calibration_mean`
+    (two-sided; the calibration's `calibration_n` samples have variance
+    `calibration_variance`), each at `alpha` / 2."""
     from scipy.special import stdtr
 
     share = score_shift(scores, cutoff, calibration_n, alpha / 2, "soak z")
@@ -134,7 +138,7 @@ def score_shift_z(
     mean = float(scores.mean())
     variance = _mean_variance(scores, BATCHES) + calibration_variance / calibration_n
     statistic = (mean - calibration_mean) / math.sqrt(variance) if variance > 0 else 0.0
-    mean_p = float(stdtr(BATCHES - 1, -statistic))
+    mean_p = min(1.0, 2 * float(stdtr(BATCHES - 1, -abs(statistic))))
     p_value = min(1.0, 2 * min(share.p_value, mean_p))
     return dataclasses.replace(
         share, p_value=p_value, verdict=SHIFTED if p_value < alpha else LIKE_REFERENCE, mean=mean,
