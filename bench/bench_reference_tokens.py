@@ -238,19 +238,15 @@ def main() -> None:
                 tuning[control], _ = draw(candidate, reference, args.generations, top_p, control,
                                           10 + i)  # fmt: skip
         held: dict[str, Rows] = {}
-        for i, control in enumerate(HELD_OUT):
-            if control in args.held_out:
-                own = (control,) if ratios else ()
-                held[control], found[control] = draw(
-                    candidate, reference, args.generations, top_p, control, 40 + i, own
-                )
         second: dict[str, Rows] = {}
-        for i, control in enumerate(HELD_OUT_2):
-            if control in args.held_out_2:
-                own = (control,) if ratios else ()
-                second[control], found[control] = draw(
-                    candidate, reference, args.generations, top_p, control, 60 + i, own
-                )
+        for group, names, chosen, seed in ((held, HELD_OUT, args.held_out, 40),
+                                           (second, HELD_OUT_2, args.held_out_2, 60)):  # fmt: skip
+            for i, control in enumerate(names):
+                if control in chosen:
+                    own = (control,) if ratios else ()
+                    group[control], found[control] = draw(
+                        candidate, reference, args.generations, top_p, control, seed + i, own
+                    )
         save(args.out / f"tuning-p{top_p}", tuning, found)
         save(args.out / f"heldout-p{top_p}", held, found)
         if second:

@@ -7,6 +7,7 @@ import json
 import math
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,6 +140,13 @@ def _scored_db(path: Path, label: str, means: np.ndarray, typicals: list[float |
     store.close()
 
 
+def _shifts(folder: Path, db: str) -> dict[str, Any]:
+    """Each unit's unit-level verdict as `report --format json` gives it."""
+    made = soakgate("report", db, "--format", "json", cwd=folder)
+    assert made.returncode == 0, made.stderr
+    return {u["unit"]: u["shift"] for u in json.loads(made.stdout)["probes"]["reference"]}
+
+
 def test_the_unit_verdict_judges_the_typicality_and_the_mean_where_a_row_has_none(
     tmp_path: Path,
 ) -> None:
@@ -154,12 +162,7 @@ def test_the_unit_verdict_judges_the_typicality_and_the_mean_where_a_row_has_non
     _scored_db(tmp_path / "b.sqlite", "compiled", means, [*typicals[:-1], None])
     _scored_db(tmp_path / "a.sqlite", "eager", rng.normal(3.0, 1.0, 2000),
                [float(t) for t in rng.normal(0.0, 1.0, 2000)])  # fmt: skip
-    shifts = {}
-    for name in ("a", "b"):
-        made = soakgate("report", f"{name}.sqlite", "--format", "json", cwd=tmp_path)
-        assert made.returncode == 0, made.stderr
-        units = json.loads(made.stdout)["probes"]["reference"]
-        shifts[name] = {u["unit"]: u["shift"] for u in units}
+    shifts = {name: _shifts(tmp_path, f"{name}.sqlite") for name in ("a", "b")}
     assert shifts["a"]["compiled@gpu0"]["score"] == "typicality"
     assert shifts["a"]["compiled@gpu0"]["verdict"] == "shifted"
     assert shifts["a"]["eager@gpu0"]["verdict"] == "like the reference"
@@ -204,12 +207,7 @@ def test_the_unit_verdict_judges_the_soak_z_by_its_mean_as_well_as_its_upper_tai
         rng.normal(-0.15, 1.0, 2000),
     )
     _scored_db(tmp_path / "b.sqlite", "compiled", means, typicals)  # no soak z: older rows
-    shifts = {}
-    for name in ("a", "b"):
-        made = soakgate("report", f"{name}.sqlite", "--format", "json", cwd=tmp_path)
-        assert made.returncode == 0, made.stderr
-        units = json.loads(made.stdout)["probes"]["reference"]
-        shifts[name] = {u["unit"]: u["shift"] for u in units}
+    shifts = {name: _shifts(tmp_path, f"{name}.sqlite") for name in ("a", "b")}
     compiled, eager = shifts["a"]["compiled@gpu0"], shifts["a"]["eager@gpu0"]
     assert compiled["score"] == "soak z" and compiled["verdict"] == "shifted"
     assert compiled["mean"] == pytest.approx(0.4, abs=0.05) and compiled["mean_p_value"] < 1e-6
