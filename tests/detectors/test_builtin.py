@@ -43,6 +43,15 @@ def test_char_run_evidence_points_at_a_real_run(text: str) -> None:
         assert text[start : start + length] == char * length
 
 
+@given(st.lists(st.integers(0, 3), max_size=300) | st.lists(st.integers(1, 9), max_size=80))
+def test_token0_run_is_the_longest_run_of_zeros(ids: list[int]) -> None:
+    """With and without a zero anywhere (the detector answers "none" without an array when no
+    token id is 0)."""
+    expected = max((len(list(g)) for value, g in itertools.groupby(ids) if value == 0), default=0)
+    detection = token_run(Output("", ids, None), CONFIG)
+    assert detection.evidence.get("token0_run", 0) == expected
+
+
 @given(st.lists(st.integers(0, 3), max_size=300))
 def test_longest_equal_run_matches_groupby(ids: list[int]) -> None:
     runs = [(value, len(list(g))) for value, g in itertools.groupby(ids)]

@@ -125,7 +125,10 @@ def token_run(output: Output, config: DetectorConfig) -> Detection:
 
 
 def _longest_zero_run(token_ids: Sequence[int]) -> int:
-    """Longest run of token id 0 anywhere in the sequence."""
+    """Longest run of token id 0 anywhere in the sequence (most have none: a membership test
+    at C speed, 1/60 of building the array, answers that)."""
+    if 0 not in token_ids:
+        return 0
     return longest_true_run(np.asarray(token_ids, dtype=np.int64) == 0)[0]
 
 
