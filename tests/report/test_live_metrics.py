@@ -269,16 +269,17 @@ def test_reference_scoring_series_equal_the_database_at_the_end(
     assert suspect >= 20 and suspect + plausible == 200
     assert of(final, "soakgate_suspect_rate") == {unit: suspect / 200}
     assert of(final, "soakgate_suspect_rate_upper_bound")[unit] > suspect / 200
-    # the unit-level share, live: rows whose typicality is above the calibration's p90
+    # the unit-level share, live: rows whose soak z (the mock reference returns alternatives
+    # and the soak samples) is above the calibration's p90, as stored
     with sqlite3.connect(tmp_path / "r.sqlite") as connection:
-        typicals = [t for (t,) in connection.execute(
-            "SELECT json_extract(details, '$.reference.typical') FROM generations "
+        zs = [z for (z,) in connection.execute(
+            "SELECT json_extract(details, '$.reference.soak_z') FROM generations "
             "WHERE suspect IS NOT NULL")]  # fmt: skip
         (data,) = connection.execute(
             "SELECT data FROM events WHERE kind = 'reference_calibration'").fetchone()  # fmt: skip
-    cutoff = json.loads(data)["typical_quantiles"]["p90"]
-    above = sum(t > cutoff for t in typicals)
-    assert len(typicals) == 200 and 0 < above < 200
+    cutoff = json.loads(data)["soak_z_quantiles"]["p90"]
+    above = sum(z > cutoff for z in zs)
+    assert len(zs) == 200 and 0 < above < 200
     assert of(final, "soakgate_shifted_share") == {unit: above / 200}
 
 
