@@ -146,7 +146,7 @@ class Crosstalk:
         self.settings = settings
         self._run_id = run_id
         self._canaries = Canaries(run_id) if settings.canaries else None
-        self._window: deque[tuple[int, str]] = deque()
+        self._window: deque[str] = deque()  # prompt ids of the requests sent last, in order
         self._count: dict[str, int] = {}  # prompt id -> its requests in the window
         self._latest: dict[str, int] = {}  # prompt id -> the last request that sent it
         self._spans: dict[str, frozenset[int]] = {}  # prompt id (in the window) -> its spans
@@ -191,9 +191,9 @@ class Crosstalk:
             self._count[key] = 0
         self._count[key] += 1
         self._latest[key] = seq
-        self._window.append((seq, key))
+        self._window.append(key)
         while len(self._window) > self.settings.window:
-            _, old = self._window.popleft()
+            old = self._window.popleft()
             self._count[old] -= 1
             if not self._count[old]:
                 self._leave(old)
