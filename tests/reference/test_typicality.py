@@ -220,7 +220,8 @@ def test_the_unit_verdict_judges_the_soak_z_by_its_mean_as_well_as_its_upper_tai
     assert shifts["b"]["compiled@gpu0"]["verdict"] == "like the reference"
     table = soakgate("report", "a.sqlite", cwd=tmp_path, env={"COLUMNS": "300"}).stdout
     assert "SHIFTED by soak z" in table and "the smaller of two tests" in table
-    assert "more predictable than the reference's own samples" in table
+    # said of the sharper unit alone, not of a unit like the reference whose mean is a little low
+    assert table.count("more predictable than the reference's own samples") == 1
 
 
 def test_the_calibration_records_the_typicalitys_quantiles() -> None:

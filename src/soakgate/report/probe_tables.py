@@ -100,8 +100,8 @@ def shift_words(unit: ReferenceUnit) -> str:
     if shift.mean is None or shift.expected_mean is None or shift.mean_statistic is None:
         return (f"{word} by {shift.score}: {share} vs {expected} expected "
                 f"(t {shift.statistic:.2f}, p {shift.p_value:.3g})")  # fmt: skip
-    lower = shift.mean_statistic < 0 and shift.mean_p is not None and shift.share_p is not None \
-        and shift.mean_p < shift.share_p  # fmt: skip
+    lower = shift.verdict == SHIFTED and shift.mean_statistic < 0 and shift.mean_p is not None \
+        and shift.share_p is not None and shift.mean_p < shift.share_p  # fmt: skip
     why = " (below: more predictable than the reference's own samples)" if lower else ""
     return (f"{word} by {shift.score} (p {shift.p_value:.3g}, the smaller of two tests x 2): "
             f"mean {shift.mean:.3f} vs {shift.expected_mean:.3f} (t {shift.mean_statistic:.2f}, "
