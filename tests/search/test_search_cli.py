@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -80,19 +81,31 @@ def test_the_example_names_the_two_knobs_at_half_a_percent_and_stores_every_prob
     assert "--knob" not in parse_flags(changed.flags) and changed.env == {}
 
 
+def _completed_runs(db: Path) -> int:
+    """Completed runs in the store so far (0 while the search has not created its tables: the
+    file exists a moment before its schema does)."""
+    try:
+        return len(query(db, "SELECT 1 FROM runs WHERE status = 'completed'")) if db.exists() else 0
+    except sqlite3.OperationalError:
+        return 0
+
+
 def test_an_interrupted_search_resumes_to_the_same_answer_without_running_a_block_twice(tmp_path):
     path = _search_file(tmp_path, "resumed")
     db = tmp_path / "s.sqlite"
     command = [sys.executable, "-m", "soakgate", "search", str(path), "--db", str(db)]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if db.exists() and len(query(db, "SELECT 1 FROM runs WHERE status = 'completed'")) >= 3:
-            break
-        time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _completed_runs(db) < 3:
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:  # never leave the search running, or its pipes open, whatever failed above
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
     assert process.returncode == 130, out + err
     assert "rerun with --resume" in out
     before = {c: r for r, c in query(db, "SELECT run_id, campaign FROM runs "
