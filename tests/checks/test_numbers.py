@@ -78,6 +78,25 @@ def test_usage_must_account_for_the_entries_that_came() -> None:
     assert first_impossible(_outcome(parts, "a\u00e9\u00e9", 5), greedy=False) is None
 
 
+def test_an_answer_cut_by_its_budget_inside_a_character_may_lack_its_last_entries() -> None:
+    """Seen on real llama.cpp (CI, 1 of 1,500 sampled answers on a probe): 48 tokens counted,
+    47 entries, ASCII text: the 48th token began a character the budget never finished, and
+    llama.cpp dropped it from the text and the entries alike."""
+    parts = [_chat(GOOD, GOOD, GOOD)]
+    cut = _outcome(parts, "abc", 4)
+    assert first_impossible(cut, greedy=False, budget=4)["kind"] == "usage_mismatch"  # type: ignore[index]
+    cut.finish_reason = "length"
+    for usage in (4, 5, 6):
+        cut.completion_tokens = usage
+        assert first_impossible(cut, greedy=False, budget=6) is None
+        assert first_impossible(cut, greedy=False) is None  # budget not known
+    # more than the budget is never an unfinished character; nor is a count below the entries
+    for usage, budget in ((6, 5), (7, 7), (2, 6)):
+        cut.completion_tokens = usage
+        evidence = first_impossible(cut, greedy=False, budget=budget)
+        assert evidence is not None and evidence["kind"] == "usage_mismatch", (usage, budget)
+
+
 def test_the_check_flags_the_row_and_reads_greedy_from_the_row() -> None:
     row = Generation("r", "r-0", "t", "l", 0, "p", "chat", False, 0.0, 0.0, text="ab")
     check = NumbersCheck(temperature=0.8)

@@ -173,7 +173,7 @@ def test_the_unit_verdict_judges_the_typicality_and_the_mean_where_a_row_has_non
     gate = soakgate("compare", "a.sqlite", "eager", "compiled", "--outcome", "shifted",
                     "--fail-on-differ", cwd=tmp_path)  # fmt: skip
     assert gate.returncode == 1, gate.stdout + gate.stderr
-    assert "typicality where the reference gave entropies" in gate.stdout
+    assert "typicality in a greedy soak" in gate.stdout
     assert "verdict: DIFFER" in gate.stdout
 
 

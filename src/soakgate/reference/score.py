@@ -156,8 +156,8 @@ def evidence(
         "alignment": alignment, "tokens": len(tokens),
     }  # fmt: skip
     z_cutoff, typical_cutoff, mean_cutoff = shift_cutoffs
-    if z is not None and z_cutoff is not None:
-        payload["above_p90"] = round(z, 4) > z_cutoff  # as stored
+    if payload["soak_z"] is not None and z_cutoff is not None:
+        payload["above_p90"] = payload["soak_z"] > z_cutoff  # as stored
     elif typical is not None and typical_cutoff is not None:
         payload["above_p90"] = typical > typical_cutoff
     elif mean_cutoff is not None:

@@ -195,9 +195,8 @@ def compare(
     if outcome == SHIFTED:
         text = (
             "outcome: shifted (reference scoring): scored generations whose soak z (typicality "
-            "where the reference gave entropies only, mean surprisal where it gave neither) is "
-            "above the calibration's 90th "
-            "percentile / scored generations per arm (a "
+            "in a greedy soak, mean surprisal where the reference gave no alternatives) is "
+            "above the calibration's 90th percentile / scored generations per arm (a "
             "reference-like unit has 10%), in place of collapses / answered generations\n" + text
         )
     if baseline is not None:

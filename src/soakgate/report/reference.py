@@ -88,9 +88,9 @@ SHIFT_SCORES = (("soak_z", "soak_z_quantiles", "soak z"),
                 ("mean", "mean_quantiles", "mean surprisal"))  # fmt: skip
 """The scores the unit-level verdict can judge, best first: (slice attribute, calibration key,
 name). The soak z (the per-generation flag's score: surprisal against what the soak's own
-sampling expects) is judged where the reference gave alternatives; the typicality (surprisal
-less the reference's entropy) where it gave entropies only; the mean surprisal where it gave
-neither."""
+sampling expects) is judged where the reference gave alternatives and the soak sampled; the
+typicality (surprisal less the reference's entropy) in a greedy soak, which has no sampling
+distribution; the mean surprisal where the reference gave no alternatives."""
 
 
 def _cutoff(calibration: dict[str, Any], key: str) -> float | None:
@@ -109,19 +109,18 @@ def _shift(
     what the test needs, and every scored row has the score."""
     first = calibrations[0] if calibrations else {}
     n = first.get("n")
-    cutoff, moments = _cutoff(first, "soak_z_quantiles"), first.get("soak_z_moments")
-    same = all(_cutoff(c, "soak_z_quantiles") == cutoff and c.get("soak_z_moments") == moments
-               and c.get("n") == n for c in calibrations)  # fmt: skip
-    values = np.concatenate([piece.soak_z for piece in group])
-    if (same and cutoff is not None and isinstance(moments, dict) and isinstance(n, int)
-            and not np.isnan(values).any()):  # fmt: skip
-        return score_shift_z(values, cutoff, n, float(moments["mean"]), float(moments["variance"]))
     for attribute, key, name in SHIFT_SCORES:
         cutoff = _cutoff(first, key)
         same = all(_cutoff(c, key) == cutoff and c.get("n") == n for c in calibrations)
         values = np.concatenate([getattr(piece, attribute) for piece in group])
-        if same and cutoff is not None and isinstance(n, int) and not np.isnan(values).any():
-            return score_shift(values, cutoff, n, score=name)
+        if not (same and cutoff is not None and isinstance(n, int)) or np.isnan(values).any():
+            continue
+        moments = first.get("soak_z_moments") if attribute == "soak_z" else None
+        if isinstance(moments, dict) and all(c.get("soak_z_moments") == moments
+                                             for c in calibrations):  # fmt: skip
+            mean, variance = float(moments["mean"]), float(moments["variance"])
+            return score_shift_z(values, cutoff, n, mean, variance)
+        return score_shift(values, cutoff, n, score=name)
     return None
 
 

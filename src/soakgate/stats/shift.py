@@ -37,8 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from soakgate.stats.dependence import bin_edges
-from soakgate.stats.robust import BATCHES, _batch_variance
+from soakgate.stats.robust import BATCHES, batch_variance
 
 SHIFT_QUANTILE = 0.9
 MIN_ROWS = 10 * BATCHES  # fewer scored rows: too few per batch for the batch-means variance
@@ -102,24 +101,13 @@ def score_shift(
     expected, calibration_variance = expected_share(calibration_n)
     if scored < MIN_ROWS:
         return ShiftResult(count, scored, expected, math.nan, math.nan, TOO_FEW, score)
-    share, variance, _ = _batch_variance(above, BATCHES)
+    share, variance, _ = batch_variance(above, BATCHES)
     if variance == 0.0:
         variance = expected * (1 - expected) / scored
     statistic = (share - expected) / math.sqrt(variance + calibration_variance)
     p_value = float(stdtr(BATCHES - 1, -statistic))
     return ShiftResult(count, scored, expected, statistic, p_value,
                        SHIFTED if p_value < alpha else LIKE_REFERENCE, score)  # fmt: skip
-
-
-def _mean_variance(values: npt.NDArray[np.float64], batches: int) -> float:
-    """Batch-means variance of the mean of `values` over `batches` consecutive stretches
-    (ratio estimator, as `robust._batch_variance` for rates)."""
-    edges = bin_edges(len(values), batches)
-    sums = np.add.reduceat(values, edges[:-1])
-    sizes = np.diff(edges).astype(np.float64)
-    n, used = len(values), len(sums)
-    residual = sums - float(values.mean()) * sizes
-    return used / (used - 1) * float((residual**2).sum()) / n**2
 
 
 def score_shift_z(
@@ -136,7 +124,7 @@ def score_shift_z(
     if share.verdict == TOO_FEW:
         return share
     mean = float(scores.mean())
-    variance = _mean_variance(scores, BATCHES) + calibration_variance / calibration_n
+    variance = batch_variance(scores, BATCHES)[1] + calibration_variance / calibration_n
     statistic = (mean - calibration_mean) / math.sqrt(variance) if variance > 0 else 0.0
     mean_p = min(1.0, 2 * float(stdtr(BATCHES - 1, -abs(statistic))))
     p_value = min(1.0, 2 * min(share.p_value, mean_p))
