@@ -28,6 +28,7 @@ Every share with its Clopper-Pearson 95% interval. Run:
 
     python bench/bench_crosstalk.py [--requests 2500] [--out DIR]
     python bench/bench_crosstalk.py --cost   # the check's CPU per answer, in process
+    python bench/bench_crosstalk.py --cost-in-soak 20000   # ... per request, inside a soak
     python bench/bench_crosstalk.py --skip-real --mock-requests 0 --real-leaks 120 \
         --leak-case "context, greedy differential"   # one real-leak case alone
 """
@@ -276,8 +277,8 @@ def real_leaks(
 
 
 def cost(passes: int = 7, answers: int = 2000) -> None:
-    """The check's CPU per answer in process (`Crosstalk.answered` on the mock's 64-token
-    answers, 1,024 requests in the window), as shipped and with every span of every answer
+    """The check's CPU per answer in process (`Crosstalk.answered` then `judge` on the mock's
+    64-token answers, 1,024 requests in the window), as shipped and with every span of every answer
     hashed (the filter of e96c48b alone: words are split the same way), best of `passes`
     passes, interleaved."""
     import time
@@ -319,15 +320,73 @@ def cost(passes: int = 7, answers: int = 2000) -> None:
                 check = crosstalk.Crosstalk(crosstalk.CrosstalkSettings(), "run1")
                 for seq in range(1024):
                     check.sent(seq, prompts[seq % len(prompts)])
+                check.judge([])  # the window filled (its prompts indexed) before the clock
                 rows = [row_of(n, text, prompts) for n, text in enumerate(texts)]
                 start = time.perf_counter()
                 for row in rows:
                     check.answered(row)
+                check.judge(rows)  # as the soak's writer hands them over: one batch
                 best[way] = min(best[way], (time.perf_counter() - start) / answers * 1e6)
         crosstalk.known_runs = shipped
         ratio = best["shipped"] / best["every span"]
         print(f"  {name:42s} shipped {best['shipped']:5.1f}   every span hashed "
               f"{best['every span']:5.1f}   ratio {ratio:.2f}")  # fmt: skip
+
+
+def cost_in_soak(requests: int) -> None:
+    """The check's CPU per request inside a real soak (`soakgate run` in this process against
+    the mock, concurrency 64, 64-token answers not streamed, built-in prompts): every call into
+    the check (`sent`, `answered`, and `judge` where the code has it) timed, the timer's own
+    cost measured and taken off, beside the process's CPU per request (startup included).
+    In a soak the check runs among the network code's work, with colder caches than in the
+    in-process figure of `--cost`. Run it against another checkout with PYTHONPATH=that/src."""
+    import time
+
+    import benchlib
+
+    import soakgate.checks.crosstalk as crosstalk
+    from soakgate.cli.main import main as soakgate_main
+
+    spent, calls = [0.0], [0]
+
+    def timed(name: str) -> None:
+        inner = getattr(crosstalk.Crosstalk, name, None)
+        if inner is None:
+            return
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            began = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - began
+                calls[0] += 1
+
+        setattr(crosstalk.Crosstalk, name, wrapper)
+
+    for name in ("sent", "answered", "judge"):
+        timed(name)
+    began = time.perf_counter()
+    for _ in range(100_000):
+        time.perf_counter(), time.perf_counter()
+    timer = (time.perf_counter() - began) / 100_000
+    mock = benchlib.start_mock(benchlib.cores()[0])
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            argv = benchlib.soak_command(mock.url, Path(folder) / "soak.sqlite", 64, "--requests",
+                                         str(requests))[3:]  # fmt: skip
+            cpu = time.process_time()
+            code = soakgate_main([*argv, "--no-watch-metrics"])
+            cpu = time.process_time() - cpu
+    finally:
+        mock.stop()
+    if code != 0:
+        raise SystemExit(f"the soak exited {code}")
+    check = (spent[0] - calls[0] * timer) / requests * 1e6
+    process = cpu / requests * 1e6
+    print(f"cost in a soak of {requests:,} requests: the check {check:.2f} us per request "
+          f"({calls[0]:,} calls, timer {timer * 1e6:.2f} us each taken off); the process "
+          f"{process:.1f} us per request; the check {check / process:.1%} of it")  # fmt: skip
 
 
 def main() -> None:
@@ -337,6 +396,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep the databases here")
     parser.add_argument("--skip-real", action="store_true", help="the mock part only")
     parser.add_argument("--cost", action="store_true", help="only the check's CPU per answer")
+    parser.add_argument(
+        "--cost-in-soak", type=int, default=0, metavar="N",
+        help="only the check's CPU per request in a soak of N requests against the mock",
+    )  # fmt: skip
     parser.add_argument(
         "--real-leaks",
         type=int,
@@ -352,6 +415,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.cost:
         cost()
+        return
+    if args.cost_in_soak:
+        cost_in_soak(args.cost_in_soak)
         return
     folder = args.out or Path(tempfile.mkdtemp(prefix="soakgate-crosstalk-"))
     folder.mkdir(parents=True, exist_ok=True)

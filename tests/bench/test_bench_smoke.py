@@ -328,6 +328,14 @@ def test_bench_crosstalk_prints_the_checks_cost_per_answer_both_ways() -> None:
     assert len(lines) == 3 and all(" ratio " in line for line in lines), out
 
 
+def test_bench_crosstalk_prints_the_checks_cost_per_request_inside_a_soak() -> None:
+    out = run_bench("bench_crosstalk.py", "--cost-in-soak", "300", timeout_s=600)
+    line = next(line for line in out.splitlines() if line.startswith("cost in a soak of 300"))
+    assert "us per request" in line and "the check" in line and "% of it" in line, out
+    calls = int(line.split("(")[1].split()[0].replace(",", ""))
+    assert calls >= 600  # every request sent and every answer came into the check
+
+
 def test_bench_overwhelming_prints_the_gate_before_and_after_the_not_cleared_rule() -> None:
     out = run_bench("bench_overwhelming.py", "--quick", "--jobs", "1", "--ratio", "3")
     assert "differ (before)" in out and "not cleared" in out and "gate fails now" in out

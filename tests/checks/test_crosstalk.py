@@ -29,6 +29,13 @@ def _answer(seq: int, prompt: Prompt, text: str) -> Generation:
                       0.0, 0.0, text=text)  # fmt: skip
 
 
+def _judged(check: Crosstalk, *rows: Generation) -> None:
+    """The rows answered, then judged as one batch (as the soak's writer hands them over)."""
+    for row in rows:
+        check.answered(row)
+    check.judge(rows)
+
+
 def test_a_canary_names_its_request_and_a_forged_one_is_not_one() -> None:
     canaries = Canaries("run1")
     tag = canaries.tag(1234)
@@ -57,7 +64,7 @@ def test_spans_of_another_prompt_flag_and_boilerplate_or_the_own_prompt_do_not()
     }  # fmt: skip
     for name, (text, source) in cases.items():
         answer = _answer(300, own, text)
-        check.answered(answer)
+        _judged(check, answer)
         if source is None:
             assert answer.checks == [], name
         else:
@@ -73,14 +80,16 @@ def test_the_window_forgets_requests_that_left_it_and_stays_bounded() -> None:
     check = Crosstalk(CrosstalkSettings(window=64), "run1")
     for seq, prompt in enumerate(prompts):
         check.sent(seq, prompt)
-    assert len(check._spans) == 64 and len(check._count) == 64
+        if seq % 500 == 499:  # a batch judged now and then: the window is brought forward
+            _judged(check, _answer(seq, prompt, "nothing of any prompt"))
     recent, old = (
         _answer(5000, prompts[-1], prompts[-2].text),
-        _answer(5000, prompts[-1], prompts[10].text),
+        _answer(5001, prompts[-1], prompts[10].text),
     )
-    check.answered(recent)
-    check.answered(old)
+    _judged(check, recent, old)
     assert recent.checks == ["crosstalk"] and old.checks == []
+    # what is kept: the prompts and the requests of at most two windows, no answer waiting
+    assert len(check._spans) <= 2 * 64 and len(check._sends) <= 2 * 64 and not check._marks
 
 
 def test_answer_spans_flag_a_run_shared_with_a_concurrent_answer_of_another_prompt() -> None:
@@ -93,7 +102,7 @@ def test_answer_spans_flag_a_run_shared_with_a_concurrent_answer_of_another_prom
     def answer(seq: int, text: str, start: float, end: float) -> Generation:
         row = _answer(seq, prompts[seq % 4], text)
         row.started_at, row.ended_at = start, end
-        check.answered(row)
+        _judged(check, row)
         return row
 
     source = answer(0, f"alpha {leaked} beta", 0.0, 2.0)
@@ -116,7 +125,7 @@ def test_answer_spans_flag_a_run_shared_with_a_concurrent_answer_of_another_prom
     off.sent(0, prompts[0]), off.sent(1, prompts[1])
     first, second = _answer(0, prompts[0], leaked), _answer(1, prompts[1], leaked)
     second.ended_at = 1.0
-    off.answered(first), off.answered(second)
+    _judged(off, first, second)
     assert second.checks == []
 
 
@@ -305,7 +314,7 @@ def test_a_divergent_greedy_answer_that_is_another_prompts_reference_answer_is_c
                                    "matches_other_prompt": {"source": "run1-7", "shared": 30,
                                                             "unit": "tokens"}}  # fmt: skip
     check = Crosstalk(CrosstalkSettings(), "run1")
-    check.answered(row)
+    _judged(check, row)
     assert row.checks == ["crosstalk"] and row.details["crosstalk"]["by"] == "reference"
     assert row.details["crosstalk"]["source"] == "run1-7"
 
@@ -339,8 +348,7 @@ def _sorted_and_whole(prompts: list[Prompt], answers: list[str], monkeypatch: An
         for seq, prompt in enumerate(prompts):
             check.sent(seq, prompt)
         rows = [_answer(1000 + n, prompts[n % 7], text) for n, text in enumerate(answers)]
-        for row in rows:
-            check.answered(row)
+        _judged(check, *rows)
         found.append([row.details.get("crosstalk") for row in rows])
     return found
 
@@ -418,8 +426,78 @@ def test_a_prompt_set_whose_words_cover_the_answers_hashes_them_whole() -> None:
         check.sent(seq, prompt)
     covered = "alpha beta gamma delta epsilon zeta eta theta " * 3
     for n in range(100):
-        check.answered(_answer(100 + n, prompts[0], covered))
+        _judged(check, _answer(100 + n, prompts[0], covered))
     assert not check._filtering
     for n in range(40 * SAMPLE_EVERY):
-        check.answered(_answer(1000 + n, prompts[0], "other words here, none of a prompt " * 3))
+        _judged(check, _answer(1000 + n, prompts[0], "other words here, none of a prompt " * 3))
     assert check._filtering
+
+
+def _oracle(sent: list[tuple[int, Prompt]], mark: int, row: Generation, window: int) -> Any:
+    """The prompt-span evidence of an answer by brute force: the prompts the `window` requests
+    before the `mark`-th sent, each span of the answer in order."""
+    from soakgate.checks.crosstalk import hashes, words_of
+
+    latest: dict[str, int] = {}
+    spans: dict[str, set[int]] = {}
+    for seq, prompt in sent[max(0, mark - window) : mark]:
+        latest[prompt.prompt_id] = seq
+        spans[prompt.prompt_id] = set(hashes(words_of(prompt.text), 8))
+    words = words_of(row.text or "")
+    for index, span in enumerate(hashes(words, 8)):
+        owners = [key for key, held in spans.items() if span in held]
+        if len(owners) == 1 and row.prompt_id not in owners:
+            return {"by": "prompt_span", "source": f"run1-{latest[owners[0]]}",
+                    "source_prompt": owners[0], "span": b" ".join(words[index : index + 8]).decode(),
+                    "window": window}  # fmt: skip
+    return None
+
+
+def test_answers_judged_a_batch_at_a_time_and_out_of_order_meet_the_window_of_their_moment() -> None:
+    """The check only notes an answer (and how many requests had been sent) as it comes and
+    judges it with its batch, as late as the reference's scoring makes it; every evidence is
+    what the window held when the answer came (brute force over the requests sent), with
+    prompts that leave the window, come back, and share boilerplate."""
+    import random
+
+    rng = random.Random(31)
+    vocabulary = [f"w{n}" for n in range(30)]
+    prompts = [Prompt(f"p{n}", " ".join(rng.choices(vocabulary, k=14))) for n in range(40)]
+    window = 16
+    check = Crosstalk(CrosstalkSettings(window=window), "run1")
+    sent: list[tuple[int, Prompt]] = []
+    waiting: list[tuple[Generation, int]] = []
+    judged: list[tuple[Generation, int]] = []
+
+    def judge(rows: list[tuple[Generation, int]]) -> None:
+        rows = list({id(row): (row, mark) for row, mark in rows}.values())
+        rng.shuffle(rows)  # the order rows are queued in, late ones among them
+        check.judge([row for row, _ in rows])
+        judged.extend(rows)
+        taken = {id(row) for row, _ in rows}
+        waiting[:] = [w for w in waiting if id(w[0]) not in taken]
+
+    for step in range(4000):
+        if rng.random() < 0.55 or not sent:
+            late = [w for w in waiting if w[1] <= len(sent) - window]  # kept within a window
+            if late:
+                judge(late + rng.sample(waiting, min(len(waiting), 3)))
+            prompt = prompts[min(int(rng.expovariate(1 / 12)), 39)]  # some prompts come back
+            check.sent(len(sent), prompt)
+            sent.append((len(sent), prompt))
+        else:
+            seq, own = rng.choice(sent[-window:])
+            words = rng.choices(vocabulary + ["x", "y", "z"], k=rng.randint(0, 30))
+            if rng.random() < 0.6:  # a span of some prompt, sent or not, at a random place
+                source = rng.choice(prompts).text.split()
+                at = rng.randrange(0, 6)
+                words[rng.randint(0, len(words)) : 0] = source[at : at + rng.randint(8, 9)]
+            row = _answer(step + 10_000, own, " ".join(words))
+            check.answered(row)
+            waiting.append((row, len(sent)))
+        if waiting and rng.random() < 0.1:
+            judge(rng.sample(waiting, rng.randint(1, len(waiting))))
+    judge(list(waiting))
+    found = [row.details.get("crosstalk") for row, _ in judged]
+    assert found == [_oracle(sent, mark, row, window) for row, mark in judged]
+    assert 100 < sum(e is not None for e in found) < len(found) - 100

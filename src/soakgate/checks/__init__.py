@@ -2,9 +2,11 @@
 (`crosstalk`), answers that break the structure their request asked for (`invalid_structure`),
 numbers no correct server returns (`inconsistent`).
 
-A check sees every request as it is sent (`sent`) and every clean answer as its row is made
-(`answered`); a failed check names itself in `Generation.checks` (`records.CHECKS`), with its
-evidence in `details[name]`. A failed check is an outcome of its own, never a collapse.
+A check sees every request as it is sent (`sent`), every clean answer as its row is made
+(`answered`) and every batch of rows before it is scored (`judge`: the crosstalk check judges
+there, a batch at a time); a failed check names itself in `Generation.checks`
+(`records.CHECKS`), with its evidence in `details[name]`. A failed check is an outcome of its
+own, never a collapse.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class AnswerChecks:
     def answered(self, generation: Generation, outcome: Any = None) -> None:
         for check in self.checks:
             check.answered(generation, outcome)
+
+    def judge(self, generations: Sequence[Generation]) -> None:
+        for check in self.checks:
+            check.judge(generations)
 
 
 def open_answer_checks(

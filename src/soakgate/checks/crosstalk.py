@@ -31,7 +31,12 @@ window of the requests sent last (in flight or just answered, where a leak comes
 
 The window index is keyed by prompt id: a prompt's spans are hashed once, when it enters the
 window, and dropped when its last request leaves it, so a soak over a fixed prompt set costs
-one set intersection per answer. Written by hand: no maintained library keeps an n-gram index
+one set intersection per answer. An answer is only noted as it comes (with how many requests
+had been sent by then) and judged with its batch, just before the batch is scored and stored:
+the window is brought forward to each answer's moment, and an answer judged late (scored by
+the reference first) is judged against the requests of its moment, which are kept until no
+answer still to be judged can need them. Judged a batch at a time, away from the network code,
+the check cost about 6 us per request in a soak instead of 8.5 (BENCHMARKS.md, section 22). Written by hand: no maintained library keeps an n-gram index
 over a sliding window of requests.
 """
 
@@ -39,8 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import deque
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +58,9 @@ FILTER_BELOW = 0.6
 only those runs are hashed: finding them costs about a third of hashing every span."""
 SAMPLE_EVERY = 64
 """Above it, every this-many-th answer is sorted anyway, to see the coverage fall again."""
+LOG_LIMIT = 1 << 16
+"""Requests sent and not yet entered into the window beyond which it is brought forward
+anyway (answers noted and never judged would otherwise hold it back for ever)."""
 _WORD = re.compile(r"\w+")
 
 
@@ -140,25 +147,36 @@ class _Answer:
 
 
 class Crosstalk:
-    """The crosstalk check of one soak: told of every request sent and every clean answer."""
+    """The crosstalk check of one soak: told of every request sent and every clean answer, it
+    judges the answers a batch at a time (`judge`), each against the window as it stood when
+    the answer came."""
 
     def __init__(self, settings: CrosstalkSettings, run_id: str) -> None:
         self.settings = settings
         self._run_id = run_id
         self._canaries = Canaries(run_id) if settings.canaries else None
-        self._window: deque[str] = deque()  # prompt ids of the requests sent last, in order
-        self._count: dict[str, int] = {}  # prompt id -> its requests in the window
-        self._latest: dict[str, int] = {}  # prompt id -> the last request that sent it
-        self._spans: dict[str, frozenset[int]] = {}  # prompt id (in the window) -> its spans
-        self._owners: dict[int, set[str]] = {}  # span -> prompt ids of the window holding it
-        self._vocabulary: dict[bytes, int] = {}  # word -> prompt ids of the window holding it
+        self._indexing = settings.spans or settings.answers
+        # the requests sent, (seq, prompt), the n-th (from 1) at `_sends[n - 1 - _base]`: those
+        # the window may still need are kept (those entered less a window, and all after)
+        self._sends: list[tuple[int, Prompt]] = []
+        self._base = 0  # requests sent before `_sends[0]`
+        self._entered = 0  # requests entered into the window so far (what `judge` replays)
+        self._marks: dict[int, int] = {}  # seq of an answer not yet judged -> requests sent then
+        self._sent = 0  # requests sent so far
+        # the window, kept lazily: a prompt is in it while it was sent by one of the last
+        # `window` requests; prompts that left it are dropped about every `window` requests
+        self._last: dict[str, int] = {}  # prompt id (indexed) -> n of its last request entered
+        self._next_drop = settings.window
+        self._spans: dict[str, frozenset[int]] = {}  # prompt id (indexed) -> its spans
+        self._owners: dict[int, set[str]] = {}  # span -> indexed prompt ids holding it
+        self._vocabulary: dict[bytes, int] = {}  # word -> indexed prompt ids holding it
         self._answers, self._coverage, self._filtering = 0, 0.0, True  # see `_runs`
         # answers, in two generations of up to `window` each (dropped a generation at a time,
         # so that keeping them costs no loop per answer): span -> latest answer holding it
         self._held: list[dict[int, int]] = [{}, {}]
         self._kept: list[dict[int, _Answer]] = [{}, {}]
         self._common: list[set[int]] = [set(), set()]  # spans answers of two prompts hold
-        self._texts: dict[str, bytes] = {}  # prompt id (in the window) -> its words, joined
+        self._texts: dict[str, bytes] = {}  # prompt id (indexed) -> its words, joined
         self._same: dict[int, int] = {}  # a twin's seq -> its first's (whose canary it sent)
 
     def request_id(self, seq: int) -> str:
@@ -166,74 +184,125 @@ class Crosstalk:
         return f"{self._run_id}-{seq}"
 
     def sent(self, seq: int, prompt: Prompt, same_as: int | None = None) -> Prompt:
-        """Enter a request into the window; the prompt as it is to be sent (its canary: a twin
-        carries its first's, `same_as`, which is then its own, not another request's)."""
-        if self.settings.spans or self.settings.answers:
-            self._enter(seq, prompt)
+        """Note a request sent (it enters the window when an answer after it is judged); the
+        prompt as it is to be sent (its canary: a twin carries its first's, `same_as`, which is
+        then its own, not another request's)."""
+        self._sent += 1
+        if self._indexing:
+            self._sends.append((seq, prompt))
         if self._canaries is None:
             return prompt
         if same_as is not None:
             self._same[seq] = same_as
         return self._canaries.mark(prompt, seq if same_as is None else same_as)
 
-    def _enter(self, seq: int, prompt: Prompt) -> None:
-        key = prompt.prompt_id
-        if key not in self._count:
-            words = words_of(f"{prompt.system}\n{prompt.text}" if prompt.system else prompt.text)
-            mine = frozenset(hashes(words, self.settings.span))
-            self._texts[key] = b" " + b" ".join(words) + b" "
-            self._spans[key] = mine
-            for span in mine:
-                self._owners.setdefault(span, set()).add(key)
-            vocabulary = self._vocabulary
-            for word in set(words):
-                vocabulary[word] = vocabulary.get(word, 0) + 1
-            self._count[key] = 0
-        self._count[key] += 1
-        self._latest[key] = seq
-        self._window.append(key)
-        while len(self._window) > self.settings.window:
-            old = self._window.popleft()
-            self._count[old] -= 1
-            if not self._count[old]:
-                self._leave(old)
-
-    def _leave(self, key: str) -> None:
-        vocabulary = self._vocabulary
-        for word in set(self._texts[key].split()):
-            vocabulary[word] -= 1
-            if not vocabulary[word]:
-                del vocabulary[word]
-        del self._count[key], self._latest[key], self._texts[key]
-        for span in self._spans.pop(key):
-            owners = self._owners[span]
-            owners.discard(key)
-            if not owners:
-                del self._owners[span]
-
     def answered(self, generation: Generation, outcome: Any = None) -> None:
-        """Judge a clean answer; a failed check is named in `generation.checks` with its
-        evidence (the source request, how it was found, what was found) in its details."""
-        text = generation.text
+        """Note a clean answer and how many requests had been sent when it came: `judge` judges
+        it against the window as it stood then (cheaper a batch at a time, away from the
+        network code, than answer by answer)."""
+        if generation.text and generation.error_class is None:
+            self._marks[generation.seq] = self._sent
+        else:
+            self._same.pop(generation.seq, None)
+
+    def judge(self, generations: Sequence[Generation]) -> None:
+        """Judge the noted answers among `generations` (in the order they came); a failed check
+        is named in `generation.checks` with its evidence (the source request, how it was found,
+        what was found) in its details. The window is brought to each answer's moment first."""
+        for generation in generations:
+            mark = self._marks.pop(generation.seq, None)
+            if mark is None:
+                continue
+            self._advance(mark)
+            evidence = self._evidence(generation, mark)
+            if evidence is not None:
+                generation.checks.append(CROSSTALK)
+                generation.details[CROSSTALK] = evidence
+        # the answers still to be judged need the window no older than the oldest one's moment
+        self._advance(min(self._marks.values(), default=self._sent))
+        if self._sent - self._entered > LOG_LIMIT:  # answers noted and never judged: not kept
+            self._advance(self._sent - self.settings.window)
+
+    def _evidence(self, generation: Generation, mark: int) -> dict[str, Any] | None:
+        text = generation.text or ""
         same_as = self._same.pop(generation.seq, None)
-        if not text or generation.error_class is not None:
-            return
         evidence = None
         if self._canaries is not None:
             evidence = self._canary(generation.seq, text, same_as)
         evidence = evidence or _reference_match(generation)
         settings = self.settings
-        words = words_of(text) if settings.spans or settings.answers else []
+        words = words_of(text) if self._indexing else []
         if evidence is None and settings.spans:
-            evidence = self._span(generation, words)
+            evidence = self._span(generation, words, mark)
         if settings.answers:
             answer = _Answer(generation.seq, generation.prompt_id, generation.started_at,
                              generation.ended_at, words)  # fmt: skip
-            found = self._answer_span(answer, evidence is None)
+            found = self._answer_span(answer, evidence is None, mark)
             evidence = evidence or found
-        if evidence is not None:
-            generation.checks.append(CROSSTALK)
-            generation.details[CROSSTALK] = evidence
+        return evidence
+
+    def _advance(self, mark: int) -> None:
+        """Enter the requests sent before the `mark`-th into the window (never backwards)."""
+        start, base, last = self._entered, self._base, self._last
+        if mark <= start or not self._indexing:
+            return
+        for n, (_, prompt) in enumerate(self._sends[start - base : mark - base], start + 1):
+            key = prompt.prompt_id
+            if key not in last:
+                self._index(prompt)
+            last[key] = n
+        self._entered = mark
+        if mark >= self._next_drop:  # what no answer still to be judged can need
+            window = self.settings.window
+            horizon = min(mark, min(self._marks.values(), default=mark)) - window
+            self._drop_left(horizon)
+            del self._sends[: max(0, horizon - base)]
+            self._base = max(base, horizon)
+            self._next_drop = mark + window
+
+    def _in_window(self, key: str, mark: int) -> int | None:
+        """The seq of the last request before the `mark`-th that sent prompt `key`, if one of
+        the `window` requests before it did (None: none). An answer judged late (its row scored
+        by the reference first) may find the window past its moment: its requests are then
+        looked for among those kept."""
+        at = self._last.get(key)
+        low = mark - self.settings.window + 1
+        if at is None or at < low:
+            return None
+        sends, base = self._sends, self._base
+        if at <= mark:
+            return sends[at - 1 - base][0]
+        for seq, prompt in reversed(sends[max(low, base + 1) - 1 - base : mark - base]):
+            if prompt.prompt_id == key:
+                return seq
+        return None
+
+    def _index(self, prompt: Prompt) -> None:
+        key = prompt.prompt_id
+        words = words_of(f"{prompt.system}\n{prompt.text}" if prompt.system else prompt.text)
+        mine = frozenset(hashes(words, self.settings.span))
+        self._texts[key] = b" " + b" ".join(words) + b" "
+        self._spans[key] = mine
+        for span in mine:
+            self._owners.setdefault(span, set()).add(key)
+        vocabulary = self._vocabulary
+        for word in set(words):
+            vocabulary[word] = vocabulary.get(word, 0) + 1
+
+    def _drop_left(self, horizon: int) -> None:
+        """Drop the prompts last entered at or before `horizon` (they left the window)."""
+        for key in [k for k, at in self._last.items() if at <= horizon]:
+            vocabulary = self._vocabulary
+            for word in set(self._texts[key].split()):
+                vocabulary[word] -= 1
+                if not vocabulary[word]:
+                    del vocabulary[word]
+            del self._last[key], self._texts[key]
+            for span in self._spans.pop(key):
+                owners = self._owners[span]
+                owners.discard(key)
+                if not owners:
+                    del self._owners[span]
 
     def _canary(self, seq: int, text: str, same_as: int | None) -> dict[str, Any] | None:
         assert self._canaries is not None
@@ -244,21 +313,37 @@ class Crosstalk:
                 "canary": self._canaries.tag(others[0]),
                 "sources": [self.request_id(s) for s in others]}  # fmt: skip
 
-    def _span(self, generation: Generation, words: list[bytes]) -> dict[str, Any] | None:
-        width, own, owners_of = self.settings.span, generation.prompt_id, self._owners
+    def _span(self, generation: Generation, words: list[bytes], mark: int) -> dict[str, Any] | None:
+        width, owners_of = self.settings.span, self._owners
         for start, end in self._runs(words, width):
             mine = hashes(words[start:end], width)
             found = owners_of.keys() & mine
             for index, span in enumerate(mine if found else (), start):
-                owners = owners_of.get(span) if span in found else None
-                if owners is None or len(owners) != 1 or own in owners:
-                    continue  # no prompt's, boilerplate two prompts share, or its own prompt's
-                (source,) = owners
-                return {"by": "prompt_span", "source": self.request_id(self._latest[source]),
-                        "source_prompt": source,
-                        "span": b" ".join(words[index : index + width]).decode(),
-                        "window": self.settings.window}  # fmt: skip
+                source = self._sole_owner(owners_of[span], generation.prompt_id, mark) if (
+                    span in found) else None  # fmt: skip
+                if source is not None:
+                    key, sent = source
+                    return {"by": "prompt_span", "source": self.request_id(sent),
+                            "source_prompt": key,
+                            "span": b" ".join(words[index : index + width]).decode(),
+                            "window": self.settings.window}  # fmt: skip
         return None
+
+    def _sole_owner(self, owners: set[str], own: str, mark: int) -> tuple[str, int] | None:
+        """The one prompt of the window at the `mark`-th request that holds a span, and the
+        seq of its last request then; None for a span of no prompt of that window, of two or
+        more (boilerplate), or of the answer's own prompt (it explains it)."""
+        if own in owners and self._in_window(own, mark) is not None:
+            return None
+        source = None
+        for key in owners:
+            sent = self._in_window(key, mark)
+            if sent is None:
+                continue
+            if source is not None:
+                return None  # a second one
+            source = (key, sent)
+        return source
 
     def _runs(self, words: list[bytes], width: int) -> list[tuple[int, int]]:
         """The runs of the answer whose spans are hashed: those of words some prompt of the
@@ -274,7 +359,7 @@ class Crosstalk:
             return runs
         return [(0, len(words))] if len(words) >= width else []
 
-    def _answer_span(self, answer: _Answer, judge: bool) -> dict[str, Any] | None:
+    def _answer_span(self, answer: _Answer, judge: bool, mark: int) -> dict[str, Any] | None:
         """Judge the answer against the kept answers (when `judge`), then keep it."""
         width = self.settings.answer_span
         mine = hashes(answer.words, width)
@@ -282,7 +367,7 @@ class Crosstalk:
         shared = (held[0].keys() & mine) | (held[1].keys() & mine) if mine else set()
         evidence = None
         if shared and judge:
-            evidence = self._shared(answer, mine, shared - common[0] - common[1])
+            evidence = self._shared(answer, mine, shared - common[0] - common[1], mark)
         if shared:  # a run two prompts' answers hold is the model's, never evidence again
             other = {s for s in shared if self._owner(s).prompt_id != answer.prompt_id}
             common[0] |= other
@@ -301,10 +386,13 @@ class Crosstalk:
             return self._kept[0][seq]
         return self._kept[1][self._held[1][span]]
 
-    def _shared(self, answer: _Answer, mine: list[int], rare: set[int]) -> dict[str, Any] | None:
+    def _shared(
+        self, answer: _Answer, mine: list[int], rare: set[int], mark: int
+    ) -> dict[str, Any] | None:
         """The first kept answer of another prompt, in flight with this one, that holds a run
-        of this one that its own prompt does not explain."""
-        own = self._texts.get(answer.prompt_id, b"")
+        of this one that its own prompt (while in the window) does not explain."""
+        in_window = self._in_window(answer.prompt_id, mark) is not None
+        own = self._texts[answer.prompt_id] if in_window else b""
         width = self.settings.answer_span
         for index, span in enumerate(mine):
             if span not in rare:

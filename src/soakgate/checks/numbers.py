@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from soakgate.records import Generation, Run
@@ -60,6 +60,9 @@ class NumbersCheck:
 
     def sent(self, seq: int, prompt: Any, same_as: int | None = None) -> Any:
         return prompt
+
+    def judge(self, generations: Sequence[Generation]) -> None:
+        """Nothing: every answer was judged as it came (`answered`)."""
 
     def answered(self, generation: Generation, outcome: Any = None) -> None:
         """Judge a clean answer: the first impossible number is the evidence."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -58,6 +58,9 @@ class StructureCheck:
             structure = prompt.structure
             self._validators[prompt.prompt_id] = None if structure is None else validator(structure)
         return prompt
+
+    def judge(self, generations: Sequence[Generation]) -> None:
+        """Nothing: every answer was judged as it came (`answered`)."""
 
     def answered(self, generation: Generation, outcome: Any = None) -> None:
         """Judge a clean answer: a failure is named in `generation.checks` with its evidence in

@@ -502,6 +502,8 @@ def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
     A row that cannot be scored (a detector failing on what the server sent) becomes an error
     row of its own, never a clean one, and costs no other row."""
     detectors, store_text, on_generation = shared.detectors, shared.store_text, shared.on_generation
+    if shared.answer_check is not None:  # before the text is dropped for the store
+        shared.answer_check.judge(generations)
     for generation in generations:
         try:
             score_generation(generation, detectors, store_text, shared.spec.max_tokens)

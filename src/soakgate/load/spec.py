@@ -43,6 +43,12 @@ class AnswerCheck(Protocol):
         with its evidence in its details."""
         ...
 
+    def judge(self, generations: Sequence[Generation]) -> None:
+        """The rows of a batch about to be scored and stored, in the order they were queued:
+        a check may judge here, a batch at a time, what `answered` only noted (cheaper away
+        from the network code)."""
+        ...
+
 
 OpenAnswerCheck = Callable[[Run, bool], AnswerCheck]
 """Opens an AnswerCheck for a run (True: a resumed run, stored before; the check keeps the
