@@ -194,6 +194,31 @@ def test_without_canaries_the_prompt_spans_flag_only_leaks_with_their_source(
                                 "answers": False, "answer_span": 16}  # fmt: skip
 
 
+def test_rows_the_reference_scores_first_are_judged_against_the_window_of_their_moment(
+    tmp_path: Path,
+) -> None:
+    """Under `--score-reference` a row is queued for the store once the reference has scored it,
+    so rows reach the check's batches out of the order they came in; with a window of 64
+    requests, a leak's source (a request in flight with it) is still found for each, and no
+    clean row is flagged."""
+    truth = tmp_path / "truth.jsonl"
+    db = tmp_path / "x.sqlite"
+    with MockProcess(["--crosstalk-rate", "0.05", "--seed", "5"],
+                     ground_truth_path=truth) as mock, MockProcess(["--seed", "8"]) as reference:  # fmt: skip
+        _soak(tmp_path, mock, db, "--score-reference", reference.url, "--calibration", "200", "--false-flag-rate", "0.01",
+              "--crosstalk-window", "64")  # fmt: skip
+        leaked = {r["request_id"]: r["crosstalk"] for r in mock.ground_truth() if r["crosstalk"]}
+    rows = stored_rows(db)
+    assert len(rows) == REQUESTS and 8 <= len(leaked) <= 40
+    flagged = {rid: g.details["crosstalk"] for rid, g in rows.items() if g.checks}
+    assert set(flagged) <= set(leaked) and len(flagged) >= len(leaked) // 2, (flagged, leaked)
+    for rid, evidence in flagged.items():
+        assert evidence["by"] == "prompt_span" and evidence["source"] == leaked[rid]
+    with sqlite3.connect(db) as connection:  # stored (and judged) out of the order they came
+        stored = [r[0] for r in connection.execute("SELECT ended_at FROM generations ORDER BY id")]
+    assert stored != sorted(stored)
+
+
 def _gate(tmp_path: Path, db: Path, *extra: str) -> Any:
     return soakgate("compare", str(db), "good", "bad", "--fail-on-differ", *extra, cwd=tmp_path)
 
