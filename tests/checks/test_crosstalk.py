@@ -511,8 +511,8 @@ def test_answers_judged_a_batch_at_a_time_and_out_of_order_meet_the_window_of_th
             check.sent(len(sent), prompt)
             sent.append((len(sent), prompt))
         else:
-            seq, own = rng.choice(sent[-window:])
-            words = rng.choices(vocabulary + ["x", "y", "z"], k=rng.randint(0, 30))
+            _, own = rng.choice(sent[-window:])
+            words = rng.choices([*vocabulary, "x", "y", "z"], k=rng.randint(0, 30))
             if rng.random() < 0.6:  # a span of some prompt, sent or not, at a random place
                 source = rng.choice(prompts).text.split()
                 at = rng.randrange(0, 6)

@@ -36,8 +36,9 @@ had been sent by then) and judged with its batch, just before the batch is score
 the window is brought forward to each answer's moment, and an answer judged late (scored by
 the reference first) is judged against the requests of its moment, which are kept until no
 answer still to be judged can need them. Judged a batch at a time, away from the network code,
-the check cost about 6 us per request in a soak instead of 8.5 (BENCHMARKS.md, section 22). Written by hand: no maintained library keeps an n-gram index
-over a sliding window of requests.
+the check costs about 5-5.7 us per request in a soak instead of 7.2-7.8 (BENCHMARKS.md, section
+22). Written by hand: no maintained library keeps an n-gram index over a sliding window of
+requests.
 """
 
 from __future__ import annotations
