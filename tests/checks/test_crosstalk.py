@@ -478,7 +478,9 @@ def _oracle(sent: list[tuple[int, Prompt]], mark: int, row: Generation, window: 
     return None
 
 
-def test_answers_judged_a_batch_at_a_time_and_out_of_order_meet_the_window_of_their_moment() -> None:
+def test_answers_judged_a_batch_at_a_time_and_out_of_order_meet_the_window_of_their_moment() -> (
+    None
+):
     """The check only notes an answer (and how many requests had been sent) as it comes and
     judges it with its batch, as late as the reference's scoring makes it; every evidence is
     what the window held when the answer came (brute force over the requests sent), with
