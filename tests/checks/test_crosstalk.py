@@ -48,6 +48,36 @@ def test_a_canary_names_its_request_and_a_forged_one_is_not_one() -> None:
     assert canaries.found(marked.text) == [7]
 
 
+def test_canaries_are_found_as_the_expression_alone_finds_them_in_any_case() -> None:
+    """`found` answers most texts (no `SG-` in any case) without the expression: on random texts
+    with genuine, forged and near-miss markers in mixed case, and letters whose upper case is
+    an S or a G (the long s), it finds what the expression alone finds."""
+    import random
+
+    from soakgate.checks import canary as module
+
+    canaries = Canaries("run1")
+    rng = random.Random(3)
+    pieces = ["the ", "sg-", "SG-", "sG-", "\u017fg-", "-", "12", "AB", " ", "\u00df", "[", "]"]
+
+    def by_expression(text: str) -> list[int]:
+        seqs: list[int] = []
+        for match in module._TAG.finditer(text):
+            seq = int(match.group(1), 16)
+            if match.group(2).upper() == canaries._mac(seq) and seq not in seqs:
+                seqs.append(seq)
+        return seqs
+
+    for trial in range(3_000):
+        parts = rng.choices(pieces, k=rng.randint(0, 12))
+        for _ in range(rng.randint(0, 2)):
+            tag = canaries.tag(rng.randint(0, 5000))
+            tag = rng.choice((tag, tag.lower(), tag.replace("SG", "\u017fG"), tag[:-1] + "0"))
+            parts.insert(rng.randint(0, len(parts)), tag)
+        text = "".join(parts)
+        assert canaries.found(text) == by_expression(text), (trial, text)
+
+
 def test_spans_of_another_prompt_flag_and_boilerplate_or_the_own_prompt_do_not() -> None:
     prompts = builtin_prompts()
     check = Crosstalk(CrosstalkSettings(), "run1")

@@ -44,8 +44,12 @@ class Canaries:
 
     def found(self, text: str) -> list[int]:
         """The requests (sequence numbers) whose genuine canaries stand in `text`, in order of
-        first appearance; a marker whose checksum does not match is not one."""
+        first appearance; a marker whose checksum does not match is not one. Most answers hold
+        no `SG-` in any case: one upper-casing and a substring test tell (a fifth of the
+        expression's scan over an answer that holds none)."""
         seqs: list[int] = []
+        if "SG-" not in text.upper():
+            return seqs
         for match in _TAG.finditer(text):
             seq = int(match.group(1), 16)
             if match.group(2).upper() == self._mac(seq) and seq not in seqs:
