@@ -60,3 +60,18 @@ def test_two_different_prompts_under_one_id_are_refused(tmp_path: Path) -> None:
         load_prompts(file)
     file.write_text('{"id": "a", "prompt": "one"}\n{"id": "a", "prompt": "one"}\n')
     assert len(load_prompts(file)) == 2  # the same prompt twice is no conflict
+
+
+def test_a_prompt_with_another_text_keeps_every_other_field() -> None:
+    """`with_text` (a canary's prompt, built on every request) names the fields by hand: a field
+    added to Prompt and not carried over fails here."""
+    import dataclasses
+
+    from soakgate.prompts.source import Structure
+
+    prompt = Prompt("p", "t", "s", Structure("regex", "a+"))
+    assert all(
+        getattr(prompt, f.name) != getattr(Prompt("x", "y"), f.name)
+        for f in dataclasses.fields(Prompt)
+    )  # every field set apart from the defaults
+    assert prompt.with_text("other") == dataclasses.replace(prompt, text="other")

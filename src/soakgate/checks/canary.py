@@ -13,7 +13,6 @@ prefix cache's reuse of another request's blocks is one way answers leak between
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 
@@ -40,7 +39,7 @@ class Canaries:
     def mark(self, prompt: Prompt, seq: int) -> Prompt:
         """The prompt as sent: its text with the canary on a line of its own at the end (the
         prompt id is kept: rows still group by the prompt they asked)."""
-        return dataclasses.replace(prompt, text=f"{prompt.text}\n\n[{self.tag(seq)}]")
+        return prompt.with_text(f"{prompt.text}\n\n[{self.tag(seq)}]")
 
     def found(self, text: str) -> list[int]:
         """The requests (sequence numbers) whose genuine canaries stand in `text`, in order of
