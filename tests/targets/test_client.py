@@ -407,3 +407,45 @@ def test_a_stream_of_many_small_events_folds_in_linear_time() -> None:
     assert outcome.error_class is None, outcome.error_detail
     assert outcome.text == "abcdefghi " * 200_000
     assert elapsed < 5.0, elapsed  # ~0.6 s here (the server's share included)
+
+
+def test_a_marked_prompts_body_is_spliced_into_its_bases_as_a_whole_encoding_gives_it() -> None:
+    """A canary makes every request's prompt unique; the client encodes the unmarked prompt's
+    body once and splices the marker in. On texts with quotes, escapes, NULs, characters outside
+    the BMP and the splice's own sentinel, with system messages and structures, both endpoints
+    and several sampling settings, marked once and twice: the bytes a whole encoding gives."""
+    import random
+
+    from soakgate.checks.canary import Canaries
+    from soakgate.prompts.source import Structure
+    from soakgate.targets import client as module
+
+    rng = random.Random(11)
+    alphabet = ["a", " ", '"', "\\", "\n", "\x00", "\u00e9", "\U0001f600", "\ud800", "{", "}"]
+    canaries = Canaries("run1")
+
+    async def compare() -> int:
+        spliced = 0
+        async with make_session() as session:
+            client = OpenAIClient(session, TargetSpec.parse("http://127.0.0.1:9"), "m")
+            for trial in range(600):
+                text = "".join(rng.choices(alphabet, k=rng.randint(0, 20)))
+                if trial % 50 == 0:
+                    text += module._SENTINEL  # the sentinel itself: encoded whole
+                base = Prompt(f"p{trial % 40}", text, rng.choice((None, "be brief")),
+                              rng.choice((None, Structure("regex", "[a-z]+"))))  # fmt: skip
+                spec = RequestSpec(endpoint=rng.choice(("completions", "chat")),
+                                   stream=rng.random() < 0.5, temperature=rng.choice((0.0, 0.8)),
+                                   extra=rng.choice(({}, {"top_k": 5})), structure_via="vllm")  # fmt: skip
+                marked = canaries.mark(base, trial)
+                if trial % 3 == 0:
+                    marked = canaries.mark(marked, trial + 1)  # a twin of a twin: marked again
+                plain = Prompt(marked.prompt_id, marked.text, marked.system, marked.structure)
+                head, body = client._request(marked, spec)
+                whole = json.dumps(parse.build_payload(spec, plain, "m")).encode()
+                assert body == whole, (trial, text)
+                assert head.endswith(b"Content-Length: %d\r\nX-Request-Id: " % len(whole))
+                spliced += client._splices.get(base) is not None
+        return spliced
+
+    assert asyncio.run(compare()) > 300  # most of them spliced, not encoded whole

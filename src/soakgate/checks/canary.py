@@ -17,6 +17,7 @@ import hashlib
 import re
 
 from soakgate.prompts import Prompt
+from soakgate.prompts.source import MarkedPrompt
 
 _TAG = re.compile(r"\bSG-([0-9A-F]{1,16})-([0-9A-F]{8})\b", re.IGNORECASE)
 
@@ -39,7 +40,9 @@ class Canaries:
     def mark(self, prompt: Prompt, seq: int) -> Prompt:
         """The prompt as sent: its text with the canary on a line of its own at the end (the
         prompt id is kept: rows still group by the prompt they asked)."""
-        return prompt.with_text(f"{prompt.text}\n\n[{self.tag(seq)}]")
+        base = prompt.base if isinstance(prompt, MarkedPrompt) else prompt
+        return MarkedPrompt(prompt.prompt_id, f"{prompt.text}\n\n[{self.tag(seq)}]",
+                            prompt.system, prompt.structure, base or prompt)  # fmt: skip
 
     def found(self, text: str) -> list[int]:
         """The requests (sequence numbers) whose genuine canaries stand in `text`, in order of

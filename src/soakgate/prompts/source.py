@@ -134,6 +134,15 @@ class Prompt:
         return [{"role": "system", "content": self.system}, *user] if self.system else user
 
 
+@dataclass(frozen=True, slots=True)
+class MarkedPrompt(Prompt):
+    """A prompt as one request sends it: `base`'s text with a marker appended (a canary); the
+    client encodes `base` once and splices the marker into its body per request."""
+
+    base: Prompt | None = None
+    """The prompt whose text this one's text begins with (None: built without one)."""
+
+
 def load_prompts(path: str | Path) -> list[Prompt]:
     """Read a JSONL file of {"prompt": ...} or {"messages": [...]} lines (optional "id"; at
     most one of "response_format" (a JSON schema), "regex", "tools" with "tool_choice")."""

@@ -28,6 +28,8 @@ from soakgate.targets.tls import SYSTEM, TlsOptions
 
 _PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 _BODY_CACHE_SIZE = 4096  # request bodies kept encoded; bounded for huge prompt files
+_SENTINEL = "\x00soakgate: the text ends here\x00"  # where a marker is spliced into a body
+_ENCODED_SENTINEL = json.dumps(_SENTINEL)[1:-1].encode()
 _RATE_LIMITED = (429, 503)  # "too many requests" and "overloaded": the target backs off
 _SLICE = 64 * 1024  # bytes of a stream parsed per turn of the event loop (~0.5 ms of work)
 OVERSIZED_TEXT_KEPT = 16 * 1024
@@ -143,25 +145,49 @@ class OpenAIClient:
             endpoint: _request_head(self._pool, path, target) for endpoint, path in _PATHS.items()
         }
         self._requests: dict[Prompt, tuple[bytes, bytes]] = {}
+        self._splices: dict[Prompt, tuple[bytes, bytes] | None] = {}
         self._requests_spec: RequestSpec | None = None
         self._deadlines = Deadlines()
 
     def _request(self, prompt: Prompt, spec: RequestSpec) -> tuple[bytes, bytes]:
         """The request's head up to its request id, and its body; cached per prompt, since
-        encoding them anew per request costs CPU."""
+        encoding them anew per request costs CPU. A prompt marked for one request (a canary:
+        `MarkedPrompt`) is never twice the same: its base's body is encoded once, around a
+        sentinel, and the marker spliced in (the bytes a whole encoding gives, as a test
+        checks)."""
         if spec is not self._requests_spec:
-            self._requests, self._requests_spec = {}, spec
+            self._requests, self._splices, self._requests_spec = {}, {}, spec
+        base = getattr(prompt, "base", None)
+        if base is not None and prompt.text.startswith(base.text):
+            parts = self._splices.get(base)
+            if parts is None:
+                parts = self._splice_points(base, spec)
+            if parts:
+                marker = json.dumps(prompt.text[len(base.text) :])[1:-1].encode()
+                return self._with_head(spec, marker.join(parts))
         request = self._requests.get(prompt)
         if request is None:
-            body = json.dumps(parse.build_payload(spec, prompt, self.model)).encode()
-            head = b"%sContent-Length: %d\r\nX-Request-Id: " % (
-                self._heads[spec.endpoint],
-                len(body),
+            request = self._with_head(
+                spec, json.dumps(parse.build_payload(spec, prompt, self.model)).encode()
             )
-            request = (head, body)
             if len(self._requests) < _BODY_CACHE_SIZE:
                 self._requests[prompt] = request
         return request
+
+    def _with_head(self, spec: RequestSpec, body: bytes) -> tuple[bytes, bytes]:
+        head = b"%sContent-Length: %d\r\nX-Request-Id: " % (self._heads[spec.endpoint], len(body))
+        return head, body
+
+    def _splice_points(self, base: Prompt, spec: RequestSpec) -> tuple[bytes, bytes] | None:
+        """The body of `base`'s request cut where its text ends (None: the text's end cannot
+        be told, as when the prompt holds the sentinel itself; such prompts are encoded whole)."""
+        payload = parse.build_payload(spec, base.with_text(base.text + _SENTINEL), self.model)
+        body = json.dumps(payload).encode()
+        parts = body.split(_ENCODED_SENTINEL)
+        found = (parts[0], parts[1]) if len(parts) == 2 else None
+        if len(self._splices) < _BODY_CACHE_SIZE:
+            self._splices[base] = found
+        return found
 
     async def generate(
         self, prompt: Prompt, spec: RequestSpec, request_id: str, outcome: Outcome | None = None
