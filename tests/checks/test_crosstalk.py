@@ -122,6 +122,28 @@ def test_the_window_forgets_requests_that_left_it_and_stays_bounded() -> None:
     assert len(check._spans) <= 2 * 64 and len(check._sends) <= 2 * 64 and not check._marks
 
 
+def test_an_answer_noted_and_never_judged_does_not_hold_the_requests_for_ever() -> None:
+    """Every answer of a soak is judged with its batch; one that were not would keep every
+    request sent after it for its window. The check keeps at most LOG_LIMIT of them, and still
+    judges (against what is left) an answer that comes back after that."""
+    from soakgate.checks.crosstalk import LOG_LIMIT
+
+    prompts = [
+        Prompt(f"p{i}", f"words of prompt number {i} alpha beta gamma delta") for i in range(50)
+    ]
+    check = Crosstalk(CrosstalkSettings(window=64), "run1")
+    check.sent(0, prompts[0])
+    lost = _answer(0, prompts[0], prompts[1].text)
+    check.answered(lost)  # never handed over in a batch, until the end
+    for seq in range(1, LOG_LIMIT + 3000):
+        check.sent(seq, prompts[seq % 50])
+        if seq % 1000 == 0:
+            _judged(check, _answer(seq, prompts[seq % 50], "nothing of any prompt"))
+    assert len(check._sends) <= LOG_LIMIT + 1000 + 64
+    check.judge([lost])  # judged after all: its moment is gone, nothing is found for it
+    assert lost.checks == [] and not check._marks
+
+
 def test_answer_spans_flag_a_run_shared_with_a_concurrent_answer_of_another_prompt() -> None:
     prompts = [Prompt(f"p{i}", f"question number {i}") for i in range(4)]
     check = Crosstalk(CrosstalkSettings(answers=True), "run1")

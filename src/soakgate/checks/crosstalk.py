@@ -60,8 +60,9 @@ only those runs are hashed: finding them costs about a third of hashing every sp
 SAMPLE_EVERY = 64
 """Above it, every this-many-th answer is sorted anyway, to see the coverage fall again."""
 LOG_LIMIT = 1 << 16
-"""Requests sent and not yet entered into the window beyond which it is brought forward
-anyway (answers noted and never judged would otherwise hold it back for ever)."""
+"""Requests kept for the answers still to be judged, at most: an answer noted and not judged
+after this many more requests (none is, in a soak) is judged against what is left, and does not
+hold the requests back for ever."""
 _WORD = re.compile(r"\w+")
 
 
@@ -220,9 +221,7 @@ class Crosstalk:
                 generation.checks.append(CROSSTALK)
                 generation.details[CROSSTALK] = evidence
         # the answers still to be judged need the window no older than the oldest one's moment
-        self._advance(min(self._marks.values(), default=self._sent))
-        if self._sent - self._entered > LOG_LIMIT:  # answers noted and never judged: not kept
-            self._advance(self._sent - self.settings.window)
+        self._advance(max(self._oldest(), self._sent - LOG_LIMIT))
 
     def _evidence(self, generation: Generation, mark: int) -> dict[str, Any] | None:
         text = generation.text or ""
@@ -255,11 +254,15 @@ class Crosstalk:
         self._entered = mark
         if mark >= self._next_drop:  # what no answer still to be judged can need
             window = self.settings.window
-            horizon = min(mark, min(self._marks.values(), default=mark)) - window
+            horizon = min(mark, max(self._oldest(), self._sent - LOG_LIMIT)) - window
             self._drop_left(horizon)
             del self._sends[: max(0, horizon - base)]
             self._base = max(base, horizon)
             self._next_drop = mark + window
+
+    def _oldest(self) -> int:
+        """The moment of the oldest answer still to be judged (requests sent by then)."""
+        return min(self._marks.values(), default=self._sent)
 
     def _in_window(self, key: str, mark: int) -> int | None:
         """The seq of the last request before the `mark`-th that sent prompt `key`, if one of
@@ -273,6 +276,8 @@ class Crosstalk:
         sends, base = self._sends, self._base
         if at <= mark:
             return sends[at - 1 - base][0]
+        if mark <= base:  # its moment is no longer kept (an answer judged very late)
+            return None
         for seq, prompt in reversed(sends[max(low, base + 1) - 1 - base : mark - base]):
             if prompt.prompt_id == key:
                 return seq
