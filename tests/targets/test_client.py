@@ -445,7 +445,7 @@ def test_a_marked_prompts_body_is_spliced_into_its_bases_as_a_whole_encoding_giv
                 whole = json.dumps(parse.build_payload(spec, plain, "m")).encode()
                 assert body == whole, (trial, text)
                 assert head.endswith(b"Content-Length: %d\r\nX-Request-Id: " % len(whole))
-                spliced += client._splices.get(base) is not None
+                spliced += bool(client._splices.get(base))
         return spliced
 
     assert asyncio.run(compare()) > 300  # most of them spliced, not encoded whole

@@ -40,9 +40,9 @@ class Canaries:
     def mark(self, prompt: Prompt, seq: int) -> Prompt:
         """The prompt as sent: its text with the canary on a line of its own at the end (the
         prompt id is kept: rows still group by the prompt they asked)."""
-        base = prompt.base if isinstance(prompt, MarkedPrompt) else prompt
+        base = (prompt.base if isinstance(prompt, MarkedPrompt) else None) or prompt
         return MarkedPrompt(prompt.prompt_id, f"{prompt.text}\n\n[{self.tag(seq)}]",
-                            prompt.system, prompt.structure, base or prompt)  # fmt: skip
+                            prompt.system, prompt.structure, base)  # fmt: skip
 
     def found(self, text: str) -> list[int]:
         """The requests (sequence numbers) whose genuine canaries stand in `text`, in order of

@@ -297,8 +297,8 @@ class Crosstalk:
 
     def _drop_left(self, horizon: int) -> None:
         """Drop the prompts last entered at or before `horizon` (they left the window)."""
+        vocabulary = self._vocabulary
         for key in [k for k, at in self._last.items() if at <= horizon]:
-            vocabulary = self._vocabulary
             for word in set(self._texts[key].split()):
                 vocabulary[word] -= 1
                 if not vocabulary[word]:

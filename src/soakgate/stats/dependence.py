@@ -1,7 +1,7 @@
 """How far failures stay correlated within one run, measured on counts in long stretches.
 
 Three pieces, each over a time-ordered 0/1 sequence:
-- `bin_counts`: failures in equal consecutive stretches of the run;
+- `bin_edges`: equal consecutive stretches of the run (the batches of `stats.robust`);
 - `long_range_design_effect`: the variance of counts over windows of growing size (up to an
   eighth of the run), relative to independent requests; the largest is the design effect a
   plan or report should use, because correlation longer than a window is invisible to it;
@@ -41,13 +41,6 @@ def bin_edges(n: int, bins: int) -> IntArray:
     bins = max(1, min(bins, n))
     edges: IntArray = (np.arange(bins + 1, dtype=np.int64) * n) // bins
     return edges
-
-
-def bin_counts(seq: BoolArray, bins: int) -> IntArray:
-    """Failures in each of `bins` near-equal consecutive stretches of the sequence."""
-    edges = bin_edges(len(seq), bins)
-    counts: IntArray = np.add.reduceat(seq.astype(np.int64), edges[:-1])
-    return counts
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,8 +123,8 @@ def score_shift_z(
     share = score_shift(scores, cutoff, calibration_n, alpha / 2, "soak z")
     if share.verdict == TOO_FEW:
         return share
-    mean = float(scores.mean())
-    variance = batch_variance(scores, BATCHES)[1] + calibration_variance / calibration_n
+    mean, variance, _ = batch_variance(scores, BATCHES)
+    variance += calibration_variance / calibration_n
     statistic = (mean - calibration_mean) / math.sqrt(variance) if variance > 0 else 0.0
     mean_p = min(1.0, 2 * float(stdtr(BATCHES - 1, -abs(statistic))))
     p_value = min(1.0, 2 * min(share.p_value, mean_p))

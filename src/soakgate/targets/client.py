@@ -145,7 +145,7 @@ class OpenAIClient:
             endpoint: _request_head(self._pool, path, target) for endpoint, path in _PATHS.items()
         }
         self._requests: dict[Prompt, tuple[bytes, bytes]] = {}
-        self._splices: dict[Prompt, tuple[bytes, bytes] | None] = {}
+        self._splices: dict[Prompt, tuple[bytes, ...]] = {}  # () where it cannot be spliced
         self._requests_spec: RequestSpec | None = None
         self._deadlines = Deadlines()
 
@@ -178,13 +178,14 @@ class OpenAIClient:
         head = b"%sContent-Length: %d\r\nX-Request-Id: " % (self._heads[spec.endpoint], len(body))
         return head, body
 
-    def _splice_points(self, base: Prompt, spec: RequestSpec) -> tuple[bytes, bytes] | None:
-        """The body of `base`'s request cut where its text ends (None: the text's end cannot
-        be told, as when the prompt holds the sentinel itself; such prompts are encoded whole)."""
+    def _splice_points(self, base: Prompt, spec: RequestSpec) -> tuple[bytes, ...]:
+        """The body of `base`'s request cut where its text ends (empty: the text's end cannot
+        be told, as when the prompt holds the sentinel itself; such prompts are encoded whole;
+        remembered either way)."""
         payload = parse.build_payload(spec, base.with_text(base.text + _SENTINEL), self.model)
         body = json.dumps(payload).encode()
-        parts = body.split(_ENCODED_SENTINEL)
-        found = (parts[0], parts[1]) if len(parts) == 2 else None
+        parts = tuple(body.split(_ENCODED_SENTINEL))
+        found = parts if len(parts) == 2 else ()
         if len(self._splices) < _BODY_CACHE_SIZE:
             self._splices[base] = found
         return found
