@@ -210,3 +210,16 @@ def test_platform_alternatives_inside_a_parameter_list_and_a_launch(
     so `mul` is written and nothing else."""
     ops = _audit(capsys, "p15_platform_alternatives")
     assert set(_written(ops["p15::lut_gemm"])) == {"mul"}
+
+
+def test_address_tables_handed_to_the_driver_are_not_taken_for_outputs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 32: int64 tensors of addresses and sizes reinterpreted as `CUdeviceptr*` /
+    `size_t*` / `void**` arrays and handed to a driver entry point (through a function pointer
+    from `cuGetProcAddress`, or by name) are read by it: not a write at the confidence `--fix`
+    acts on, although the code asked for `mutable_data_ptr` (the C API's arrays are
+    non-const). A float output handed to the same unreadable call keeps its medium write."""
+    ops = _audit(capsys, "p16_address_tables")
+    assert not _written(ops["p16::copy_batch"])
+    assert set(_written(ops["p16::gather_batch"])) == {"out"}

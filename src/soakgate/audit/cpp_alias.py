@@ -117,6 +117,12 @@ class Alias:
         )
 
 
+_ADDRESS_ARRAY = re.compile(
+    r"\*\s*\*|\b(?:CUdeviceptr|hipDeviceptr_t|uintptr_t|intptr_t|size_t)\s*(?:const\s*)?\*"
+)
+"""A cast target that is an array of addresses or sizes (`void**`, `CUdeviceptr*`, `size_t*`)."""
+
+
 def cast_result(alias: Alias | None, target: str) -> Alias | None:
     """What a cast to type `target` makes of an aliased value."""
     if alias is None:
@@ -127,7 +133,11 @@ def cast_result(alias: Alias | None, target: str) -> Alias | None:
         return alias
     if is_pointer:
         kind = {"loaded": "indirect", "address": "pointer"}.get(alias.kind, alias.kind)
-        return replace(alias, kind=kind, const=const or (alias.const and kind == alias.kind))
+        const = const or (alias.const and kind == alias.kind)
+        # An array of addresses or sizes for a C API (`CUdeviceptr*`, `size_t*`, `void**`):
+        # such APIs take them non-const and read them, so `mutable_data_ptr` says nothing here.
+        mutable = alias.mutable_ptr and not _ADDRESS_ARRAY.search(target)
+        return replace(alias, kind=kind, const=const, mutable_ptr=mutable)
     if _INTEGER.search(target):
         if alias.kind in {"pointer", "indirect"}:
             return replace(alias, kind="address", const=False)
