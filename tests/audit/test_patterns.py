@@ -223,3 +223,30 @@ def test_address_tables_handed_to_the_driver_are_not_taken_for_outputs(
     ops = _audit(capsys, "p16_address_tables")
     assert not _written(ops["p16::copy_batch"])
     assert set(_written(ops["p16::gather_batch"])) == {"out"}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "op", "written"),
+    [
+        ("p17_calls_followed", "p17::fill_sign", {"h"}),  # a store through `*ptr++`
+        ("p17_calls_followed", "p17::hgemm", {"c"}),  # cuBLAS writes C, reads A and B
+        ("p17_calls_followed", "p17::picked_gemm", {"c"}),  # kernel = pick_kernel(m)
+        ("p17_calls_followed", "p17::make_matrix", {"q_weight", "q_perm"}),  # new QMatrix
+        ("p17_calls_followed", "p17::linear_run", {"y"}),  # the certain path of two
+        ("p18_extension_objects", "p18::marlin_gemm", {"workspace"}),  # ext.lib.name(...)
+        ("p18_extension_objects", "p18::scale_rows", {"out"}),  # _C = load(...); _C.name
+    ],
+)
+def test_what_the_first_run_on_the_held_out_libraries_missed_is_followed(
+    capsys: pytest.CaptureFixture[str], fixture: str, op: str, written: set[str]
+) -> None:
+    """Issue 32: the misses of the first run on gptqmodel and optimum-quanto, one fixture
+    op each (a write at the confidence `--fix` acts on): a store through a pointer that
+    moves (`*ptr++ = v`); a cuBLAS GEMM's output; a kernel launched through the pointer a
+    picker function returns; a constructor reached by `new` that keeps the pointers in
+    fields, launches on one and calls a method of its class that writes another (the
+    constant input it keeps is not written); a callee's
+    certain write carried up although a low-confidence one was found first; a Python impl
+    calling an extension through a module-level object (`ext.lib.name(...)`) or a name
+    bound to `load(...)`."""
+    assert set(_written(_audit(capsys, fixture)[op])) == written

@@ -197,6 +197,8 @@ class AliasResolver:
         kind = node.type
         if kind == "identifier":
             return self.aliases.get(text_of(node))
+        if kind == "update_expression":  # `p++` / `--p`: the same pointer, moved
+            return self.alias_of(node.child_by_field_name("argument"))
         if kind in {"parenthesized_expression", "comma_expression"}:
             inner = [c for c in node.named_children if c.type != "comment"]
             return self.alias_of(inner[-1] if inner else None)

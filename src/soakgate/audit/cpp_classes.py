@@ -66,11 +66,13 @@ def class_node(node: Node, path: str, lines: Expanded | None) -> ClassNode | Non
     ctors: list[Ctor] = []
     methods: dict[str, FunctionNode] = {}
     call: FunctionNode | None = None
+    declares_methods = False
     for member in body.named_children:
         if member.type == "field_declaration":
             declarator = member.child_by_field_name("declarator")
             if declarator is not None and declarator.type != "function_declarator":
                 fields.append((_field_name(declarator) or "", text_of(member)))
+            declares_methods |= declarator is not None and declarator.type == "function_declarator"
         elif member.type == "function_definition":
             fn = function_node(member, path, lines)
             if fn is not None and fn.name == name:
@@ -79,8 +81,9 @@ def class_node(node: Node, path: str, lines: Expanded | None) -> ClassNode | Non
                 call = fn
             elif fn is not None:
                 methods[fn.name] = fn
-    if call is None and not ctors and not methods:
-        return None
+    if call is None and not ctors and not methods and not declares_methods:
+        return None  # plain data (the fields of a class with methods defined out of line
+        # are what those methods see as `this->field`)
     params, inits = ctors[-1] if ctors else (None, {})
     for ctor_params, ctor_inits in ctors:
         _body_inits(ctor_params, ctor_inits, {f for f, _ in fields}, body, name)

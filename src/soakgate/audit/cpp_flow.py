@@ -28,6 +28,16 @@ Lookup = Callable[[str], list[FunctionNode]]
 ClassLookup = Callable[[str], list[ClassNode]]
 
 MAX_DEPTH = 6
+THIS = -1
+"""The implicit object of a member function: its fields' writes are `field_writes[(THIS, f)]`."""
+
+
+def same_object_call(call: Node) -> bool:
+    """`run(...)` / `this->run(...)` inside a member function: a call on the same object."""
+    function = call.child_by_field_name("function")
+    if function is None:
+        return False
+    return function.type == "identifier" or text_of(function).startswith("this->")
 
 
 @dataclass(slots=True)
@@ -52,6 +62,11 @@ class FunctionWrites:
         self.writes.setdefault(param, []).append(evidence)
 
 
+def strongest(proofs: list[WriteEvidence]) -> WriteEvidence:
+    """The evidence to carry up a call: the most confident (the first of those, in order)."""
+    return max(proofs, key=lambda proof: proof.confidence)
+
+
 @dataclass(slots=True)
 class Context:
     """What every analysis of one implementation shares: lookups and a cache of callees."""
@@ -62,6 +77,8 @@ class Context:
     """The files each file includes (`cpp_reach`): which same-named definition a call reaches."""
     cache: dict[int, FunctionWrites] = field(default_factory=dict)
     active: set[int] = field(default_factory=set)
+    picked: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """(picker function, caller file) -> the one function it returns (`writes`), or None."""
 
 
 class CallFlow(AliasResolver):
@@ -91,7 +108,7 @@ class CallFlow(AliasResolver):
         """Record a write through `alias`, routed by what it refers to."""
         expression = text or short(text_of(node))
         for param in alias.params:
-            name = self.fn.params[param][0] if param < len(self.fn.params) else "?"
+            name = self.fn.params[param][0] if 0 <= param < len(self.fn.params) else "?"
             proof = WriteEvidence(name, kind, expression, self.location(node), conf)
             if alias.field is not None:
                 self.result.field_writes.setdefault((param, alias.field), []).append(proof)
@@ -156,13 +173,13 @@ class CallFlow(AliasResolver):
             if alias is None or position >= len(args):
                 continue
             if position in inner.writes and not alias.const:
-                proof = inner.writes[position][0]
+                proof = strongest(inner.writes[position])
                 kind = "mutating-call" if alias.kind == "tensor" else "kernel-store"
                 self.evidence(
                     alias, kind, node, proof.confidence, f"{call_text} -> {proof.expression}"
                 )
             if position in inner.indirect:
-                proof = inner.indirect[position][0]
+                proof = strongest(inner.indirect[position])
                 target = replace(alias, kind="pointer") if alias.kind == "table" else alias
                 if alias.kind in {"table", "pointer"}:
                     self.evidence(
@@ -184,7 +201,7 @@ class CallFlow(AliasResolver):
     ) -> None:
         """Carry struct fields across the call: fields the callee fills, fields it writes."""
         for (position, name), params in inner.field_binds.items():
-            if position >= len(args):
+            if not 0 <= position < len(args):
                 continue
             bound = [aliases[p] for p in params if p < len(aliases) and aliases[p] is not None]
             if not bound:
@@ -203,7 +220,9 @@ class CallFlow(AliasResolver):
                 for param in owner.params:
                     self.result.field_binds[(param, name)] = value.params
         for (position, name), proofs in inner.field_writes.items():
-            if position >= len(args):
+            if position == THIS and same_object_call(node):
+                self._member_flow(name, proofs, node, call_text)
+            if not 0 <= position < len(args):
                 continue
             holder = args[position]
             owner = aliases[position]
@@ -220,6 +239,17 @@ class CallFlow(AliasResolver):
                 carried = self.structs.get(text_of(holder), {}).get(name)
                 if carried is not None and not carried.const:
                     self.evidence(carried, "field-store", node, proofs[0].confidence, text)
+
+    def _member_flow(
+        self, name: str, proofs: list[WriteEvidence], node: Node, call_text: str
+    ) -> None:
+        """A method of the same class writes through member `name`: whatever the caller's
+        `name` holds (a parameter its constructor stored there, or its own member) is written."""
+        carried = self.aliases.get(name)
+        if carried is not None and not carried.const:
+            proof = strongest(proofs)
+            text = f"{call_text} -> {proof.expression}"
+            self.evidence(carried, "field-store", node, proof.confidence, text)
 
     def _analysecallee(self, name: str, arity: int) -> FunctionWrites | None:
         """Writes of the function or functor `name` (union over same-named definitions)."""

@@ -77,6 +77,19 @@ POINTER_WRITERS = {
     "copy_n": -1,
     "copy_async": -1,
 }
+# BLAS library calls, documented to write their output matrix or vector (and cuBLASLt its
+# workspace) and only read the others: name -> the written arguments' positions.
+_GEMM = ("cublas{}gemm", "hipblas{}gemm")
+LIBRARY_WRITERS: dict[str, tuple[int, ...]] = {
+    **{g.format(t): (12,) for g in _GEMM for t in "HSDCZ"},
+    **{g.format(t) + "StridedBatched": (14,) for g in _GEMM for t in "HSDCZ"},
+    **{g.format(t): (10,) for g in ("cublas{}gemv", "hipblas{}gemv") for t in "SDCZ"},
+    **{p + "GemmEx": (14,) for p in ("cublas", "hipblas")},
+    **{p + "SgemmEx": (14,) for p in ("cublas", "hipblas")},
+    **{p + "GemmStridedBatchedEx": (16,) for p in ("cublas", "hipblas")},
+    "cublasLtMatmul": (10, 13),  # D, workspace (C is read, and is D when in place)
+    "hipblasLtMatmul": (10, 13),
+}
 # Methods of any object that store through their first argument (cub BlockStore::Store,
 # at::vec::Vectorized::store, esimd::simd::copy_to, vLLM/SGLang CPU vec_op `v.save(ptr)`).
 METHOD_WRITERS = frozenset(

@@ -43,6 +43,8 @@ class FunctionNode:
     """Line map when the body comes from a macro-expanded copy of the file."""
     returns: str = ""
     """Return type as written (`void`, `at::Tensor&`), empty for lambdas and functors."""
+    owner: str = ""
+    """The class of a member function defined out of line (`QMatrix` for `QMatrix::run`)."""
 
     def line(self, node: Node) -> int:
         """Original 1-based line of a node of this function's tree."""
@@ -167,4 +169,10 @@ def function_node(node: Node, path: str, lines: Expanded | None) -> FunctionNode
     returns = text_of(kind) if kind is not None else ""
     if top is not None and top.type in {"reference_declarator", "pointer_declarator"}:
         returns += text_of(top).split(name, 1)[0].strip()  # the `&`/`*` before the name
-    return FunctionNode(name, params_of(declarator), body, path, lines, returns)
+    qualified = declarator.child_by_field_name("declarator")
+    owner = ""
+    while qualified is not None and qualified.type == "qualified_identifier":
+        scope = qualified.child_by_field_name("scope")  # `ns::C::m`: the innermost scope
+        owner = text_of(scope).split("<", 1)[0].strip() if scope is not None else owner
+        qualified = qualified.child_by_field_name("name")
+    return FunctionNode(name, params_of(declarator), body, path, lines, returns, owner)

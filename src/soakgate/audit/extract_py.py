@@ -126,6 +126,7 @@ class _Extractor(ast.NodeVisitor):
             if isinstance(item, ast.Assign) and len(item.targets) == 1:
                 self._note_op_module(item.targets[0], item.value)
                 self._note_registrar(item.targets[0], item.value)
+                self._note_loaded_module(item.targets[0], item.value)
             if isinstance(item, ast.Import | ast.ImportFrom):
                 self._note_module(item)
             if isinstance(item, ast.ImportFrom) and item.module in {"torch", "torch.ops"}:
@@ -139,6 +140,14 @@ class _Extractor(ast.NodeVisitor):
         parts = dotted.split(".")
         if isinstance(target, ast.Name) and parts[:2] == ["torch", "ops"] and len(parts) <= 3:
             self.op_modules[target.id] = dotted
+
+    def _note_loaded_module(self, target: ast.expr, value: ast.expr) -> None:
+        """`_C = load(name=..., sources=...)` / `ext = Extension(...)` at module level: an
+        object that may hold a compiled extension (its methods are looked up in pybind11)."""
+        if isinstance(target, ast.Name) and isinstance(value, ast.Call):
+            dotted = _dotted(value.func)
+            if dotted.split(".")[0] not in _NOT_EXTENSIONS or "cpp_extension." in dotted:
+                self.modules.add(target.id)
 
     def _note_module(self, item: ast.Import | ast.ImportFrom) -> None:
         root = (item.module or "").split(".")[0] if isinstance(item, ast.ImportFrom) else ""
@@ -403,11 +412,15 @@ def _python_call(node: ast.Call, params: dict[str, str], add: _Adder) -> None:
 def _extension_call(
     call: ast.Call, params: dict[str, str], modules: set[str], info: ImplInfo
 ) -> None:
-    """`_ext.fwd(q, k, out)` on an imported module: followed into C++ by `scan` (pybind11)."""
+    """`_ext.fwd(q, k, out)` on an imported module, or on a module-level object that holds
+    one (`ext.lib.fwd(...)`, `ext = Extension(...)`): followed into C++ by `scan` (pybind11)."""
     func = call.func
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+    if not isinstance(func, ast.Attribute):
         return
-    if func.value.id not in modules:
+    root = func.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name) or root.id not in modules or root.id in params:
         return
     args = tuple(params.get(a.id) if isinstance(a, ast.Name) else None for a in call.args)
     keywords = tuple(

@@ -20,12 +20,22 @@ from soakgate.audit.cpp_alias import (
     is_pointer_like,
     pointee_const,
 )
-from soakgate.audit.cpp_flow import CallFlow, ClassLookup, Context, FunctionWrites, Lookup
+from soakgate.audit.cpp_flow import (
+    THIS,
+    CallFlow,
+    ClassLookup,
+    Context,
+    FunctionWrites,
+    Lookup,
+    same_object_call,
+)
 from soakgate.audit.cpp_launch import LAUNCHERS, address_table, launch_arguments
 from soakgate.audit.cpp_names import (
     CASTS,
+    LIBRARY_WRITERS,
     METHOD_WRITERS,
     NON_WRITING_INPLACE,
+    NULLS,
     POINTER_WRITERS,
     READERS,
     assignment_target,
@@ -36,7 +46,7 @@ from soakgate.audit.cpp_names import (
     short,
     walk,
 )
-from soakgate.audit.cpp_reach import Reach
+from soakgate.audit.cpp_reach import Reach, pick
 from soakgate.audit.extract_cpp import FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, WriteEvidence
 
@@ -97,8 +107,21 @@ class _Analyzer(CallFlow):
             if name and self.aliases.get(name, Alias((), "")).kind == "struct"
         }
         """Struct-typed locals and parameters -> their class name (for their methods)."""
+        self._seed_members()
         """`void* args[] = {&a, &b}` for `cudaLaunchKernel(kernel, grid, block, args, ...)`."""
         self.result = FunctionWrites()
+
+    def _seed_members(self) -> None:
+        """In `C::method`, a pointer member `p` of C is `this->p`: stores through it are
+        writes of the field, which a caller of the same class maps to what it put there."""
+        if not self.fn.owner:
+            return
+        params = {name for name, _ in self.fn.params}
+        for cls in self.context.classes(self.fn.owner)[:1]:
+            for field_name, declaration in cls.fields:
+                if field_name not in params and "*" in declaration:
+                    const = pointee_const(declaration, Alias((THIS,), "pointer"))
+                    self.aliases[field_name] = Alias((THIS,), "pointer", const, field=field_name)
 
     def spawn(self, fn: FunctionNode) -> CallFlow:
         return _Analyzer(fn, self.context, self.depth + 1)
@@ -117,6 +140,8 @@ class _Analyzer(CallFlow):
                 self._store(node, node.child_by_field_name("argument"))
             elif kind == "call_expression":
                 self._call(node)
+            elif kind == "new_expression":
+                self._new(node)
             elif kind == "compound_literal_expression":
                 self._aggregate(node)
             elif kind == "gnu_asm_expression":
@@ -169,6 +194,17 @@ class _Analyzer(CallFlow):
             self._pass_to(name, node, args, aliases)
         return True
 
+    def _new(self, node: Node) -> None:
+        """`new QMatrix(w_ptr, perm_ptr)`: the arguments go to the class's constructor."""
+        kind = node.child_by_field_name("type")
+        arguments = node.child_by_field_name("arguments")
+        if kind is None or arguments is None or arguments.type != "argument_list":
+            return
+        args = [a for a in arguments.named_children if a.type != "comment"]
+        aliases = [self.alias_of(arg) for arg in args]
+        if any(a is not None for a in aliases):
+            self._pass_to(callee(kind), node, args, aliases)
+
     def _note_lambda(self, name: str, value: Node) -> None:
         """`auto copy = [&](const T* src, T* dst) {...};`: calls of `copy` run this body."""
         declarator = value.child_by_field_name("declarator")
@@ -186,6 +222,11 @@ class _Analyzer(CallFlow):
         ):
             self.fn_aliases[name] = callee(value)
             return
+        if value.type == "call_expression":
+            picked = self._picked_function(value)
+            if picked is not None:
+                self.fn_aliases[name] = picked
+                return
         for node in walk(value):
             if node.type == "pointer_expression" and text_of(node).lstrip().startswith("&"):
                 operand = node.child_by_field_name("argument")
@@ -196,6 +237,35 @@ class _Analyzer(CallFlow):
                 }:
                     self.fn_aliases[name] = callee(operand)
                     return
+
+    def _picked_function(self, call: Node) -> str | None:
+        """`kernel = pick_kernel(m)` where the tree's `pick_kernel` returns one of the
+        instances of one function (`return gemm_kernel<true, 2>;`): `kernel(...)` calls it."""
+        function = call.child_by_field_name("function")
+        if function is None or function.type not in {"identifier", "qualified_identifier"}:
+            return None
+        key = (callee(function), self.fn.path)
+        if key not in self.context.picked:
+            self.context.picked[key] = self._returned_function(callee(function))
+        return self.context.picked[key]
+
+    def _returned_function(self, picker_name: str) -> str | None:
+        names: set[str] = set()
+        for picker in pick(self.context.functions(picker_name), self.fn.path,
+                           self.context.reach):  # fmt: skip
+            for node in walk(picker.body):
+                if node.type != "return_statement":
+                    continue
+                returned = next((c for c in node.named_children if c.type != "comment"), None)
+                if returned is not None and returned.type == "pointer_expression":
+                    returned = returned.child_by_field_name("argument")
+                if returned is None or text_of(returned).strip() in NULLS:
+                    continue
+                if returned.type not in {"identifier", "template_function", "qualified_identifier"}:
+                    return None
+                names.add(callee(returned))
+        found = [n for n in names if self.context.functions(n)]
+        return found[0] if len(found) == 1 and len(names) == 1 else None
 
     def _assign(self, node: Node) -> None:
         left = assignment_target(node)
@@ -218,7 +288,8 @@ class _Analyzer(CallFlow):
         alias = self.alias_of(right)
         previous = self.aliases.get(name)
         if alias is not None:
-            self.aliases[name] = previous.merged(alias) if previous is not None else alias
+            member = previous is not None and previous.params == (THIS,)  # `this->p = ...`
+            self.aliases[name] = previous.merged(alias) if previous and not member else alias
         elif previous is not None and previous.kind == "tensor":
             self.aliases[name] = replace(previous, partial=True)
 
@@ -407,6 +478,12 @@ class _Analyzer(CallFlow):
         ):
             self.evidence(first, "out-call", node, Confidence.HIGH)
             return
+        if name in LIBRARY_WRITERS:
+            for position in LIBRARY_WRITERS[name]:
+                output = aliases[position] if position < len(aliases) else None
+                if is_pointer_like(output) and output is not None and not output.const:
+                    self.evidence(output, "pointer-write", node, Confidence.HIGH)
+            return
         if name in POINTER_WRITERS and aliases:
             written = aliases[POINTER_WRITERS[name]] if len(aliases) > 1 else aliases[0]
             if is_pointer_like(written) and written is not None and not written.const:
@@ -415,7 +492,8 @@ class _Analyzer(CallFlow):
         carries = any(a.type == "identifier" and text_of(a) in self.structs for a in args)
         if carries:
             self._launch_functor(node, args)
-        if carries or any(a is not None for a in aliases):
+        member = bool(self.fn.owner) and same_object_call(node)  # may write our members
+        if carries or member or any(a is not None for a in aliases):
             self._pass_to(name, node, args, aliases)
 
     def _inline_asm(self, node: Node) -> None:
