@@ -220,7 +220,7 @@ class CallFlow(AliasResolver):
                 for param in owner.params:
                     self.result.field_binds[(param, name)] = value.params
         for (position, name), proofs in inner.field_writes.items():
-            if position == THIS and same_object_call(node):
+            if position == THIS and self.fn.owner and same_object_call(node):
                 self._member_flow(name, proofs, node, call_text)
             if not 0 <= position < len(args):
                 continue

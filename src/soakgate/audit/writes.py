@@ -99,6 +99,7 @@ class _Analyzer(CallFlow):
         self.fn_aliases: dict[str, str] = {}
         self.local_fns: dict[str, FunctionNode] = {}
         self.arg_tables: dict[str, list[Node]] = {}
+        """`void* args[] = {&a, &b}` for `cudaLaunchKernel(kernel, grid, block, args, ...)`."""
         self.bound_at: dict[tuple[str, str], Node] = {}
         """(local struct, field) -> where the field was bound to a parameter's pointer."""
         self.struct_types: dict[str, str] = {
@@ -107,9 +108,8 @@ class _Analyzer(CallFlow):
             if name and self.aliases.get(name, Alias((), "")).kind == "struct"
         }
         """Struct-typed locals and parameters -> their class name (for their methods)."""
-        self._seed_members()
-        """`void* args[] = {&a, &b}` for `cudaLaunchKernel(kernel, grid, block, args, ...)`."""
         self.result = FunctionWrites()
+        self._seed_members()
 
     def _seed_members(self) -> None:
         """In `C::method`, a pointer member `p` of C is `this->p`: stores through it are
@@ -257,8 +257,8 @@ class _Analyzer(CallFlow):
                 if node.type != "return_statement":
                     continue
                 returned = next((c for c in node.named_children if c.type != "comment"), None)
-                if returned is not None and returned.type == "pointer_expression":
-                    returned = returned.child_by_field_name("argument")
+                if returned is not None and text_of(returned).lstrip().startswith("&"):
+                    returned = returned.child_by_field_name("argument")  # `return &k<T>;`
                 if returned is None or text_of(returned).strip() in NULLS:
                     continue
                 if returned.type not in {"identifier", "template_function", "qualified_identifier"}:
