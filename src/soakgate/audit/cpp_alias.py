@@ -259,8 +259,13 @@ class AliasResolver:
         return replace(merged, partial=True) if fresh else merged
 
     def _list_alias(self, node: Node) -> Alias | None:
+        """`{out_ptr, in_ptr, ...}` (an argument struct, a pointer array): the writable
+        pointers in it. A pointer to const in the list cannot be written through it, so it
+        is left out rather than made writable by the union."""
         items = [self.alias_of(c) for c in node.named_children]
         real = [a for a in items if a is not None]
+        writable = [a for a in real if not a.const]
+        real = writable or real
         if not real:
             return None
         merged = real[0]
