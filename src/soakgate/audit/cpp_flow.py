@@ -77,8 +77,8 @@ class Context:
     """The files each file includes (`cpp_reach`): which same-named definition a call reaches."""
     cache: dict[int, FunctionWrites] = field(default_factory=dict)
     active: set[int] = field(default_factory=set)
-    picked: dict[tuple[str, str], str | None] = field(default_factory=dict)
-    """(picker function, caller file) -> the one function it returns (`writes`), or None."""
+    picked: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    """(picker function, caller file) -> the functions it may return (`writes`), or ()."""
 
 
 class CallFlow(AliasResolver):

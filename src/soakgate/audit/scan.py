@@ -11,6 +11,7 @@ from soakgate.audit.build_names import MACRO, Extension, build_files, extension_
 from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
 from soakgate.audit.cpp_reach import Reach, include_reach, pick
+from soakgate.audit.cpp_unity import SOURCE_SUFFIXES, inline_sources, relocated
 from soakgate.audit.extract_cpp import (
     CPP_SUFFIXES,
     ClassNode,
@@ -30,6 +31,7 @@ from soakgate.errors import AuditError, UsageError
 
 _SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", ".tox", "build"})
 _CALLABLE = re.compile(rb"\b([A-Za-z_]\w*)\s*[(<]")
+_NAMING_DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+\w+[ \t]+([A-Za-z_]\w*)[ \t]*$", re.M)
 _PY_MARKERS = (b"torch.library", b"Library(", b"torch.ops.", b"custom_op", b"register_fake")
 FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
 # Patches the build applies can add files (fake registrations) that exist nowhere else.
@@ -75,15 +77,32 @@ class _Index:
     def parse(self, path: str) -> CppFile:
         if path not in self.parsed:
             data = self.contents[path]
-            needed = needed_macros(data, self.project_macros())
-            expanded = expand(data, path, needed) if needed is not None else None
-            unit = extract_cpp(data, path, expanded)
+            unit = self._extract(path, data)
             self.parsed[path] = unit
-            for fn in unit.functions:
+            for fn in unit.functions + self._built_here(path, data):
                 self.functions.setdefault(fn.name, []).append(fn)
             for cls in unit.classes:
                 self.classes.setdefault(cls.name, []).append(cls)
         return self.parsed[path]
+
+    def _extract(self, path: str, data: bytes) -> CppFile:
+        needed = needed_macros(data, self.project_macros())
+        expanded = expand(data, path, needed) if needed is not None else None
+        return extract_cpp(data, path, expanded)
+
+    def _built_here(self, path: str, data: bytes) -> list[FunctionNode]:
+        """Functions a source file included by this one becomes only in this unit (its
+        name or body made by this file's macros: `cpp_unity`), at their own lines."""
+        unit, segments = inline_sources(path, data, self.contents)
+        if not segments:
+            return []
+        own = {s.path: {f.name for f in self.parse(s.path).functions} for s in segments}
+        found = []
+        for fn in self._extract(path, unit).functions:
+            moved = relocated(fn, segments)
+            if moved is not None and moved.name not in own[moved.path]:
+                found.append(moved)
+        return found
 
     def project_macros(self) -> dict[str, Macro]:
         """Every `#define` in the scanned C++ files (one regex pass, on first need)."""
@@ -93,12 +112,14 @@ class _Index:
         return self.defines
 
     def mentions(self) -> dict[str, list[str]]:
-        """Name -> C++ files where `name(` or `name<` occurs: one regex pass over every file."""
+        """Name -> C++ files where `name(` or `name<` occurs, or that `#define X name` (a
+        function named by a macro: `torch::Tensor X(...)`): one regex pass over every file."""
         if self.mentioned is None:
             self.mentioned = {}
             for path, data in self.contents.items():
-                if Path(path).suffix in CPP_SUFFIXES:
-                    for word in set(_CALLABLE.findall(data)):
+                if Path(path).suffix in CPP_SUFFIXES | SOURCE_SUFFIXES:
+                    words = set(_CALLABLE.findall(data)) | set(_NAMING_DEFINE.findall(data))
+                    for word in words:
                         self.mentioned.setdefault(word.decode(), []).append(path)
         return self.mentioned
 

@@ -88,6 +88,47 @@ def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
     return aliases
 
 
+def _function_named(value: Node) -> str | None:
+    """The function an expression names (`k`, `ns::k`, `k<T, 2>`, `&k<T>`), else None."""
+    if text_of(value).lstrip().startswith("&"):
+        operand = value.child_by_field_name("argument")
+        if operand is None:
+            return None
+        value = operand
+    if value.type in {"identifier", "template_function", "qualified_identifier"}:
+        return callee(value)
+    return None
+
+
+def _is_name(node: Node | None, name: str) -> bool:
+    return node is not None and node.type == "identifier" and text_of(node) == name
+
+
+def _assigned_values(body: Node, returned: Node | None, functions: Lookup) -> list[Node]:
+    """What a picker's `return x;` may return: `x` itself when it names a function, else the
+    values the picker assigns to the local `x` (`auto x = Default; ... x = K<T, 2>;`); a null
+    return is no value."""
+    if returned is None or text_of(returned).strip() in NULLS:
+        return []
+    if returned.type != "identifier" or functions(text_of(returned)):
+        return [returned]
+    local = text_of(returned)
+    values: list[Node] = []
+    for node in walk(body):
+        if (
+            node.type == "init_declarator"
+            and declared_name(node.child_by_field_name("declarator")) == local
+        ):
+            value = node.child_by_field_name("value")
+        elif node.type == "assignment_expression" and _is_name(assignment_target(node), local):
+            value = node.child_by_field_name("right")
+        else:
+            continue
+        if value is not None:
+            values.append(value)
+    return values or [returned]
+
+
 class _Analyzer(CallFlow):
     """Walks one function body, tracking local aliases of its parameters."""
 
@@ -97,6 +138,11 @@ class _Analyzer(CallFlow):
         self.depth = depth
         super().__init__(initial_aliases(fn.params))
         self.fn_aliases: dict[str, str] = {}
+        self.fn_choices: dict[str, tuple[str, ...]] = {}
+        """`kernel = pick_kernel(...)` where the picker returns one of several functions."""
+        self.pickers: dict[str, Node] = {}
+        """Locals bound to a call's result (`kernel = pick_kernel(m)`), looked into only
+        when the local is itself called or launched."""
         self.local_fns: dict[str, FunctionNode] = {}
         self.arg_tables: dict[str, list[Node]] = {}
         """`void* args[] = {&a, &b}` for `cudaLaunchKernel(kernel, grid, block, args, ...)`."""
@@ -222,11 +268,6 @@ class _Analyzer(CallFlow):
         ):
             self.fn_aliases[name] = callee(value)
             return
-        if value.type == "call_expression":
-            picked = self._picked_function(value)
-            if picked is not None:
-                self.fn_aliases[name] = picked
-                return
         for node in walk(value):
             if node.type == "pointer_expression" and text_of(node).lstrip().startswith("&"):
                 operand = node.child_by_field_name("argument")
@@ -237,19 +278,37 @@ class _Analyzer(CallFlow):
                 }:
                     self.fn_aliases[name] = callee(operand)
                     return
+        if value.type == "call_expression":  # maybe a picker: resolved if `name` is called
+            self.pickers[name] = value
 
-    def _picked_function(self, call: Node) -> str | None:
-        """`kernel = pick_kernel(m)` where the tree's `pick_kernel` returns one of the
-        instances of one function (`return gemm_kernel<true, 2>;`): `kernel(...)` calls it."""
+    def _called(self, name: str) -> tuple[str, ...]:
+        """The functions a call of `name` runs: itself, or what a function-pointer local
+        holds (`auto kernel = K<T>;`, or the functions a picker it was bound to returns)."""
+        if name in self.pickers:
+            value = self.pickers.pop(name)
+            picked = self._picked_function(value)
+            if len(picked) == 1:
+                self.fn_aliases[name] = picked[0]
+            elif picked:
+                self.fn_choices[name] = picked
+        if name in self.fn_choices:
+            return self.fn_choices[name]
+        return (self.fn_aliases.get(name, name),)
+
+    def _picked_function(self, call: Node) -> tuple[str, ...]:
+        """`kernel = pick_kernel<T>(m)` where the tree's picker returns instances of functions
+        (`return gemm_kernel<true, 2>;`, or a local it assigned them to): `kernel(...)` calls
+        one of them. Empty when the picker returns anything else."""
         function = call.child_by_field_name("function")
-        if function is None or function.type not in {"identifier", "qualified_identifier"}:
-            return None
+        kinds = {"identifier", "qualified_identifier", "template_function"}
+        if function is None or function.type not in kinds:
+            return ()
         key = (callee(function), self.fn.path)
         if key not in self.context.picked:
-            self.context.picked[key] = self._returned_function(callee(function))
+            self.context.picked[key] = self._returned_functions(callee(function))
         return self.context.picked[key]
 
-    def _returned_function(self, picker_name: str) -> str | None:
+    def _returned_functions(self, picker_name: str) -> tuple[str, ...]:
         names: set[str] = set()
         for picker in pick(self.context.functions(picker_name), self.fn.path,
                            self.context.reach):  # fmt: skip
@@ -257,15 +316,14 @@ class _Analyzer(CallFlow):
                 if node.type != "return_statement":
                     continue
                 returned = next((c for c in node.named_children if c.type != "comment"), None)
-                if returned is not None and text_of(returned).lstrip().startswith("&"):
-                    returned = returned.child_by_field_name("argument")  # `return &k<T>;`
-                if returned is None or text_of(returned).strip() in NULLS:
-                    continue
-                if returned.type not in {"identifier", "template_function", "qualified_identifier"}:
-                    return None
-                names.add(callee(returned))
-        found = [n for n in names if self.context.functions(n)]
-        return found[0] if len(found) == 1 and len(names) == 1 else None
+                values = _assigned_values(picker.body, returned, self.context.functions)
+                for value in values:
+                    name = _function_named(value)
+                    if name is None:
+                        return ()
+                    names.add(name)
+        # A name the tree does not define (a default kernel made by a macro) adds nothing.
+        return tuple(sorted(n for n in names if self.context.functions(n)))
 
     def _assign(self, node: Node) -> None:
         left = assignment_target(node)
@@ -448,12 +506,19 @@ class _Analyzer(CallFlow):
             name = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
         else:
             name = callee(function)
-        name = self.fn_aliases.get(name, name)
+        targets = self._called(name)
+        if len(targets) > 1:  # a kernel from a picker: each function it may return
+            aliases = [self.alias_of(arg) for arg in args]
+            for target in targets:
+                self._pass_to(target, node, args, aliases)
+            return
+        name = targets[0]
         if name in LAUNCHERS:
             launch = launch_arguments(name, args, self.arg_tables)
             if launch is not None:
-                kernel = self.fn_aliases.get(launch[0], launch[0])
-                self._pass_to(kernel, node, launch[1], [self.alias_of(a) for a in launch[1]])
+                launched = [self.alias_of(a) for a in launch[1]]
+                for kernel in self._called(launch[0]):
+                    self._pass_to(kernel, node, launch[1], launched)
                 return
         if name in self.local_fns:
             aliases = [self.alias_of(arg) for arg in args]
