@@ -155,9 +155,9 @@ def test_the_readme_fleet_command_runs_six_units_per_config_each_on_its_recorded
     for label, count in nodes.items():  # 3 nodes x 2 GPUs: two units on each node
         assert sorted(count.values()) == [2, 2, 2], (label, count)
     _check_rows_against_truth(db, tmp_path / "fleet.logs")
-    collapses = dict(query(db, "SELECT r.label, SUM(g.collapsed) FROM generations g "
-                               "JOIN runs r USING (run_id) GROUP BY 1"))  # fmt: skip
-    assert collapses["graph"] > collapses["eager"]  # 8 % against 2 % injected
+    # (Which configuration collapsed more is not asserted: 8 % and 2 % drawn over 150 rows
+    # each leave it to chance in ~1 % of runs, and once failed CI; every row's flag is checked
+    # against what its mock injected just above.)
     report = soakgate("report", "fleet.sqlite", cwd=tmp_path, env={"COLUMNS": "200"})
     assert report.returncode == 0, report.stderr
     lines = report.stdout.split("placement (Ray node and GPU of each unit):")[1].splitlines()
