@@ -268,3 +268,30 @@ def test_a_function_built_by_including_a_source_is_reported_where_it_is_written(
     op = _audit(capsys, "p20_unity_builds")["p20::gemm_fp16"]
     locations = {e["location"].rsplit("/", 1)[-1] for e in _written(op)["c"]}
     assert locations == {"gemm_impl.cu:39"}
+
+
+def test_ops_registered_with_the_legacy_register_operators_api_are_audited(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`torch::RegisterOperators().op("ns::name", &fn)` (PyG's torch_scatter and torch_sparse)
+    registers ops outside any TORCH_LIBRARY block: before, they were silently absent. A name
+    without a schema gets the one torch infers (no annotation: `optional_out`, written in
+    place, is a hazard); a schema string is read as written."""
+    ops = _audit(capsys, "p21_register_operators")
+    assert set(ops) == {"p21::scatter_sum", "p21::gather_rows"}
+    assert set(_written(ops["p21::scatter_sum"])) == {"optional_out"}
+    assert "unannotated-write" in ops["p21::scatter_sum"]["verdicts"]
+    assert ops["p21::gather_rows"]["verdicts"] == ["ok"]
+
+
+def test_the_fix_of_a_register_operators_name_keeps_its_namespace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--fix` writes the inferred schema where the name was, after the namespace the legacy
+    API needs in the string (`"p21::scatter_sum(..., Tensor(a!)? optional_out, ...)"`)."""
+    main(["audit", str(PATTERNS / "p21_register_operators"), "--fix"])
+    diff = capsys.readouterr().out
+    added = [line for line in diff.splitlines() if line.startswith("+ ") or line.startswith("+\t")
+             or (line.startswith("+") and not line.startswith("+++"))]  # fmt: skip
+    assert any('.op("p21::scatter_sum(Tensor src' in line and "(a!)? optional_out" in line
+               for line in added), diff  # fmt: skip

@@ -164,6 +164,9 @@ def _handle_call(node: Node, path: str, out: CppFile) -> None:
     if function is None or function.type != "field_expression":
         return
     method = text_of(function.child_by_field_name("field") or function)
+    if method == "op":
+        _registered_op(node, function, path, out)
+        return
     if method not in {"def", "impl"}:
         return
     library = _enclosing_library(node)
@@ -200,6 +203,58 @@ def _handle_call(node: Node, path: str, out: CppFile) -> None:
     key = _dispatch_key([text_of(a) for a in args[1:-1]]) or key
     fn_name, lambda_fn = _impl_target(args[-1], path) if len(args) > 1 else (None, None)
     out.impls.append(RawImpl(value, namespace, key, fn_name, lambda_fn, location))
+
+
+def _registers_operators(receiver: Node | None) -> bool:
+    """Is `receiver` of `.op(...)` a `torch::RegisterOperators()` chain?"""
+    while receiver is not None and receiver.type == "call_expression":
+        function = receiver.child_by_field_name("function")
+        if function is None:
+            return False
+        if function.type != "field_expression":
+            return _callee_name_text(text_of(function)) == "RegisterOperators"
+        receiver = function.child_by_field_name("argument")
+    return False
+
+
+def _registered_op(node: Node, function: Node, path: str, out: CppFile) -> None:
+    """`torch::RegisterOperators().op("ns::name", &fn)` (the legacy registration API, as in
+    PyG's torch_scatter): the schema string when there is one, else the one torch infers
+    from `fn`; the namespace is the string's. `.op(options().schema(...).kernel<...>())`
+    forms are not read."""
+    if not _registers_operators(function.child_by_field_name("argument")):
+        return
+    arguments = node.child_by_field_name("arguments")
+    args = [a for a in (arguments.named_children if arguments else []) if a.type != "comment"]
+    strings = _string_pieces(args[0], path) if len(args) == 2 else None
+    if strings is None:
+        return
+    value, pieces = strings
+    namespace, _, rest = value.partition("::")
+    if not rest or not namespace.isidentifier():
+        return
+    location = Location(path, node.start_point[0] + 1)
+    fn_name, _ = _impl_target(args[1], path)
+    schema = try_parse_schema(rest)
+    if schema is None:
+        if len(pieces) == 1 and re.fullmatch(r"\w+(?:\.\w+)?", rest) and fn_name:
+            piece = pieces[0]  # `--fix` writes the schema after the namespace it keeps
+            named = LiteralPiece(piece.path, piece.offset + len(namespace) + 2, rest)
+            guard = _guard(node)
+            out.inferred.append(InferredDef(rest, namespace, location, guard, named, fn_name))
+            out.impls.append(RawImpl(rest, namespace, None, fn_name, None, location))
+        return
+    shifted = tuple(
+        LiteralPiece(p.path, p.offset + len(namespace) + 2, p.text[len(namespace) + 2 :])
+        if i == 0
+        else p
+        for i, p in enumerate(pieces)
+    )
+    if not shifted[0].text and len(shifted) == 1:
+        return
+    out.defs.append(RawDef(schema, namespace, location, _guard(node), shifted, fn_name))
+    if fn_name:
+        out.impls.append(RawImpl(_op_key(schema), namespace, None, fn_name, None, location))
 
 
 def _pybind_def(node: Node, method: str, args: list[Node], path: str, out: CppFile) -> None:

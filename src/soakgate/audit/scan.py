@@ -32,6 +32,7 @@ from soakgate.errors import AuditError, UsageError
 _SKIP_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", "venv", ".tox", "build"})
 _CALLABLE = re.compile(rb"\b([A-Za-z_]\w*)\s*[(<]")
 _NAMING_DEFINE = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+\w+[ \t]+([A-Za-z_]\w*)[ \t]*$", re.M)
+_CPP_MARKERS = (b"TORCH_LIBRARY", b"RegisterOperators")  # STABLE_TORCH_LIBRARY too
 _PY_MARKERS = (b"torch.library", b"Library(", b"torch.ops.", b"custom_op", b"register_fake")
 FAKE_KEYS = frozenset({"Meta", "Fake", "FakeTensor"})
 # Patches the build applies can add files (fake registrations) that exist nowhere else.
@@ -236,7 +237,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
     parsed = 0
     for path in files:
         key, data = str(path), index.contents.get(str(path), b"")
-        if path.suffix in CPP_SUFFIXES and b"TORCH_LIBRARY" in data:  # STABLE_ too
+        if path.suffix in CPP_SUFFIXES and any(marker in data for marker in _CPP_MARKERS):
             unit = index.parse(key)
             for raw in unit.defs:
                 namespace = raw.schema.namespace or index.library(raw.library, key)
