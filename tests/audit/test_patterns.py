@@ -237,6 +237,8 @@ def test_address_tables_handed_to_the_driver_are_not_taken_for_outputs(
         ("p18_extension_objects", "p18::scale_rows", {"out"}),  # _C = load(...); _C.name
         ("p19_argument_structs", "p19::cutlass_gemm", {"out"}),  # const inputs in the struct
         ("p20_unity_builds", "p20::gemm_fp16", {"c", "workspace"}),  # built by #include
+        ("p22_autograd_functions", "p22::scatter_sum", {"optional_out"}),  # X::apply -> forward
+        ("p22_autograd_functions", "p22::clamp_in_place", {"x"}),  # ctx->mark_dirty({x})
     ],
 )
 def test_what_the_first_run_on_the_held_out_libraries_missed_is_followed(
@@ -256,7 +258,10 @@ def test_what_the_first_run_on_the_held_out_libraries_missed_is_followed(
     (Marlin): an op function that exists only in the unit that defines its name and then
     includes the shared source (`#define GEMM_EXPORT_NAME gemm_fp16` + `#include
     "gemm_impl.cu"`), whose kernel comes from a picker returning a local it assigned
-    template instances to (and a default kernel made by a macro)."""
+    template instances to (and a default kernel made by a macro); and the misses of the
+    first run on PyG's torch_scatter: `ScatterSum::apply(args...)` runs the autograd
+    Function's `forward(ctx, args...)` (its `Variable` parameters are tensors), and
+    `ctx->mark_dirty({x})` is torch's own statement that `x` is modified in place."""
     assert set(_written(_audit(capsys, fixture)[op])) == written
 
 

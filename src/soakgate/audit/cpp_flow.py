@@ -168,6 +168,16 @@ class CallFlow(AliasResolver):
                     confidence = Confidence.MEDIUM if alias.mutable_ptr else Confidence.LOW
                     self.evidence(alias, "pointer-to-unresolved-call", node, confidence)
             return
+        self._carry(inner, node, args, aliases)
+
+    def _carry(
+        self,
+        inner: FunctionWrites,
+        node: Node,
+        args: list[Node],
+        aliases: list[Alias | None],
+    ) -> None:
+        """What a callee writes, carried to the arguments the caller handed it."""
         call_text = short(text_of(node), 60)
         for position, alias in enumerate(aliases):
             if alias is None or position >= len(args):

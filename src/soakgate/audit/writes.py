@@ -75,7 +75,8 @@ def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
     for index, (name, type_text) in enumerate(params):
         if not name:
             continue
-        if re.search(r"\bTensor\b", type_text) and "*" not in type_text:
+        # `Variable` is `torch::autograd::Variable`, a Tensor (autograd Functions' forward)
+        if re.search(r"\b(?:Tensor|Variable)\b", type_text) and "*" not in type_text:
             aliases[name] = Alias((index,), "tensor")
         elif "*" in type_text or "ccessor" in type_text:
             aliases[name] = Alias((index,), "pointer", _is_const_pointer(type_text))
@@ -280,6 +281,24 @@ class _Analyzer(CallFlow):
                     return
         if value.type == "call_expression":  # maybe a picker: resolved if `name` is called
             self.pickers[name] = value
+
+    def _autograd_apply(self, node: Node, function: Node, args: list[Node]) -> bool:
+        """`ScatterSum::apply(src, out, ...)` on a `torch::autograd::Function` of the tree runs
+        its static `forward(ctx, src, out, ...)`: the arguments land one place later."""
+        scope = function.child_by_field_name("scope")
+        cls = next(
+            (c for c in self.context.classes(callee(scope)) if "forward" in c.methods)
+            if scope is not None
+            else iter(()),
+            None,
+        )
+        if cls is None:
+            return False
+        inner = self._analyse(cls.methods["forward"])
+        if inner is not None:
+            aliases = [self.alias_of(arg) for arg in args]
+            self._carry(inner, node, [node, *args], [None, *aliases])
+        return True
 
     def _called(self, name: str) -> tuple[str, ...]:
         """The functions a call of `name` runs: itself, or what a function-pointer local
@@ -506,6 +525,9 @@ class _Analyzer(CallFlow):
             name = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
         else:
             name = callee(function)
+        apply = function.type == "qualified_identifier" and name == "apply"
+        if apply and self._autograd_apply(node, function, args):
+            return
         targets = self._called(name)
         if len(targets) > 1:  # a kernel from a picker: each function it may return
             aliases = [self.alias_of(arg) for arg in args]
@@ -602,6 +624,13 @@ class _Analyzer(CallFlow):
         if target is not None and target.kind == "tensor":
             if method.endswith("_") and method not in NON_WRITING_INPLACE:
                 self.evidence(target, "inplace-method", node, Confidence.HIGH)
+            return True
+        if method == "mark_dirty":  # autograd: "inputs modified in-place" by this forward
+            items = args[0].named_children if args and args[0].type == "initializer_list" else args
+            for item in items:
+                dirty = self.alias_of(item)
+                if dirty is not None and dirty.kind == "tensor":
+                    self.evidence(dirty, "inplace-method", node, Confidence.HIGH)
             return True
         if method in METHOD_WRITERS and args:
             written = self.alias_of(args[0])
