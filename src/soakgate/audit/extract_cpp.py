@@ -237,12 +237,9 @@ def _registered_op(node: Node, function: Node, path: str, out: CppFile) -> None:
     fn_name, _ = _impl_target(args[1], path)
     schema = try_parse_schema(rest)
     if schema is None:
-        if len(pieces) == 1 and re.fullmatch(r"\w+(?:\.\w+)?", rest) and fn_name:
-            piece = pieces[0]  # `--fix` writes the schema after the namespace it keeps
-            named = LiteralPiece(piece.path, piece.offset + len(namespace) + 2, rest)
-            guard = _guard(node)
-            out.inferred.append(InferredDef(rest, namespace, location, guard, named, fn_name))
-            out.impls.append(RawImpl(rest, namespace, None, fn_name, None, location))
+        if len(pieces) == 1:  # `--fix` writes the schema after the namespace it keeps
+            named = LiteralPiece(pieces[0].path, pieces[0].offset + len(namespace) + 2, rest)
+            _inferred_def(rest, (named,), args, namespace, location, node, out)
         return
     shifted = tuple(
         LiteralPiece(p.path, p.offset + len(namespace) + 2, p.text[len(namespace) + 2 :])
