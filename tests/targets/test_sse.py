@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from soakgate.targets.sse import SseSplitter
 
@@ -77,3 +81,66 @@ def test_a_long_line_in_small_chunks_costs_linear_time() -> None:
     elapsed = time.process_time() - began
     assert len(events) == 1 and len(events[0]) == 4096 * 4096
     assert elapsed < 1.0, elapsed  # ~0.02 s; the quadratic join took minutes
+
+
+def whole(stream: bytes) -> tuple[list[bytes], bytes | None]:
+    """The standard's algorithm over the whole stream at once, line by line, as the oracle of
+    the incremental splitter (and of its fast path for `data: ...` and a blank line)."""
+    stream = stream.removeprefix(b"\xef\xbb\xbf")
+    *lines, unfinished = re.split(rb"\r\n|\r|\n", stream)
+    events: list[bytes] = []
+    data: list[bytes] = []
+    kind = b""
+    for line in [*lines, *([unfinished, b""] if unfinished else [])]:
+        if not line:
+            if data and kind == b"error":
+                return events, b"\n".join(data)
+            if data:
+                events.append(b"\n".join(data))
+            data, kind = [], b""
+        elif not line.startswith(b":"):
+            name, _, value = line.partition(b":")
+            value = value.removeprefix(b" ")
+            if name == b"data":
+                data.append(value)
+            elif name == b"event":
+                kind = value
+    if data:  # the stream ended without the last event's blank line: dispatched all the same
+        if kind == b"error":
+            return events, b"\n".join(data)
+        events.append(b"\n".join(data))
+    return events, None
+
+
+_LINES = st.one_of(
+    st.builds(lambda p: b"data: " + p, st.binary(max_size=6).filter(lambda b: b"\n" not in b and b"\r" not in b)),
+    st.sampled_from([b"", b"", b"", b"data:x", b"data:  y", b"data", b"data: ", b"event: error",
+                     b"event: other", b"event:error", b": comment", b"id: 3", b"retry: 5",
+                     b"datum: z", b"\xef\xbb\xbfdata: bom"]),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(_LINES, max_size=24),
+    ends=st.lists(st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"]), min_size=24, max_size=24),
+    bom=st.booleans(),
+    last=st.booleans(),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+)
+@example(  # an event's type in one chunk, its data and blank line in the next
+    lines=[b"event: error", b"data: x", b""], ends=[b"\n"] * 24, bom=False, last=True, cuts=[13]
+)
+def test_any_chunking_of_any_stream_gives_what_the_whole_stream_gives(
+    lines: list[bytes], ends: list[bytes], bom: bool, last: bool, cuts: list[int]
+) -> None:
+    stream = b"".join(line + end for line, end in zip(lines, ends, strict=False))
+    if not last and lines:  # the stream may stop in the middle of its last line
+        stream = stream[: -len(ends[len(lines) - 1])]
+    stream = (b"\xef\xbb\xbf" if bom else b"") + stream
+    splitter, events = SseSplitter(), []
+    points = sorted({min(c, len(stream)) for c in cuts} | {0, len(stream)})
+    for start, stop in itertools.pairwise(points):
+        events += splitter.feed(stream[start:stop])
+    events += splitter.close()
+    assert (events, splitter.error) == whole(stream)

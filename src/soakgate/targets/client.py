@@ -300,6 +300,7 @@ class OpenAIClient:
         taking the next one waits for the event loop: no stream holds the loop for long."""
         done = False
         splitter = SseSplitter()
+        template = parse.StreamTemplate(answer.chat)
         while chunk := await connection.chunk():
             if decoder is not None:
                 chunk = decoder.feed(chunk)
@@ -307,32 +308,29 @@ class OpenAIClient:
                 if start:  # a big piece is parsed a slice per turn of the event loop
                     await asyncio.sleep(0)
                 piece = chunk if len(chunk) <= _SLICE else chunk[start : start + _SLICE]
-                for data in splitter.feed(piece):
-                    done = self._fold_data(answer, data, began) or done
+                done = _fold_payloads(answer, splitter.feed(piece), template, began) or done
                 if splitter.error is not None:
                     raise parse.ServerDeclaredError(_error_message(splitter.error))
         if decoder is not None:
             decoder.close()
-        for data in splitter.close():
-            done = self._fold_data(answer, data, began) or done
+        done = _fold_payloads(answer, splitter.close(), template, began) or done
         if splitter.error is not None:
             raise parse.ServerDeclaredError(_error_message(splitter.error))
         return done
 
-    @staticmethod
-    def _fold_data(answer: parse.Answer, data: bytes, began: float) -> bool:
-        """Fold one SSE data payload; True for the [DONE] sentinel."""
-        if data == b"[DONE]":
-            return True
-        try:
-            event = parse.decode_event(data)
-        except ValueError:
-            if data.strip() == b"[DONE]":  # with stray spaces
-                return True
-            raise
-        if parse.fold_event(answer, event) and answer.outcome.ttft_s is None:
-            answer.outcome.ttft_s = time.perf_counter() - began
-        return False
+
+def _fold_payloads(
+    answer: parse.Answer, payloads: list[bytes], template: parse.StreamTemplate, began: float
+) -> bool:
+    """Fold the SSE data payloads one piece of a stream completed; True when one was [DONE]."""
+    done, outcome = False, answer.outcome
+    for data in payloads:
+        content = parse.fold_payload(answer, data, template)
+        if content is None:
+            done = True
+        elif content and outcome.ttft_s is None:
+            outcome.ttft_s = time.perf_counter() - began
+    return done
 
 
 async def _refused(outcome: Outcome, connection: http1.Connection, decoder: Decoder | None) -> None:

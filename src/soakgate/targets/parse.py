@@ -324,6 +324,124 @@ def fold_event(answer: Answer, event: Any) -> bool:
     return fold_choices(answer, choices, streaming=True)
 
 
+_PROBE = "\x00soakgate template probe\x00"  # a piece no server sends, to locate the text
+_FREE_LEARNS = 3  # a stream's templates learnt beyond its fast folds: past this, no more
+
+
+class StreamTemplate:
+    """The bytes around choice 0's text in a plain streamed event, so that the events after it
+    that differ from it only in that text are folded without decoding them whole.
+
+    A server writes every event of a stream alike (vLLM, SGLang, llama.cpp, TGI: the same id,
+    model and nulls, the text the only change), and decoding the whole event is most of what a
+    streamed token costs the client. Sound by construction, whatever the server sends: an event
+    is *plain* when folding it does nothing but add choice 0's text (a dict with one choice of
+    index 0 and no error, usage, token ids, logprobs, finish reason or tool calls); the template
+    is its bytes before and after one string token, checked by decoding them with a probe
+    string in between and finding the probe at choice 0's text; an event folded by it must be
+    exactly those bytes around one JSON string (decoded alone, strictly). JSON's grammar then
+    makes it the plain event with that string as its text, so it folds as decoding it whole
+    would. Anything else (a new `created`, the finish reason, usage, a malformed event) goes
+    the whole way and may become the next template; a stream whose events never repeat stops
+    learning after a few tries.
+    """
+
+    __slots__ = ("chat", "fast", "head", "learnt", "least", "tail")
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.head: bytes | None = None
+        self.tail = b""
+        self.least = 0  # an event folded by the template is at least this long
+        self.fast = 0  # events folded by a template in this stream
+        self.learnt = 0  # templates learnt in this stream
+
+    def piece(self, data: bytes) -> str | None:
+        """The text of an event the template folds; None when it must be decoded whole."""
+        head = self.head
+        if head is None or len(data) < self.least:
+            return None
+        if not data.startswith(head) or not data.endswith(self.tail):
+            return None
+        try:
+            piece = orjson.loads(data[len(head) : len(data) - len(self.tail)])
+        except orjson.JSONDecodeError:
+            return None
+        if piece.__class__ is not str:
+            return None
+        self.fast += 1
+        return piece
+
+    def learn(self, data: bytes, event: Any) -> None:
+        """Take `data` (decoded whole as `event`, then folded) as the template when it is a
+        plain event whose text is written once in it as orjson writes it."""
+        self.head = None
+        if self.learnt > self.fast + _FREE_LEARNS:
+            return
+        piece = _plain_piece(event, self.chat)
+        if piece is None:
+            return
+        token = orjson.dumps(piece)
+        if data.count(token) != 1:
+            return
+        self.learnt += 1
+        at = data.find(token)
+        head, tail = data[:at], data[at + len(token) :]
+        try:
+            probed = _plain_piece(orjson.loads(head + orjson.dumps(_PROBE) + tail), self.chat)
+        except orjson.JSONDecodeError:
+            return
+        if probed == _PROBE:
+            self.head, self.tail, self.least = head, tail, len(head) + len(tail) + 2
+
+
+def _plain_piece(event: Any, chat: bool) -> str | None:
+    """Choice 0's text when folding `event` does nothing else (see StreamTemplate), else None."""
+    if event.__class__ is not dict or event.get("error") or event.get("usage") is not None:
+        return None
+    choices = event.get("choices")
+    if choices.__class__ is not list or len(choices) != 1 or "prompt_token_ids" in event:
+        return None
+    choice = choices[0]
+    if choice.__class__ is not dict:
+        return None
+    index = choice.get("index", 0)
+    if index.__class__ is not int or index != 0 or choice.get("token_ids") is not None:
+        return None
+    if choice.get("logprobs") or choice.get("finish_reason"):
+        return None
+    if chat:
+        message = choice.get("delta") or {}
+        if message.__class__ is not dict or "tool_calls" in message:
+            return None
+        piece = message.get("content")
+    else:
+        piece = choice.get("text")
+    return piece if piece.__class__ is str else None
+
+
+def fold_payload(answer: Answer, data: bytes, template: StreamTemplate) -> bool | None:
+    """Fold one SSE data payload of a stream: None for the [DONE] sentinel, else whether it
+    carried content (for time to first token)."""
+    piece = template.piece(data)
+    if piece is not None:
+        if piece:
+            answer.pieces.append(piece)
+            return True
+        return False
+    if data == b"[DONE]":
+        return None
+    try:
+        event = decode_event(data)
+    except ValueError:
+        if data.strip() == b"[DONE]":  # with stray spaces
+            return None
+        raise
+    content = fold_event(answer, event)
+    template.learn(data, event)
+    return content
+
+
 def finish(outcome: Outcome) -> None:
     """Fill completion_tokens from token ids when the server reported no usage; drop token ids
     that do not account for every reported token (llama.cpp leaves out the logprob entries of
