@@ -73,6 +73,15 @@ def soakgate_canaries_cmd(job: Job) -> list[str]:
     return [*soakgate_cmd(job), "--canaries"]
 
 
+def soakgate_before_cmd(job: Job) -> list[str] | str:
+    """`soakgate run` from another source tree (`--before TREE`: e.g. a `git worktree` of an
+    earlier commit), so a change is measured before and after in one run."""
+    tree = os.environ.get("SOAKGATE_BENCH_BEFORE")
+    if not tree:
+        return "give --before TREE (a soakgate checkout)"
+    return ["env", f"PYTHONPATH={Path(tree).resolve() / 'src'}", *soakgate_cmd(job)]
+
+
 def soakgate_twins_cmd(job: Job) -> list[str]:
     """`soakgate run` sending 5% of its requests twice (issue 29 item 4: what twins cost per
     request; no pairs at rest, which would add requests the count leaves out)."""
@@ -282,6 +291,7 @@ CLIENTS: dict[str, Command] = {
     "soakgate-nocheck": soakgate_nocheck_cmd,
     "soakgate-canaries": soakgate_canaries_cmd,
     "soakgate-twins": soakgate_twins_cmd,
+    "soakgate-before": soakgate_before_cmd,
 }
 DEFAULT_CLIENTS = "soakgate,aiohttp,h2load,locust,guidellm,aiperf,vllm-bench,inference-perf"
 
@@ -444,7 +454,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per client")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--before", metavar="TREE", help="the soakgate-before client's checkout")
     args = parser.parse_args()
+    if args.before:
+        if not (Path(args.before) / "src" / "soakgate").is_dir():
+            parser.error(f"--before {args.before}: no src/soakgate there")
+        os.environ["SOAKGATE_BENCH_BEFORE"] = args.before
     names = args.clients.split(",")
     unknown = [name for name in names if name not in CLIENTS]
     if unknown or args.rounds < 1:

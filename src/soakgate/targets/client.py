@@ -322,15 +322,13 @@ class OpenAIClient:
 def _fold_payloads(
     answer: parse.Answer, payloads: list[bytes], template: parse.StreamTemplate, began: float
 ) -> bool:
-    """Fold the SSE data payloads one piece of a stream completed; True when one was [DONE]."""
-    done, outcome = False, answer.outcome
-    for data in payloads:
-        content = parse.fold_payload(answer, data, template)
-        if content is None:
-            done = True
-        elif content and outcome.ttft_s is None:
-            outcome.ttft_s = time.perf_counter() - began
-    return done
+    """Fold the SSE data payloads one piece of a stream completed; True when one was [DONE].
+    Time to first token is the moment the piece that carried it was folded."""
+    try:
+        return parse.fold_payloads(answer, payloads, template)
+    finally:
+        if answer.content and answer.outcome.ttft_s is None:
+            answer.outcome.ttft_s = time.perf_counter() - began
 
 
 async def _refused(outcome: Outcome, connection: http1.Connection, decoder: Decoder | None) -> None:
