@@ -28,6 +28,12 @@ flight with it) in the second half of its own (an output buffer not cleared betw
 The leak's source is logged as `crosstalk` in the ground truth, and once its answer is made a
 second record of the request gives where the leaked text starts (`leak_at`) and its length
 (`leaked_chars`), in characters of the answer.
+
+With `--kv-cache` an answer is decoded on the model's KV cache (the prompt once, then one
+position per token; no window, no padding): the same model, answers deterministic but not
+token for token those of the windowed default, at a small share of its compute. For tests whose
+servers need only agree with each other (crosstalk: a candidate and its reference); not with
+`--dropped-op` or the corruption, which need the fixed window.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +96,7 @@ class ModelServer(MockServer):
         self.last: tuple[str, str, list[int]] | None = None
         """(request id, prompt, answer ids) of the last request served (output leaks')."""
         self.leak: tuple[int, float, str] = (0, 0.0, "context")
+        self.kv_cache = False
         self._step(self.tokenizer("warm up").input_ids)  # compiles here, before "listening on"
 
     def _corrupt(self, _module: Any, _inputs: Any, output: Any) -> Any:
@@ -113,6 +120,25 @@ class ModelServer(MockServer):
             logits = self.model(
                 input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False
             ).logits[0, -1]
+        return self._pick(logits, temperature, generator)
+
+    def _cached_steps(self, prompt: list[int]) -> Generator[Any, int, None]:
+        """With `--kv-cache`: the logits after the prompt, then after each id sent back in (the
+        prompt run once, then one position per token, on the model's KV cache)."""
+        import torch
+
+        past, feed = None, prompt
+        while True:
+            with torch.no_grad():
+                out = self.model(
+                    input_ids=torch.tensor([feed]), past_key_values=past, use_cache=True
+                )
+            past = out.past_key_values
+            feed = [(yield out.logits[0, -1])]
+
+    def _pick(self, logits: Any, temperature: float, generator: Any) -> int:
+        import torch
+
         if temperature == 0:
             return int(logits.argmax())
         probabilities = torch.softmax(logits / temperature, dim=-1)
@@ -127,8 +153,13 @@ class ModelServer(MockServer):
             torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
         )
         ids: list[int] = []
+        steps = self._cached_steps(prompt) if self.kv_cache else None
         for _ in range(sampling.max_tokens):
-            token = self._step(prompt + ids, sampling.temperature, generator)
+            if steps is not None:  # the logits after the prompt and the ids so far
+                logits = steps.send(ids[-1]) if ids else next(steps)
+                token = self._pick(logits, sampling.temperature, generator)
+            else:
+                token = self._step(prompt + ids, sampling.temperature, generator)
             if token == self.tokenizer.eos_token_id and not sampling.ignore_eos:
                 return ids, len(prompt), "stop"
             ids.append(token)
@@ -241,7 +272,10 @@ def main() -> None:
     parser.add_argument("--crosstalk-at-in-flight", type=int, default=0)
     parser.add_argument("--crosstalk-rate", type=float, default=1.0)
     parser.add_argument("--crosstalk-mode", choices=("context", "output"), default="context")
+    parser.add_argument("--kv-cache", action="store_true")
     args = parser.parse_args()
+    if args.kv_cache and (args.dropped_op or args.corrupt_at_in_flight):
+        parser.error("--kv-cache decodes without the window the dropped op and corruption need")
     config = MockConfig(
         model_name="tiny-llama", max_model_len=2048, ground_truth=args.ground_truth, seed=args.seed,
         corrupt_at_in_flight=args.corrupt_at_in_flight, corrupt_rate=args.corrupt_rate,
@@ -249,6 +283,7 @@ def main() -> None:
     )  # fmt: skip
     server = ModelServer(config, args.model_dir, args.dropped_op, args.layers, args.window)
     server.leak = (args.crosstalk_at_in_flight, args.crosstalk_rate, args.crosstalk_mode)
+    server.kv_cache = args.kv_cache
 
     async def serve() -> None:
         runner = web.AppRunner(server.make_app())

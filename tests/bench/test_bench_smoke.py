@@ -46,10 +46,12 @@ def test_bench_longrun_prints_rss_checkpoints_and_db_bytes() -> None:
 @pytest.mark.slow
 def test_bench_client_prints_cpu_per_request_for_soakgate_the_bare_loop_and_h2load() -> None:
     # h2load (Debian nghttp2-client, installed by .ci/run) is the C floor beside the two
-    clients = ["soakgate", "aiohttp", *(["h2load"] if shutil.which("h2load") else [])]
+    # soakgate-before: the same client from another checkout (here this one), in the same run
+    clients = ["soakgate", "soakgate-before", "aiohttp",
+               *(["h2load"] if shutil.which("h2load") else [])]  # fmt: skip
     out = run_bench(
         "bench_client.py", "--seconds", "1", "--warmup", "0.2", "--clients", ",".join(clients),
-        "--modes", "nostream", "--concurrency", "8",
+        "--modes", "nostream", "--concurrency", "8", "--before", str(BENCH.parent),
     )  # fmt: skip
     assert "CPU-ms/req" in out and "in-flight" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(tuple(clients))]
