@@ -196,7 +196,8 @@ def test_a_real_servers_stream_is_folded_by_the_template_after_its_first_events(
     payloads = [orjson.dumps(e) for e in [*events, usage]] + [b"[DONE]"]
     fast = parse.StreamTemplate(True)
     assert _fold(payloads, fast) == _fold(payloads, _Never(True))
-    assert fast.fast == len(texts) - 3  # the role event and the first text event are learnt from
+    # decoded whole: the role event (no text), the first text event (learnt from), the last two
+    assert fast.fast == len(texts) - 3
     assert _fold(payloads, parse.StreamTemplate(True))[1][0] == "".join(texts)
 
 
@@ -232,16 +233,37 @@ def test_a_text_written_escaped_is_not_taken_for_the_same_string_written_elsewhe
     assert template.fast == 0
 
 
-@pytest.mark.parametrize(
-    "middle", [b"1", b"null", b'["a"]', b'{"a":1}', b'"a","b"', b'"a" "b"', b'"a"}', b'"a',
-               b'"a","content":"b"', b'"\\u00zz"', b'"a\\"', b""],
-)  # fmt: skip
+@pytest.mark.parametrize("middle", [m.encode() for m in _MIDDLES])
 def test_an_event_whose_text_is_not_one_string_is_decoded_whole(middle: bytes) -> None:
-    """After a template is learnt, an event with its bytes around anything but one JSON string
-    in the text's place folds as decoding it whole does: an error, or another text."""
+    """After a template is learnt, an event with its bytes around anything in the text's place
+    (one JSON string with spaces around it, or anything else) folds as decoding it whole does:
+    an error, or another text."""
     plain = orjson.dumps(_base(True, "x"))
     odd = plain.replace(b'"content":"x"', b'"content":' + middle)
     payloads = [plain, plain, odd, plain]
     template = parse.StreamTemplate(True)
     assert _fold(payloads, template) == _fold(payloads, _Never(True))
     assert template.fast >= 1
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "value"),
+    [("choice", "token_ids", [5]), ("choice", "finish_reason", "length"),
+     ("choice", "logprobs", {"content": [{"token": "x", "logprob": -1.0}]}),
+     ("event", "usage", {"prompt_tokens": 3, "completion_tokens": 1}),
+     ("event", "prompt_token_ids", [1, 2]), ("delta", "tool_calls", [])],
+)  # fmt: skip
+def test_events_that_fold_more_than_their_text_never_become_templates(
+    where: str, field: str, value: Any
+) -> None:
+    """Every event of the stream alike but for its text, and each with a field folding reads
+    (token ids, a finish reason, logprobs, usage, prompt ids, tool calls): no template, so each
+    event's field is folded as decoding it whole does."""
+    events = [_base(True, text) for text in ("a", "b", "c", "d")]
+    for event in events:
+        choice = event["choices"][0]
+        {"event": event, "choice": choice, "delta": choice["delta"]}[where][field] = value
+    payloads = [orjson.dumps(e) for e in events]
+    template = parse.StreamTemplate(True)
+    assert _fold(payloads, template) == _fold(payloads, _Never(True))
+    assert template.fast == 0

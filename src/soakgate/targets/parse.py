@@ -337,15 +337,15 @@ class StreamTemplate:
     A server writes every event of a stream alike (vLLM, SGLang, llama.cpp, TGI: the same id,
     model and nulls, the text the only change), and decoding the whole event is most of what a
     streamed token costs the client. Sound by construction, whatever the server sends: an event
-    is *plain* when folding it does nothing but add choice 0's text (a dict with one choice of
-    index 0 and no error, usage, token ids, logprobs, finish reason or tool calls); the template
+    is *plain* when folding it into a fresh answer adds choice 0's text, not empty, and changes
+    nothing else (no error, usage, token ids, logprobs, finish reason or tool calls); the template
     is its bytes before and after one string token, checked by decoding them with a probe
     string in between and finding the probe at choice 0's text; an event folded by it must be
     exactly those bytes around one JSON string (decoded alone, strictly). JSON's grammar then
     makes it the plain event with that string as its text, so it folds as decoding it whole
     would. Anything else (a new `created`, the finish reason, usage, a malformed event) goes
     the whole way and may become the next template; a stream whose events never repeat stops
-    learning after a few tries.
+    learning after a few tries (each costs two folds of a scratch answer).
     """
 
     __slots__ = ("chat", "fast", "head", "learnt", "least", "tail")
@@ -364,46 +364,37 @@ class StreamTemplate:
         self.head = None
         if self.learnt > self.fast + _FREE_LEARNS:
             return
-        piece = _plain_piece(event, self.chat)
-        if piece is None:
+        self.learnt += 1
+        piece = _only_text(event, self.chat)
+        if not piece:
             return
         token = orjson.dumps(piece)
         if data.count(token) != 1:
             return
-        self.learnt += 1
         at = data.find(token)
         head, tail = data[:at], data[at + len(token) :]
         try:
-            probed = _plain_piece(orjson.loads(head + orjson.dumps(_PROBE) + tail), self.chat)
+            probed = orjson.loads(head + orjson.dumps(_PROBE) + tail)
         except orjson.JSONDecodeError:
             return
-        if probed == _PROBE:
+        if _only_text(probed, self.chat) == _PROBE:
             self.head, self.tail, self.least = head, tail, len(head) + len(tail) + 2
 
 
-def _plain_piece(event: Any, chat: bool) -> str | None:
-    """Choice 0's text when folding `event` does nothing else (see StreamTemplate), else None."""
-    if event.__class__ is not dict or event.get("error") or event.get("usage") is not None:
+_UNTOUCHED = Outcome(started_at=0)
+
+
+def _only_text(event: Any, chat: bool) -> str | None:
+    """Choice 0's text when folding `event` into a fresh answer adds that text and changes
+    nothing else (`fold_event` itself says what an event does); None otherwise."""
+    answer = Answer(Outcome(started_at=0), chat)
+    try:
+        fold_event(answer, event)
+    except (ValueError, TypeError):
         return None
-    choices = event.get("choices")
-    if choices.__class__ is not list or len(choices) != 1 or "prompt_token_ids" in event:
+    if len(answer.pieces) != 1 or answer.others or answer.outcome != _UNTOUCHED:
         return None
-    choice = choices[0]
-    if choice.__class__ is not dict:
-        return None
-    index = choice.get("index", 0)
-    if index.__class__ is not int or index != 0 or choice.get("token_ids") is not None:
-        return None
-    if choice.get("logprobs") or choice.get("finish_reason"):
-        return None
-    if chat:
-        message = choice.get("delta") or {}
-        if message.__class__ is not dict or "tool_calls" in message:
-            return None
-        piece = message.get("content")
-    else:
-        piece = choice.get("text")
-    return piece if piece.__class__ is str else None
+    return answer.pieces[0]
 
 
 def fold_payloads(answer: Answer, payloads: list[bytes], template: StreamTemplate) -> bool:
