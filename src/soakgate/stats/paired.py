@@ -76,6 +76,9 @@ OVERLAP = 0.9  # share of each arm's requests that must end inside the common sp
 CROSS_LEVEL = 0.3  # the arms' counts must move together at this one-sided permutation level
 MIN_FAILURES = SPARSE_FAILURES + 1  # fewer in the pair: the differences' check sees too little
 PERMUTATIONS = 199
+DISPERSION_LEVEL = 0.1
+"""B's share of the failures must not disperse beyond binomial at this level (Pearson's X2
+about its fitted share, over the 40 stretches and over the 12 batches) for the share test."""
 PAIRED = "paired windows"
 """The design name of a verdict decided on the pairing (`Verdict.design`)."""
 assert WINDOWS % CHECK_BINS == 0 and WINDOWS % BATCHES == 0
@@ -101,6 +104,21 @@ class PairedCheck:
     least 1): the pair's evidence is worth its requests divided by this."""
     failures: int = 0
     """Failures of both arms inside the common span."""
+    dispersion: float = 1.0
+    """Pearson's X2 over df of B's share of each of the 40 stretches' failures about its
+    fitted share: 1 where the share is binomial, more where one arm's failures clump."""
+    dispersion_p: float = 0.0
+    """The smaller p of the dispersion tests over the 40 stretches and over the 12 batches."""
+
+    @property
+    def share_usable(self) -> bool:
+        """The share test may decide: enough failures, the differences do not correlate between
+        stretches, and B's share of each stretch's (and batch's) failures is binomial."""
+        return (
+            self.failures >= MIN_FAILURES
+            and self.residual_p > self.level
+            and self.dispersion_p > DISPERSION_LEVEL
+        )
 
     @property
     def usable(self) -> bool:
@@ -203,11 +221,65 @@ def _batch_t(fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray,
     return statistic, float(2.0 * stdtr(len(excess) - 1, -abs(statistic))), effect
 
 
+def _dispersion(fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray,
+                reqs_b: FloatArray) -> tuple[float, float, int]:  # fmt: skip
+    """Pearson's X2 of B's failures in each group about its share at the fitted rate ratio:
+    (X2 / df, its upper-tail p, df = groups holding failures - 2)."""
+    from scipy.special import chdtrc
+
+    totals = fails_a + fails_b
+    used = totals > 0
+    df = max(1, int(used.sum()) - 2)
+    rate_a = fails_a.sum() / reqs_a.sum() if reqs_a.sum() > 0 else 0.0
+    rate_b = fails_b.sum() / reqs_b.sum() if reqs_b.sum() > 0 else 0.0
+    if not (rate_a > 0 and rate_b > 0):
+        return 1.0, 1.0, df  # one arm has no failure: its share is 0 or 1 everywhere
+    share = _share(reqs_a[used], reqs_b[used], rate_b / rate_a)
+    variance = totals[used] * share * (1.0 - share)
+    keep = variance > 0
+    squares = (fails_b[used] - totals[used] * share)[keep] ** 2 / variance[keep]
+    x2 = float(squares.sum())
+    return x2 / df, float(chdtrc(df, x2)), df
+
+
+def _share_test(fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray,
+                reqs_b: FloatArray, dispersion: float, df: int) -> TestResult:  # fmt: skip
+    """B's failures against its share of each window's failures under "same rate" (B's share of
+    the window's requests), summed over the windows: binomial given the windows' totals
+    whatever rate the arms shared, its variance scaled by the dispersion (at least 1), against
+    t with the dispersion's degrees of freedom."""
+    from scipy.special import stdtr
+
+    share = _share(reqs_a, reqs_b, 1.0)
+    totals = fails_a + fails_b
+    excess = float((fails_b - totals * share).sum())
+    variance = float((totals * share * (1.0 - share)).sum()) * max(1.0, dispersion)
+    statistic = excess / math.sqrt(variance) if variance > 0 else 0.0
+    p_value = float(2.0 * stdtr(df, -abs(statistic))) if variance > 0 else 1.0
+    scale = max(1.0, dispersion)
+    note = (
+        f"B's share of each of {len(totals)} windows' failures, variance x{scale:.2f} "
+        f"(dispersion over {CHECK_BINS} stretches)"
+    )
+    return TestResult("paired_share", statistic, p_value, float(df), note)
+
+
+@dataclass(frozen=True, slots=True)
+class Pairing:
+    """What `paired_test` found: the checks, the batches' t and the share test."""
+
+    check: PairedCheck
+    batch_t: TestResult
+    """t over the 12 batches' excesses (decides where the one-run check withheld)."""
+    share: TestResult
+    """B's share of each window's failures (decides where `check.share_usable`)."""
+
+
 def paired_test(
     seq_a: BoolArray, times_a: FloatArray, seq_b: BoolArray, times_b: FloatArray, seed: int = 0
-) -> tuple[PairedCheck, TestResult] | None:
-    """The pairing of two side-by-side arms: its checks and its t (None when the arms did not
-    run side by side)."""
+) -> Pairing | None:
+    """The pairing of two side-by-side arms: its checks and its tests (None when the arms did
+    not run side by side)."""
     span = side_by_side(times_a, times_b)
     if span is None:
         return None
@@ -222,9 +294,16 @@ def paired_test(
     residual_p = _residual_p(stretches[0] + stretches[2], share, stretches[2], rng)
     batches = [_coarse(x, BATCHES) for x in (fails_a, reqs_a, fails_b, reqs_b)]
     statistic, p_value, effect = _batch_t(*batches)
+    dispersion, dispersion_p, dispersion_df = _dispersion(*stretches)
+    dispersion_p = min(dispersion_p, _dispersion(*batches)[1])
     check = PairedCheck(
         cross_p, residual_p, check_level(int(failures)),
         (int(reqs_a.sum()), int(reqs_b.sum())), span[1] - span[0], effect, int(failures),
+        dispersion, dispersion_p,
     )  # fmt: skip
     note = f"{BATCHES} windows of ~{check.span_s / BATCHES:,.1f} s, B's excess over its share"
-    return check, TestResult("paired_windows", statistic, p_value, float(BATCHES - 1), note)
+    return Pairing(
+        check,
+        TestResult("paired_windows", statistic, p_value, float(BATCHES - 1), note),
+        _share_test(fails_a, reqs_a, fails_b, reqs_b, dispersion, dispersion_df),
+    )

@@ -32,7 +32,15 @@ from soakgate.stats.dependence import (
     long_range_check,
     long_range_design_effect,
 )
-from soakgate.stats.paired import CROSS_LEVEL, MIN_FAILURES, PAIRED, PairedCheck, paired_test
+from soakgate.stats.paired import (
+    CROSS_LEVEL,
+    DISPERSION_LEVEL,
+    MIN_FAILURES,
+    PAIRED,
+    PairedCheck,
+    Pairing,
+    paired_test,
+)
 from soakgate.stats.robust import TestResult, batch_means_test, quasi_poisson_test
 
 BoolArray = npt.NDArray[np.bool_]
@@ -156,11 +164,13 @@ def _one_run_verdict(
     spread = long_range_design_effect([a.sequence, b.sequence])
     effect = _design_effect(result, a, b)
     stretch = f"~{min(a.n, b.n) // check.bins:,}"
+    paired = _paired(a, b, seed)
+    if paired is not None and paired.check.share_usable:
+        return _share_verdict(a, b, alpha, check, spread, paired)
     if check.correlated and (by_episodes := _episode_verdict(a, b, alpha, seed, check)):
         return replace(by_episodes, withheld_p=result.p_value)
-    paired = _paired(a, b, seed) if check.correlated else None
-    if paired is not None and paired[0].usable:
-        return _paired_verdict(a, b, alpha, check, spread, *paired)
+    if paired is not None and check.correlated and paired.check.usable:
+        return _paired_verdict(a, b, alpha, check, spread, paired.check, paired.batch_t)
     if check.correlated:
         effect = max(effect, spread.design_effect)
         verdict = INDETERMINATE
@@ -171,7 +181,7 @@ def _one_run_verdict(
             f"dependence, so it cannot separate the arms; the evidence is worth about "
             f"{_per_arm(a, b) / effect:,.0f} independent requests per arm. Run longer, or "
             "replicate with restarts (blocks: soakgate plan --blocks, then a campaign)"
-        ) + (_unpaired_note(paired[0]) if paired is not None else "")
+        ) + (_unpaired_note(paired.check) if paired is not None else "")
     else:
         verdict = _word(result.p_value, alpha)
         reason = (
@@ -181,12 +191,12 @@ def _one_run_verdict(
         )
     return Verdict(
         verdict, result.p_value, result.name, ONE_RUN, _per_arm(a, b) / effect, alpha,
-        reason, result, (0, 0), check, spread, None if paired is None else paired[0],
+        reason, result, (0, 0), check, spread, None if paired is None else paired.check,
         result.p_value if check.correlated else None,
     )  # fmt: skip
 
 
-def _paired(a: Outcomes, b: Outcomes, seed: int) -> tuple[PairedCheck, TestResult] | None:
+def _paired(a: Outcomes, b: Outcomes, seed: int) -> Pairing | None:
     """The pairing of two arms that ran side by side (None when either has no times, or they
     did not overlap)."""
     if a.times is None or b.times is None or a.sequence is None or b.sequence is None:
@@ -204,17 +214,38 @@ def _unpaired_note(paired: PairedCheck) -> str:
             f"check the window-by-window differences for dependence (the pairing needs "
             f"{MIN_FAILURES})"
         )
-    if paired.cross_p > CROSS_LEVEL:
+    if paired.residual_p <= paired.level:
         return (
-            f". The arms ran side by side, but their counts do not move together (cross-"
-            f"correlation p={paired.cross_p:.3g} > {CROSS_LEVEL:g}): each clusters on its own, so "
-            "comparing them window by window would not be valid either"
+            f". The arms ran side by side, but their window-by-window differences are "
+            f"correlated between stretches too (p={paired.residual_p:.3g} <= {paired.level:.2g})"
         )
     return (
-        f". The arms ran side by side and their counts move together (p={paired.cross_p:.3g}), "
-        f"but their window-by-window differences are correlated too (p={paired.residual_p:.3g} "
-        f"<= {paired.level:.2g})"
+        f". The arms ran side by side, but B's share of the failures disperses beyond binomial "
+        f"(p={paired.dispersion_p:.3g} <= {DISPERSION_LEVEL:g}: one arm's failures clump) and "
+        f"the arms' counts do not move together (cross-correlation p={paired.cross_p:.3g} > "
+        f"{CROSS_LEVEL:g}), so comparing them window by window would not be valid either"
     )
+
+
+def _share_verdict(
+    a: Outcomes, b: Outcomes, alpha: float, check: LongRangeCheck, spread: LongRangeEstimate,
+    paired: Pairing,
+) -> Verdict:  # fmt: skip
+    """DIFFER or NO DIFFERENCE on B's share of each window's failures (side-by-side arms)."""
+    found, result = paired.check, paired.share
+    reason = (
+        f"arms soaked side by side: B's share of the failures of each window of time, against "
+        f"its share of their requests (whatever rate both arms shared, it cancels); "
+        f"{result.note}: t({result.df:g}) = {result.statistic:.3g}, p={result.p_value:.4g} vs "
+        f"alpha {alpha:g}. The share is binomial (dispersion {found.dispersion:.2f}, p="
+        f"{found.dispersion_p:.3g} > {DISPERSION_LEVEL:g}) and not correlated between stretches "
+        f"(permutation p={found.residual_p:.3g} > {found.level:.2g})"
+    )
+    return Verdict(
+        _word(result.p_value, alpha), result.p_value, result.name, PAIRED,
+        _per_arm(a, b) / max(1.0, found.dispersion), alpha, reason, result, (0, 0), check,
+        spread, found,
+    )  # fmt: skip
 
 
 def _paired_verdict(
