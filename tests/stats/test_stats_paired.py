@@ -1,5 +1,6 @@
-"""The paired verdict (issue 26, item 4): arms soaked side by side compared window by window,
-only where the one-run check withholds and the arms' counts move together.
+"""The paired verdict (issue 26, item 4): arms soaked side by side compared window by window —
+by B's share of each window's failures wherever that share is binomial and uncorrelated, and
+by the batches' t where the one-run check withholds and the arms' counts move together.
 
 The figures of the rule on the whole battery are bench/bench_paired.py's (BENCHMARKS.md section
 12); these tests pin its behaviour on data built to have, or lack, a shared drift: through the
@@ -9,6 +10,7 @@ database."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +18,8 @@ import pytest
 from tests.report.synth import add_run
 
 from soakgate.cli.main import main
-from soakgate.stats.paired import PAIRED, side_by_side
-from soakgate.stats.verdict import INDETERMINATE, ONE_RUN, Outcomes, decide
+from soakgate.stats.paired import PAIRED, PairedCheck, side_by_side
+from soakgate.stats.verdict import INDETERMINATE, ONE_RUN, Outcomes, _unpaired_note, decide
 from soakgate.store import open_store
 
 N = 40_000
@@ -61,21 +63,83 @@ def test_side_by_side_needs_arms_that_ran_at_the_same_time() -> None:
     assert side_by_side(clock[:100], clock[:100]) is None  # fewer requests than windows
 
 
-def test_a_shared_drift_is_decided_on_the_pairing_where_one_run_withholds() -> None:
-    decided = []
+def test_a_shared_drift_is_decided_on_the_pairing() -> None:
+    decided, by_share = [], 0
     for seed in range(12):
         a, b = _arms(seed, shared=True, ratio=2.0)
         verdict = _verdict(a, b, seed=seed)
         without = _verdict(a, b, offset=10 * N, seed=seed)  # same counts, not side by side
         assert without.design == ONE_RUN and without.paired is None
         if verdict.design == PAIRED:
-            assert without.verdict == INDETERMINATE  # the pairing decides only where it withheld
-            assert verdict.paired is not None and verdict.paired.usable
-            assert verdict.test == "paired_windows" and verdict.scope == "instances"
+            assert verdict.paired is not None and verdict.scope == "instances"
             assert "arms soaked side by side" in verdict.reason
+            if verdict.test == "paired_share":
+                assert verdict.paired.share_usable and "B's share" in verdict.reason
+                by_share += 1
+            else:  # the batches' t decides only where the one-run check withheld
+                assert verdict.test == "paired_windows" and verdict.paired.usable
+                assert without.verdict == INDETERMINATE and not verdict.paired.share_usable
             decided.append(verdict.verdict)
-    # The per-arm check sees the phases in most pairs; the pairing then decides, mostly DIFFER.
-    assert len(decided) >= 6 and decided.count("differ") >= 6
+    # The share is binomial in most pairs; the pairing then decides, mostly DIFFER.
+    assert by_share >= 6 and len(decided) >= 8 and decided.count("differ") >= 7
+
+
+def _independent(seed: int, n: int, ratio: float, clump: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Two arms failing independently at 0.2% (B at `ratio` times); with `clump` > 1, A's
+    failures come `clump` at a time (its own bursts, the same rate)."""
+    rng = np.random.default_rng(seed)
+    a = rng.random(n) < 0.002 / clump
+    if clump > 1:
+        starts = np.flatnonzero(a)
+        for step in range(1, clump):
+            a[np.minimum(starts + step, n - 1)] = True
+    return a, rng.random(n) < 0.002 * ratio
+
+
+def test_the_share_test_decides_where_one_run_would_too_and_keeps_its_level() -> None:
+    """Side by side, the share test decides pairs the one-run verdict would have decided as
+    well (the code before this test decided them on the one-run t alone): seeded, 60 pairs of
+    equal and of 1.5x arms at 40,000 requests each."""
+    clock = np.arange(N, dtype=np.float64)
+    share, differ = 0, {1.0: 0, 1.5: 0}
+    for ratio in differ:
+        for seed in range(60):
+            a, b = _independent(1_000 + seed, N, ratio)
+            verdict = decide(
+                Outcomes(int(a.sum()), N, a, (), clock), Outcomes(int(b.sum()), N, b, (), clock),
+                0.05, seed,
+            )  # fmt: skip
+            share += verdict.test == "paired_share"
+            differ[ratio] += verdict.differ
+    assert share >= 90  # the checks pass at ~0.8 x 0.9 on independent arms
+    assert differ[1.0] <= 7  # 5% of 60 is 3; 7 or more has probability < 3% (binomial)
+    assert differ[1.5] >= 30  # power ~75% (bench_paired); 30 or fewer of 60: < 0.1%
+
+
+def test_one_arm_clumping_on_its_own_keeps_the_share_test_out() -> None:
+    """A's failures five at a time (its own bursts, inside a stretch): B's share of each
+    stretch's failures disperses beyond binomial, so the share test does not decide; the
+    one-run verdict (whose batch means hold such bursts) does."""
+    clock = np.arange(N, dtype=np.float64)
+    for seed in range(12):
+        a, b = _independent(2_000 + seed, N, 1.0, clump=5)
+        verdict = decide(
+            Outcomes(int(a.sum()), N, a, (), clock), Outcomes(int(b.sum()), N, b, (), clock),
+            0.05, seed,
+        )  # fmt: skip
+        assert verdict.paired is not None and verdict.design == ONE_RUN
+        assert verdict.paired.dispersion > 1.5 and verdict.paired.dispersion_p <= 0.1
+        assert not verdict.paired.share_usable
+
+
+def test_the_reason_says_which_check_kept_the_pairing_out() -> None:
+    base = PairedCheck(0.6, 0.4, 0.05, (N, N), 100.0, 1.0, 200, 2.4, 0.001)
+    assert "disperses beyond binomial (p=0.001 <= 0.1" in _unpaired_note(base)
+    assert "do not move together (cross-correlation p=0.6 > 0.3)" in _unpaired_note(base)
+    correlated = replace(base, residual_p=0.01)
+    assert "differences are correlated between stretches too (p=0.01" in _unpaired_note(correlated)
+    assert "too few" in _unpaired_note(replace(base, failures=40))
+    assert replace(base, dispersion_p=0.5).share_usable and not base.share_usable
 
 
 def test_arms_that_cluster_each_on_their_own_are_not_paired() -> None:
@@ -127,6 +191,29 @@ def test_compare_names_the_paired_design_and_the_report_exports_it(
         found["graph@gpu1"]["test"] == "paired_windows"
         and found["graph@gpu1"]["scope"] == "instances"
     )
+
+
+def test_compare_and_the_report_name_the_share_test(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two targets soaked at the same time, failing independently, B at 2x: compare decides on
+    B's share of each window's failures, and the JSON report says so."""
+    a, b = _independent(7, N, 2.0)
+    store = open_store(tmp_path / "together.sqlite")
+    add_run(store, "eager", "gpu0", list(a), step_s=0.05)
+    add_run(store, "graph", "gpu1", list(b), step_s=0.05)
+    store.close()
+    db = str(tmp_path / "together.sqlite")
+    assert main(["compare", db, "eager", "graph", "--fail-on-differ", *FAST_ARGS]) == 1
+    out = capsys.readouterr().out
+    assert "design: paired windows (1 + 1 run(s) of a target)" in out
+    assert "verdict test: paired_share" in out
+    assert "B's share of the failures of each window of time" in out
+    assert main(["report", db, "--format", "json", *FAST_ARGS]) == 0
+    found = {c["b"]: c for c in json.loads(capsys.readouterr().out)["comparisons"]}
+    assert found["graph@gpu1"]["design"] == "paired windows"
+    assert found["graph@gpu1"]["test"] == "paired_share"
+    assert found["graph@gpu1"]["verdict"] == "differ"
 
 
 def test_with_few_failures_the_pairing_is_not_used_and_the_reason_says_why() -> None:

@@ -3,42 +3,65 @@
 When both arms ran at the same time (the targets of one `soakgate run`), a drift both of them
 share (load, the host, the network, a shared upstream) moves their failure counts together.
 The one-run verdict judges each arm's counts on their own: such a drift makes every arm's
-stretches correlated, and it withholds (INDETERMINATE). Window by window, the drift cancels:
-given that a window holds `t` failures of the two arms, B's share of them is Binomial(t, pi)
-under "same rate", where pi is B's share of the window's requests, whatever the shared rate
-did. This module uses that, and only where it is safe:
+stretches correlated, and it withholds (INDETERMINATE) or, where its check misses the drift,
+carries the drift in both arms' variances. Window by window, the drift cancels: given that a
+window holds `t` failures of the two arms, B's share of them is Binomial(t, pi) under "same
+rate", where pi is B's share of the window's requests, whatever the shared rate did. This module
+uses that, and only where it is safe. The arms must overlap in time (`side_by_side`: at least
+`OVERLAP` of each arm's requests ended inside the span both were running); the common span is
+cut into `WINDOWS` equal windows of wall-clock time (120: 40 stretches for the checks, 12
+batches for the t). Then, first:
 
-1. the arms overlap in time (`side_by_side`): at least `OVERLAP` of each arm's requests ended
-   inside the span both were running; the common span is cut into `WINDOWS` equal windows of
-   wall-clock time (120: 40 stretches for the checks, 12 batches for the t);
-2. the one-run verdict withheld because counts are correlated between stretches, and the two
-   arms' stretch counts (each less its own rate times the stretch's requests) rise and fall
-   *together*: a one-sided permutation test of their cross-product at `CROSS_LEVEL`. Two arms
-   that cluster each on their own (resets, regimes) are not correlated with each other, and a
-   test on their differences would not be valid for them; only a shared cause makes the
-   pairing worth its risk;
-3. the differences window by window show no correlation of their own: B's excess over its
-   share of each of the 40 stretches under "same rate", against two exact nulls (B's failures
-   in every stretch drawn again from Binomial(stretch total, share), and the stretches
-   shuffled), at the level of the one-run check (`dependence.check_level`);
-4. the pair holds more than 80 failures in the common span (`MIN_FAILURES`): below, the check
-   of step 3 is judged at its sparse level and still sees too little (see below);
-5. then a t over the 12 batches' excesses (11 degrees of freedom) decides DIFFER or NO
-   DIFFERENCE; otherwise the verdict stays INDETERMINATE.
+**The share test** (`_share_test`), wherever
 
-Chosen by simulation (issue 26, item 4): a test on the differences alone, always used, let equal
-arms under resets every ~5,000 requests DIFFER 7.2% of the time at 13,000 per arm. The first
-shipped rule centred step 3 at B's share under the *observed* rate ratio; its first run on the
-battery (`bench/bench_paired.py`, 1,000 pairs per cell) let those arms DIFFER 8.7 ± 0.9% of the
-time: the fitted ratio absorbs part of one arm's clumps, and the check misses them. Centred at
-the share "same rate" implies, as now, the check is exact under the hypothesis the t tests;
-the second run (fresh seeds) gave 7.3 ± 0.8%, against 5.5 ± 0.7% for the one-run verdict alone
-on the same pairs: with ~26 failures per arm, a check on one series of differences cannot see
-what the one-run check sees on two arms. Step 4 followed: at 13,000 per arm (about 60 failures
-in the pair) the pairing is not used, and at 40,000 it is. BENCHMARKS.md section 12 has the
-three runs.
+1. the pair holds more than 80 failures in the common span (`MIN_FAILURES`);
+2. the differences show no correlation between stretches: B's excess over its share of each of
+   the 40 stretches under "same rate", against two exact nulls (B's failures in every stretch
+   drawn again from Binomial(stretch total, share), and the stretches shuffled), at the level of
+   the one-run check (`dependence.check_level`);
+3. B's share is binomial: Pearson's X2 of B's failures about its share at the fitted rate ratio,
+   over the 40 stretches and over the 12 batches, each with p > `DISPERSION_LEVEL` (0.1). One
+   arm's own clumps (bursts, resets) make B's share of a stretch swing more than a coin's;
 
-Why only where the one-run check withheld (tried and measured, issue 26 item 4, 2026-12-04):
+B's failures less its share of each window's failures, summed over the 120 windows, over the
+binomial standard deviation times the square root of the 40 stretches' dispersion (at least 1),
+against t with that dispersion's degrees of freedom, decides DIFFER or NO DIFFERENCE. On
+independent arms it decides about three pairs in four, with the power of the z test on the
+pooled counts less what its checks cost; under a shared drift it is what the pairing is for.
+
+**Otherwise the batches' t**, where the one-run verdict withheld because counts are correlated
+between stretches, steps 1 and 2 hold, and the two arms' stretch counts (each less its own rate
+times the stretch's requests) rise and fall *together* (a one-sided permutation test of their
+cross-product at `CROSS_LEVEL`): a t over the 12 batches' excesses (11 degrees of freedom), whose
+variance is estimated, so it holds where the share disperses. Otherwise the verdict stays the
+one-run verdict (INDETERMINATE where it withheld, with the reason the pairing was not used).
+
+The share test (2026-12-06, issue 26 item 4): chosen on a scratch exploration (400 pairs per
+cell, the whole battery, seeds of their own) among variants of the dispersion check (scales,
+levels, fitted or "same rate" centre) and then frozen (commit 1d0aa5c). Its first run on the
+battery (`bench/bench_paired.py --seed 30300`, 1,000 pairs per cell): under a shared drift at
+40,000 per arm, power at 1.5x 64.3 ± 1.5% (the batches' t alone, earlier runs: 58.6-60.9%;
+without the pairing 42.2%), no equal-rate process above 5.2% but resets every ~250 requests at
+40,000 per arm, 6.2 ± 0.8% (5.5% without the pairing); a second run on fresh seeds (2,000 pairs)
+gave that cell 5.5 ± 0.5%. The scratch showed the frontier: a dispersion check at 0.05 instead
+of 0.1 reached ~68-69% power and let gamma-distributed resets DIFFER ~7-8%. Centring the
+dispersion at "same rate" instead of the fitted ratio cost power (under B at 1.5x the
+difference itself reads as dispersion). BENCHMARKS.md section 12 has the runs.
+
+The batches' t was chosen first (issue 26, item 4): a test on the differences alone, always
+used, let equal arms under resets every ~5,000 requests DIFFER 7.2% of the time at 13,000 per
+arm. The first shipped rule centred the correlation check (step 2) at B's share under the
+*observed* rate ratio; its first run on the battery (`bench/bench_paired.py`, 1,000 pairs per
+cell) let those arms DIFFER 8.7 ± 0.9% of the time: the fitted ratio absorbs part of one arm's
+clumps, and the check misses them. Centred at the share "same rate" implies, as now, the check
+is exact under the hypothesis the t tests; the second run (fresh seeds) gave 7.3 ± 0.8%, against
+5.5 ± 0.7% for the one-run verdict alone on the same pairs: with ~26 failures per arm, a check
+on one series of differences cannot see what the one-run check sees on two arms. Step 1
+followed: at 13,000 per arm (about 60 failures in the pair) the pairing is not used, and at
+40,000 it is. BENCHMARKS.md section 12 has the three runs.
+
+Why the batches' t decides only where the one-run check withheld (tried and measured, issue 26
+item 4, 2026-12-04):
 under a shared drift a third of the pairs pass the one-run check, and its t, which adds both
 arms' variances, then loses power to the drift. Letting the pairing decide there too, with step
 2 judged on the 12 batches the t uses, raised power at 1.5x and 40,000 per arm from ~59% to
@@ -48,7 +71,9 @@ paired t subtracts that same covariance, so its variance is understated exactly 
 used. A binomial floor under the variance fixed the independent processes but not those that
 cluster on their own (self-exciting 8.2%, resets every ~2,000 6.8%, scratch runs of 500 pairs).
 Judging step 2 on the 40 stretches, as here, the selection is on other units than the t's.
-Like every one-run verdict, its scope is these two server instances.
+The share test has no such selection: its variance is the binomial's, estimated from nothing
+the gate selects on but the dispersion, which only scales it up. Like every one-run verdict,
+the scope of either is these two server instances.
 """
 
 from __future__ import annotations
