@@ -91,8 +91,13 @@ def test_a_constraint_the_server_never_received_is_caught(
     assert len(rows) == REQUESTS
     flagged = [g for g in rows if g.checks == ["invalid_structure"]]
     assert len(flagged) >= REQUESTS * 0.9, [g.text for g in rows if g not in flagged]
-    for g in flagged:
-        assert "JSON" in g.details["invalid_structure"]["error"]
+    errors = [g.details["invalid_structure"]["error"] for g in flagged]
+    assert all(errors), errors
+    # Free text: most answers cannot even be read (or completed) as JSON. The unconstrained tiny
+    # model now and then writes a JSON-looking object of its own; it is flagged too, for what
+    # the schema does not allow (a CI run: "cut, and has a property the schema does not allow").
+    free_text = [e for e in errors if "JSON" in e]
+    assert len(free_text) >= REQUESTS * 0.75, errors
 
 
 SWAP_SCHEMAS = {
