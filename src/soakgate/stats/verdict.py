@@ -241,11 +241,7 @@ def _share_verdict(
         f"{found.dispersion_p:.3g} > {DISPERSION_LEVEL:g}) and not correlated between stretches "
         f"(permutation p={found.residual_p:.3g} > {found.level:.2g})"
     )
-    return Verdict(
-        _word(result.p_value, alpha), result.p_value, result.name, PAIRED,
-        _per_arm(a, b) / max(1.0, found.dispersion), alpha, reason, result, (0, 0), check,
-        spread, found,
-    )  # fmt: skip
+    return _decided_paired(a, b, alpha, (check, spread), found, result, found.dispersion, reason)
 
 
 def _paired_verdict(
@@ -261,10 +257,19 @@ def _paired_verdict(
         f"p={result.p_value:.4g} vs alpha {alpha:g}; the differences are not correlated "
         f"between stretches (permutation p={paired.residual_p:.3g} > {paired.level:.2g})"
     )
+    return _decided_paired(
+        a, b, alpha, (check, spread), paired, result, paired.design_effect, reason
+    )
+
+
+def _decided_paired(
+    a: Outcomes, b: Outcomes, alpha: float, one_run: tuple[LongRangeCheck, LongRangeEstimate],
+    paired: PairedCheck, result: TestResult, effect: float, reason: str,
+) -> Verdict:  # fmt: skip
+    """The verdict a paired test decided (`effect`: the design effect of its evidence)."""
     return Verdict(
         _word(result.p_value, alpha), result.p_value, result.name, PAIRED,
-        _per_arm(a, b) / paired.design_effect, alpha, reason, result, (0, 0), check, spread,
-        paired,
+        _per_arm(a, b) / max(1.0, effect), alpha, reason, result, (0, 0), *one_run, paired,
     )  # fmt: skip
 
 
