@@ -132,6 +132,20 @@ def test_one_arm_clumping_on_its_own_keeps_the_share_test_out() -> None:
         assert not verdict.paired.share_usable
 
 
+def test_an_arm_without_failures_keeps_the_share_test_out() -> None:
+    """B's 120 failures in one burst, A none: B's share is 1 in every window whatever the burst
+    was, so the share test cannot check that it is binomial and does not decide."""
+    clock = np.arange(N, dtype=np.float64)
+    a = np.zeros(N, dtype=bool)
+    b = np.zeros(N, dtype=bool)
+    b[20_000:20_120] = True
+    verdict = decide(
+        Outcomes(0, N, a, (), clock), Outcomes(120, N, b, (), clock), 0.05, 0
+    )  # fmt: skip
+    assert verdict.paired is not None and verdict.paired.failures == 120
+    assert not verdict.paired.share_usable and verdict.test != "paired_share"
+
+
 def test_the_reason_says_which_check_kept_the_pairing_out() -> None:
     base = PairedCheck(0.6, 0.4, 0.05, (N, N), 100.0, 1.0, 200, 2.4, 0.001)
     assert "disperses beyond binomial (p=0.001 <= 0.1" in _unpaired_note(base)

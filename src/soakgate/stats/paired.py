@@ -258,7 +258,9 @@ def _dispersion(fails_a: FloatArray, reqs_a: FloatArray, fails_b: FloatArray,
     rate_a = fails_a.sum() / reqs_a.sum() if reqs_a.sum() > 0 else 0.0
     rate_b = fails_b.sum() / reqs_b.sum() if reqs_b.sum() > 0 else 0.0
     if not (rate_a > 0 and rate_b > 0):
-        return 1.0, 1.0, df  # one arm has no failure: its share is 0 or 1 everywhere
+        # One arm has no failure: B's share is 0 or 1 in every group whatever the other arm's
+        # failures did (one burst or many), so nothing says it is binomial: not assessable.
+        return 1.0, 0.0, df
     share = _share(reqs_a[used], reqs_b[used], rate_b / rate_a)
     variance = totals[used] * share * (1.0 - share)
     keep = variance > 0
