@@ -82,6 +82,11 @@ Progress = Callable[[int, int, float], None]
 CHUNK = 48
 """Calibration samples drawn and scored together, at least (progress is told between chunks):
 one batch of the in-process reference's sampler (`hf.SAMPLE_BATCH`)."""
+TRANSPORT = frozenset(
+    {"stream", "timeout_s", "max_response_bytes", "logprobs", "top_logprobs", "return_token_ids"}
+)
+"""Request settings that change how answers travel, not what the reference samples: left out
+of a calibration's fingerprint."""
 
 
 UNTRUNCATED_NOTE = (
@@ -163,7 +168,12 @@ class ReferenceScorer:
     def fingerprint(self, spec: RequestSpec, picker: PromptPicker) -> str:
         """SHA-256 of everything a calibration depends on: the score, the reference (and its
         model files), the exact calibration prompts, the sampling settings, the sample count and
-        the false-flag rate. Two runs with the same fingerprint draw the same calibration."""
+        the false-flag rate. Two runs with the same fingerprint draw the same calibration.
+
+        How the answers travel is not part of it (`TRANSPORT`: streamed or not, the timeout,
+        the size cap, logprobs asked of the target): the reference's samples follow the same
+        distribution either way, so a streamed soak and a non-streamed one share a calibration.
+        """
         from soakgate.load.resume import prompts_digest
 
         settings = self.settings
@@ -172,7 +182,7 @@ class ReferenceScorer:
             "score": list(SCORES), "reference": self.reference.describe(),
             "model_files": getattr(self.reference, "files_digest", lambda: None)(),
             "prompts": prompts_digest(prompts),
-            "sampling": dataclasses.replace(spec, return_token_ids=True).to_dict(),
+            "sampling": {k: v for k, v in spec.to_dict().items() if k not in TRANSPORT},
             "samples": settings.calibration, "false_flag_rate": settings.false_flag_rate,
         }, sort_keys=True, default=str)  # fmt: skip
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
