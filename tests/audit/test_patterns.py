@@ -7,6 +7,7 @@ Every test runs `soakgate audit --format json` on its fixture under
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,10 @@ def test_address_tables_handed_to_the_driver_are_not_taken_for_outputs(
         ("p20_unity_builds", "p20::gemm_fp16", {"c", "workspace"}),  # built by #include
         ("p22_autograd_functions", "p22::scatter_sum", {"optional_out"}),  # X::apply -> forward
         ("p22_autograd_functions", "p22::clamp_in_place", {"x"}),  # ctx->mark_dirty({x})
+        ("p23_python_dsl_kernels", "p23::norm_out", {"out"}),  # @kernel_op -> CuTe kernel
+        ("p23_python_dsl_kernels", "p23::norm_inplace", {"x"}),  # the same launcher, in place
+        ("p23_python_dsl_kernels", "p23::double", {"out"}),  # kernel[grid](x, out): tl.store
+        ("p23_python_dsl_kernels", "p23::double_rows", {"out"}),  # wrap_triton; `X += ...`
     ],
 )
 def test_what_the_first_run_on_the_held_out_libraries_missed_is_followed(
@@ -261,8 +266,47 @@ def test_what_the_first_run_on_the_held_out_libraries_missed_is_followed(
     template instances to (and a default kernel made by a macro); and the misses of the
     first run on PyG's torch_scatter: `ScatterSum::apply(args...)` runs the autograd
     Function's `forward(ctx, args...)` (its `Variable` parameters are tensors), and
-    `ctx->mark_dirty({x})` is torch's own statement that `x` is modified in place."""
+    `ctx->mark_dirty({x})` is torch's own statement that `x` is modified in place; and the
+    misses of the first run on QuACK: ops registered through the package's own decorator that
+    calls `torch.library.custom_op`, whose writes happen in a CuTe DSL kernel reached through
+    a launcher, a compiled kernel object, its `__call__` and `self.kernel(...)`, through tiles
+    and partitions made in comprehensions and a `partial` copy helper; and a Triton kernel
+    launched as `kernel[grid](...)` or `wrap_triton(kernel)[grid](...)` storing through
+    `out_ptr + offsets` (moving a pointer with `X += ...` stores nothing)."""
     assert set(_written(_audit(capsys, fixture)[op])) == written
+
+
+def test_python_kernels_read_what_they_only_load_and_fix_annotates_an_explicit_schema(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The QuACK repro's reads: a tensor the kernel only loads (`x`, and `starts`, whose
+    `Int32` element offsets the output), one a branch views while the other branch writes a
+    new tensor (`p23::gather`); and `--fix` on an op with an explicit `schema=` annotates the
+    schema string and `mutates_args` together (torch refuses them when they disagree)."""
+    ops = _audit(capsys, "p23_python_dsl_kernels")
+    assert ops["p23::gather"]["verdicts"] == ["ok"] and not _written(ops["p23::gather"])
+    assert set(_written(ops["p23::norm_out"])) == {"out"}  # not x, not starts
+    tree = tmp_path / "p23"
+    shutil.copytree(PATTERNS / "p23_python_dsl_kernels", tree)
+    assert main(["audit", str(tree), "--fix", "--write"]) == 0
+    capsys.readouterr()
+    text = (tree / "p23pkg" / "norm.py").read_text()
+    assert (
+        'mutates_args=("out",),\n    schema="(Tensor x, Tensor starts, Tensor(a!) out) -> ()"'
+        in text
+    )
+    main(["audit", str(tree), "--format", "json"])
+    fixed = {op["op"]: op for op in json.loads(capsys.readouterr().out)["ops"]}
+    assert {name: op["verdicts"] for name, op in fixed.items()} == {n: ["ok"] for n in fixed}
+    torch = pytest.importorskip("torch")
+
+    def norm_out(x: Any, starts: Any, out: Any) -> None:
+        return None
+
+    norm_out.__annotations__ = dict.fromkeys(("x", "starts", "out"), torch.Tensor)
+    norm_out.__annotations__["return"] = None
+    schema = "(Tensor x, Tensor starts, Tensor(a!) out) -> ()"  # what the fix wrote
+    torch.library.custom_op("p23_test::norm_out", norm_out, mutates_args=("out",), schema=schema)
 
 
 def test_a_function_built_by_including_a_source_is_reported_where_it_is_written(

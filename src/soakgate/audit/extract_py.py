@@ -24,6 +24,7 @@ from soakgate.audit.py_fakes import (
     string_constants,
     strings,
 )
+from soakgate.audit.py_flow import PyTree
 from soakgate.audit.schema import SchemaSyntaxError, parse_schema
 
 _STRING = re.compile(r"""([rRbBuUfF]*)("(?!"")|'(?!''))((?:\\.|(?!\2)[^\\\n])*)\2""")
@@ -66,9 +67,13 @@ def _const_str(node: ast.AST | None) -> str | None:
 class _Extractor(ast.NodeVisitor):
     """Single pass over a module's syntax tree."""
 
-    def __init__(self, source: bytes, path: str) -> None:
+    def __init__(
+        self, source: bytes, path: str, flow: PyTree | None = None, wrappers: Iterable[str] = ()
+    ) -> None:
         self.source = source
         self.path = path
+        self.flow = flow
+        """The tree's Python, to follow an implementation's calls through (None: its body only)."""
         self.line_starts = [0]
         for index, byte in enumerate(source):
             if byte == 10:
@@ -84,8 +89,9 @@ class _Extractor(ast.NodeVisitor):
         """Module-level string constants, for op names built from them (`f"{NS}::op"`)."""
         self.modules: set[str] = set()
         """Names bound to imported modules that may be compiled extensions (`import ext as _C`)."""
-        self.registrars: dict[str, str] = {}
-        """Local names bound to a torch.library registrar (`_op = torch.library.custom_op`)."""
+        self.registrars: dict[str, str] = {name: "custom_op" for name in wrappers}
+        """Local names bound to a torch.library registrar (`_op = torch.library.custom_op`), and
+        the tree's own decorators that call `custom_op` with their argument (`@cute_op(...)`)."""
 
     def loc(self, node: ast.AST) -> Location:
         return Location(self.path, getattr(node, "lineno", 0))
@@ -232,7 +238,8 @@ class _Extractor(ast.NodeVisitor):
             self.out.fakes.add(qualname)
         elif registrar in {"impl", "register_kernel"}:
             key = keys[0] if keys else None
-            self.out.impls.append((qualname, analyse_python_impl(fn, self.path, key, self.modules)))
+            info = analyse_python_impl(fn, self.path, key, self.modules, self.flow)
+            self.out.impls.append((qualname, info))
 
     def define(self, call: ast.Call) -> None:
         receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
@@ -265,7 +272,10 @@ class _Extractor(ast.NodeVisitor):
             written = {s for e in mutates.elts if (s := _const_str(e))}
         else:
             written = set()
-        text = custom_op_schema(qualname.split("::", 1)[1], fn, written)
+        name = qualname.split("::", 1)[1]
+        given = next((kw.value for kw in call.keywords if kw.arg == "schema"), None)
+        explicit = _const_str(given)  # `schema="(Tensor x, Tensor(a!) out) -> ()"`: torch's own
+        text = name + explicit if explicit else custom_op_schema(name, fn, written)
         try:
             schema = parse_schema(text)
         except SchemaSyntaxError:
@@ -274,8 +284,16 @@ class _Extractor(ast.NodeVisitor):
         literal = (
             self.span(mutates) if isinstance(mutates, ast.Tuple | ast.List | ast.Set) else None
         )
-        self.out.defs.append(OpDef(qualname, schema, self.loc(fn), "custom_op", mutates=literal))
-        self.out.impls.append((qualname, analyse_python_impl(fn, self.path, None, self.modules)))
+        pieces: tuple[LiteralPiece, ...] = ()
+        if explicit and given is not None and (found := self.pieces(given)):
+            # torch requires the schema's write annotations to match mutates_args: `--fix`
+            # edits both (the name is not in the literal)
+            pieces = (LiteralPiece(self.path, -1, name), *found)
+        self.out.defs.append(
+            OpDef(qualname, schema, self.loc(fn), "custom_op", pieces=pieces, mutates=literal)
+        )
+        info = analyse_python_impl(fn, self.path, None, self.modules, self.flow)
+        self.out.impls.append((qualname, info))
 
     def call_site(self, call: ast.Call, name: str) -> None:
         head, _, rest = name.partition(".")
@@ -335,9 +353,15 @@ _PY_VIEWS = frozenset(
 
 
 def analyse_python_impl(
-    fn: ast.FunctionDef, path: str, key: str | None, modules: Iterable[str] = ()
+    fn: ast.FunctionDef,
+    path: str,
+    key: str | None,
+    modules: Iterable[str] = (),
+    flow: PyTree | None = None,
 ) -> ImplInfo:
-    """Parameters a Python implementation writes (`x.add_()`, `out[...] =`, `out=`) or returns."""
+    """Parameters a Python implementation writes (`x.add_()`, `out[...] =`, `out=`) or returns;
+    with `flow`, also through the functions, kernel objects and Python-DSL kernels of the tree
+    it calls (`py_flow`)."""
     params = {a.arg: a.arg for a in fn.args.args}
     info = ImplInfo(fn.name, key, Location(path, fn.lineno))
 
@@ -371,6 +395,14 @@ def analyse_python_impl(
                 if isinstance(value, ast.Name) and value.id in params:
                     info.returned_params[position] = params[value.id]
                     add(params[value.id], "returns-param", node)
+    if flow is not None:
+        seen = {w.param for w in info.writes if w.kind != "returns-param"}
+        for param, how in flow.writes_at(path, fn.lineno).items():
+            if param not in seen:
+                where = Location(path, fn.lineno)
+                info.writes.append(
+                    WriteEvidence(param, "python-call", how, where, Confidence.MEDIUM)
+                )
     return info
 
 
@@ -434,13 +466,17 @@ def _extension_call(
         info.extension_calls.append(ExtensionCall(func.attr, args, keywords, where, expression))
 
 
-def extract_python(source: bytes, path: str) -> PyFile:
-    """Op definitions, impls, fake registrations and call sites of one Python source."""
+def extract_python(
+    source: bytes, path: str, flow: PyTree | None = None, wrappers: Iterable[str] = ()
+) -> PyFile:
+    """Op definitions, impls, fake registrations and call sites of one Python source (`flow`:
+    the tree's Python, followed from each implementation; `wrappers`: the tree's decorators
+    that register a custom op)."""
     try:
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError):
         return PyFile()
-    extractor = _Extractor(source, path)
+    extractor = _Extractor(source, path, flow, wrappers)
     extractor.constants = string_constants(tree)
     extractor.visit(tree)
     if any(marker in source for marker in _FAKE_MARKERS):

@@ -225,6 +225,8 @@ def plan_fix(report: OpReport, call_sites: list[Location]) -> OpFix | None:
         fix.new_schema = apply_to_text(op.schema.text, edits)
         if op.origin == "custom_op":
             fix.file_edits.extend(_mutates_edit(op.mutates, written, drop))
+            for edit in edits if op.pieces else []:  # an explicit `schema=` says it too
+                fix.file_edits.extend(_to_file(op.pieces, edit))
             return fix
         if not op.pieces:
             raise AuditError("the schema is not a plain string literal")

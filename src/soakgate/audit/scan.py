@@ -24,6 +24,7 @@ from soakgate.audit.extract_py import PyFile, extract_python
 from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
 from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
 from soakgate.audit.py_fakes import added_python
+from soakgate.audit.py_flow import PyTree
 from soakgate.audit.schema import Schema
 from soakgate.audit.verdicts import judge
 from soakgate.audit.writes import infer_writes
@@ -235,6 +236,9 @@ class _Collected:
 def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
     collected = _Collected()
     parsed = 0
+    flow = PyTree(index.contents)
+    wrappers = flow.registrar_wrappers()
+    markers = (*_PY_MARKERS, *(name.encode() + b"(" for name in sorted(wrappers)))
     for path in files:
         key, data = str(path), index.contents.get(str(path), b"")
         if path.suffix in CPP_SUFFIXES and any(marker in data for marker in _CPP_MARKERS):
@@ -257,9 +261,9 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
             collected.cpp_impls.extend(
                 (_qualname(index.library(i.library, key), i.op), i) for i in unit.impls
             )
-        elif path.suffix == ".py" and any(marker in data for marker in _PY_MARKERS):
+        elif path.suffix == ".py" and any(marker in data for marker in markers):
             parsed += 1
-            _merge_python(collected, extract_python(data, key))
+            _merge_python(collected, extract_python(data, key, flow, wrappers))
         elif path.suffix in PATCH_SUFFIXES and any(marker in data for marker in _PY_MARKERS):
             parsed += 1
             for inner, text in added_python(data.decode("utf-8", "replace")):

@@ -1,0 +1,759 @@
+"""A Python op's writes followed through the tree's own Python: the helpers its body calls, the
+methods of the kernel objects it builds, and kernels written in Python DSLs that store into
+the tensors it hands them.
+
+Kernel libraries written in Python (CuTe DSL, Triton) rarely write in the op's body. The body
+calls a launcher (`_launch(x, out)`), which calls a compiled kernel (`K.compile(...)(x, out)`,
+where `compile` returns `cute.compile(K(...), ...)`), whose `__call__` launches a method
+(`self.kernel(mX, mO).launch(...)`), which tiles and partitions its tensors and copies a
+fragment into one of them (`cute.copy(atom, tXrO, tXgO)`). Each step is followed here:
+
+- calls are resolved by what the calling module binds: a function of the same module, a name
+  it imports from a module of the tree (`from pkg.m import f`, `import pkg.m as m; m.f`), a
+  method of the class a method belongs to (`self.f`, through base classes of the tree), a
+  class's static method (`K.compile`), a `functools.partial` bound to a local, the class a
+  compiled callable was built from; only where none of these names it, the one function of that
+  name in the tree;
+- arguments bind to parameters (positions, keywords, a partial's keywords; `self` skipped for
+  bound calls);
+- a local takes the parameters of what it is computed from: views and slices, and any call that
+  is not known to allocate (`cute.local_tile(mO, ...)`, `thr.partition_D(gO)`), elementwise
+  through `a, b = [f(t) for t in (x, y)]`; a call to a function of the tree takes what that
+  function returns; allocations (`make_rmem_tensor_like`, `torch.empty_like`, `.load()`, torch
+  functions) take nothing;
+- writes: a store into a subscript or an augmented assignment, an in-place method (`x.add_()`),
+  `out=`, a CuTe copy's destination (`cute.copy(atom, src, dst)`, `cute.autovec_copy(src, dst)`:
+  the last positional argument), `t.store(v)`, Triton's `tl.store(ptr, ...)` and atomics, and
+  what a called function of the tree writes through the parameters the call binds.
+
+Flow-insensitive (every assignment of a function at once) and bounded in depth. Written by hand:
+no library models what Python code writes through its arguments without running it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+MAX_DEPTH = 10
+# Calls whose result is new storage, never a view of their arguments.
+ALLOCATORS = frozenset(
+    {
+        "make_fragment", "make_fragment_like", "make_rmem_tensor", "make_rmem_tensor_like",
+        "allocate_tensor", "allocate_array", "make_identity_tensor", "empty", "empty_like",
+        "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "clone",
+        "load", "to", "float", "half", "bfloat16", "double", "int", "long", "new_empty",
+        "new_zeros", "new_ones", "new_full", "copy", "deepcopy", "len", "isinstance", "tuple",
+        "max", "min", "sum", "size", "numel", "dim", "stride", "item", "tolist", "cat", "stack",
+    }
+)  # fmt: skip
+# CuTe DSL / cutlass numeric types: `Int32(mCuSeqlens[b])` is a scalar value, not storage.
+NUMBERS = frozenset(
+    {
+        "Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16", "Uint32", "Uint64", "Float16",
+        "BFloat16", "Float32", "Float64", "TFloat32", "Boolean", "Float8E4M3FN", "Float8E5M2",
+    }
+)  # fmt: skip
+# A tensor's attributes that describe it: numbers, not storage (`x_ptr + D` where `D =
+# x.shape[1]` is an offset from x_ptr, not a pointer into x).
+METADATA = frozenset(
+    {
+        "shape", "dtype", "device", "ndim", "element_type", "layout", "is_cuda", "itemsize",
+        "nbytes", "requires_grad", "width", "is_contiguous", "names", "memspace",
+    }
+)  # fmt: skip
+# Methods that return a view of their receiver (or the receiver itself).
+VIEWS = frozenset(
+    {
+        "view", "reshape", "view_as", "select", "narrow", "flatten", "unflatten", "t",
+        "transpose", "permute", "squeeze", "unsqueeze", "expand", "expand_as", "as_strided",
+        "contiguous", "chunk", "split", "unbind", "movedim", "diagonal", "detach", "mT", "T",
+        "real", "imag", "__getitem__", "iterator",
+    }
+)  # fmt: skip
+# Modules whose functions return new tensors (or no tensors at all).
+FRESH_MODULES = frozenset({"torch", "F", "np", "numpy", "math", "operator", "functools"})
+TUPLE_RESULTS = {"tma_partition": (3, 4)}
+"""CuTe calls returning a tuple of partitions, each of one argument: `cpasync.tma_partition(atom,
+coord, layout, smem, gmem)` returns (smem partition, gmem partition)."""
+DSLS = frozenset({"triton", "cute", "cutlass"})
+"""Modules whose decorators make a kernel of a Python DSL (`@triton.jit`, `@cute.kernel`)."""
+CUTE_COPIES = frozenset({"copy", "autovec_copy", "basic_copy", "basic_copy_if", "copy_if"})
+"""CuTe DSL copies: the destination is the last positional argument."""
+NOT_WRITES = frozenset({"requires_grad_", "unsqueeze_", "squeeze_", "t_", "transpose_"})
+TRITON_STORES = frozenset(
+    {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
+     "atomic_and", "atomic_or", "atomic_xor"}
+)  # fmt: skip
+_DEFINED = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
+Aliases = dict[str, frozenset[str]]
+_Add = Callable[[frozenset[str], "ast.AST | str"], None]
+_COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp, ast.SetComp)
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    """A function of the tree, with the class it is a method of (if any) and its file."""
+
+    node: ast.FunctionDef
+    path: str
+    owner: ast.ClassDef | None = None
+
+    @property
+    def params(self) -> list[str]:
+        args = self.node.args
+        return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+
+
+@dataclass(slots=True)
+class _Module:
+    tree: ast.Module
+    functions: dict[str, ast.FunctionDef] = field(default_factory=dict)
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    imported: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Local name -> (module dotted name, attribute or "" for a module itself)."""
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _last(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Attribute | ast.Subscript | ast.Starred):
+        node = node.value
+    return node
+
+
+class PyTree:
+    """Every Python file of the tree, parsed when first needed, for following calls."""
+
+    def __init__(self, contents: Mapping[str, bytes]) -> None:
+        self._sources = {p: d for p, d in contents.items() if p.endswith(".py")}
+        self._modules: dict[str, _Module | None] = {}
+        self._defined: dict[str, list[str]] | None = None
+        self._tails: dict[str, list[str]] | None = None
+        """Module path tails (`pkg/m`, `m`) -> files, for resolving imports."""
+        self._memo: dict[tuple[int, int], dict[str, str]] = {}
+        self._active: set[int] = set()
+
+    # --- modules and names -------------------------------------------------------------------
+
+    def module(self, path: str) -> _Module | None:
+        if path not in self._modules:
+            self._modules[path] = _parse(self._sources.get(path, b""), path)
+        return self._modules[path]
+
+    def _paths_defining(self, name: str) -> list[str]:
+        if self._defined is None:
+            self._defined = {}
+            for path, data in self._sources.items():
+                for match in _DEFINED.finditer(data):
+                    self._defined.setdefault(match.group(1).decode(), []).append(path)
+        return self._defined.get(name, [])
+
+    def _module_path(self, dotted: str, near: str) -> str | None:
+        """The tree's file for a module name (`pkg.sub`), relative ones resolved from `near`."""
+        level = len(dotted) - len(dotted.lstrip("."))
+        parts = [p for p in dotted.lstrip(".").split(".") if p]
+        if self._tails is None:
+            self._tails = {}
+            for path in self._sources:
+                pieces = ("/" + path.lstrip("/")).removesuffix(".py").split("/")
+                if pieces[-1] == "__init__":
+                    pieces.pop()
+                for start in range(1, len(pieces)):  # every tail: `m`, `pkg/m`, `src/pkg/m`
+                    self._tails.setdefault("/".join(pieces[start:]), []).append(path)
+        if level:
+            base = ("/" + near.lstrip("/")).rsplit("/", level)[0]
+            wanted = "/".join([base, *parts])
+            found = [
+                p
+                for p in self._tails.get("/".join(parts), [])
+                if ("/" + p.lstrip("/")).removesuffix(".py").removesuffix("/__init__") == wanted
+            ]
+            return found[0] if found else None
+        found = self._tails.get("/".join(parts), []) if parts else []
+        return found[0] if found else None
+
+    def _lookup(
+        self, name: str, path: str, want: str, depth: int = 0
+    ) -> tuple[str, ast.AST] | None:
+        """A function (`want="def"`) or class (`"class"`) bound to `name` in the module at
+        `path`: defined there, or imported from a module of the tree."""
+        module = self.module(path)
+        if module is None or depth > 4:
+            return None
+        table = module.functions if want == "def" else module.classes
+        if name in table:
+            return path, table[name]
+        if name in module.imported:
+            source, attribute = module.imported[name]
+            target = self._module_path(source, path)
+            if target is not None and attribute:
+                return self._lookup(attribute, target, want, depth + 1)
+        return None
+
+    def _unique(self, name: str, want: str) -> tuple[str, ast.AST] | None:
+        """The only module-level function or class of that name in the tree."""
+        found = []
+        for path in self._paths_defining(name):
+            module = self.module(path)
+            table = (module.functions if want == "def" else module.classes) if module else {}
+            if name in table:
+                found.append((path, table[name]))
+        return found[0] if len(found) == 1 else None
+
+    def function(self, name: str, path: str) -> Function | None:
+        found = self._lookup(name, path, "def") or self._unique(name, "def")
+        if found is None or not isinstance(found[1], ast.FunctionDef):
+            return None
+        return Function(found[1], found[0])
+
+    def klass(self, name: str, path: str) -> tuple[str, ast.ClassDef] | None:
+        found = self._lookup(name, path, "class") or self._unique(name, "class")
+        if found is None or not isinstance(found[1], ast.ClassDef):
+            return None
+        return found[0], found[1]
+
+    def method(self, owner: tuple[str, ast.ClassDef], name: str, depth: int = 0) -> Function | None:
+        """`name` on a class of the tree, or inherited from one of its bases in the tree."""
+        path, cls = owner
+        for item in cls.body:
+            if isinstance(item, ast.FunctionDef) and item.name == name:
+                return Function(item, path, cls)
+        if depth > 6:
+            return None
+        for base in cls.bases:
+            found = self.klass(_last(base), path) if _last(base) else None
+            if found is not None and found[1] is not cls:
+                method = self.method(found, name, depth + 1)
+                if method is not None:
+                    return method
+        return None
+
+    def module_function(self, module_name: str, attribute: str, path: str) -> Function | None:
+        """`m.f` where `m` names a module the file at `path` imports."""
+        module = self.module(path)
+        if module is None or module_name not in module.imported:
+            return None
+        source, name = module.imported[module_name]
+        dotted = f"{source}.{name}" if name else source
+        target = self._module_path(dotted, path)
+        if target is None:
+            return None
+        found = self._lookup(attribute, target, "def")
+        return (
+            Function(found[1], found[0])
+            if found and isinstance(found[1], ast.FunctionDef)
+            else None
+        )
+
+    def registrar_wrappers(self) -> frozenset[str]:
+        """Functions of the tree that register their argument as a custom op: a decorator
+        factory whose body calls `torch.library.custom_op(name, fn, ...)` with `name` one of its
+        own parameters (`def cute_op(name, *, mutates_args, schema=None)`)."""
+        found = set()
+        for path, data in self._sources.items():
+            module = self.module(path) if b"custom_op(" in data else None
+            for node in ast.walk(module.tree) if module is not None else ():
+                if not isinstance(node, ast.FunctionDef):
+                    continue
+                params = {a.arg for a in (*node.args.posonlyargs, *node.args.args)}
+                for inner in _own_nodes(node):
+                    if (
+                        isinstance(inner, ast.Call)
+                        and _last(inner.func) == "custom_op"
+                        and inner.args
+                        and isinstance(inner.args[0], ast.Name)
+                        and inner.args[0].id in params
+                    ):
+                        found.add(node.name)
+        return frozenset(found)
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def writes_at(self, path: str, line: int) -> dict[str, str]:
+        """`writes` of the function defined at `path:line` (as this tree parsed it: results are
+        kept by node, so nodes of another parse must not be passed in)."""
+        module = self.module(path)
+        for node in ast.walk(module.tree) if module is not None else ():
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.lineno == line:
+                        return self.writes(Function(item, path, node))
+            elif isinstance(node, ast.FunctionDef) and node.lineno == line:
+                return self.writes(Function(node, path))
+        return {}
+
+    def writes(self, fn: Function, depth: int = 0) -> dict[str, str]:
+        """Parameters of `fn` its code (and what it calls in the tree) writes: name -> how."""
+        key = (id(fn.node), 0)
+        if key in self._memo:
+            return self._memo[key]
+        if depth > MAX_DEPTH or id(fn.node) in self._active:
+            return {}
+        self._active.add(id(fn.node))
+        try:
+            found = _Body(self, fn, depth).writes()
+        finally:
+            self._active.discard(id(fn.node))
+        self._memo[key] = found
+        return found
+
+    def returned(self, fn: Function, depth: int = 0) -> frozenset[str]:
+        """Parameters of `fn` whose storage it may return (a view, the tensor itself)."""
+        key = (id(fn.node), 1)
+        if key in self._memo:
+            return frozenset(self._memo[key])
+        if depth > MAX_DEPTH or id(fn.node) in self._active:
+            return frozenset()
+        self._active.add(id(fn.node))
+        try:
+            names = set(_Body(self, fn, depth).returns)
+        finally:
+            self._active.discard(id(fn.node))
+        self._memo[key] = {n: "" for n in names}
+        return frozenset(names)
+
+    def compiled_class(self, fn: Function) -> tuple[str, ast.ClassDef] | None:
+        """The class `fn` returns a compiled kernel of (`return cute.compile(K(...), ...)`)."""
+        for node in _own_nodes(fn.node):
+            if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
+                found = self._compile_target(node.value, fn)
+                if found is not None:
+                    return found
+        return None
+
+    def _compile_target(self, call: ast.Call, fn: Function) -> tuple[str, ast.ClassDef] | None:
+        """For `cute.compile(K(...), ...)` or `cute.compile(k, ...)` with `k = K(...)`: K."""
+        dotted = _dotted(call.func)
+        if not (dotted == "cute.compile" or dotted.endswith(".cute.compile")) or not call.args:
+            return None
+        built: ast.expr | None = call.args[0]
+        if isinstance(built, ast.Name):
+            built = _assigned_call(fn.node, built.id)
+        if isinstance(built, ast.Call) and _last(built.func):
+            return self.klass(_last(built.func), fn.path)
+        return None
+
+
+def _parse(data: bytes, path: str) -> _Module | None:
+    try:
+        tree = ast.parse(data, filename=path)
+    except (SyntaxError, ValueError):
+        return None
+    module = _Module(tree)
+    for item in tree.body:
+        if isinstance(item, ast.FunctionDef):
+            module.functions[item.name] = item
+        elif isinstance(item, ast.ClassDef):
+            module.classes[item.name] = item
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = "." * node.level + (node.module or "")
+            for alias in node.names:
+                module.imported[alias.asname or alias.name] = (source, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    module.imported[alias.asname] = (alias.name, "")
+                else:
+                    head = alias.name.split(".")[0]
+                    module.imported.setdefault(head, (head, ""))
+    return module
+
+
+def _decorated(decorator: ast.expr) -> ast.expr:
+    """The decorator's callee (`triton.autotune` of `@triton.autotune(configs=...)`)."""
+    return decorator.func if isinstance(decorator, ast.Call) else decorator
+
+
+def _merged(one: Aliases, other: Aliases) -> Aliases:
+    """Where two paths meet: a local may hold what either gave it."""
+    merged = dict(one)
+    for name, derived in other.items():
+        merged[name] = merged.get(name, frozenset()) | derived
+    return merged
+
+
+def _own_nodes(fn: ast.FunctionDef) -> Iterator[ast.AST]:
+    """The nodes of a function's body, without those of functions or classes nested in it."""
+    stack: list[ast.AST] = list(fn.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
+            ):
+                stack.append(child)
+
+
+def _assigned_call(fn: ast.FunctionDef, name: str) -> ast.Call | None:
+    for node in _own_nodes(fn):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        ):
+            return node.value
+    return None
+
+
+class _Body:
+    """One function's locals and writes."""
+
+    def __init__(self, tree: PyTree, fn: Function, depth: int) -> None:
+        self.tree, self.fn, self.depth = tree, fn, depth
+        self.aliases: Aliases = {p: frozenset({p}) for p in fn.params}
+        self.partials: dict[str, ast.Call] = {}
+        self.values: set[str] = set()
+        """Locals computed by arithmetic (`y = x * w`): values, so `y += v` stores nothing."""
+        self.compiled: dict[str, tuple[str, ast.ClassDef]] = {}
+        self.dsl = any(_dotted(_decorated(d)).split(".")[0] in DSLS for d in fn.node.decorator_list)
+        """A kernel of a Python DSL (`@triton.jit`, `@cute.kernel`): its names are values."""
+        self.found: dict[str, str] = {}
+        """Parameters written -> how (the first evidence found)."""
+        self.returns: frozenset[str] = frozenset()
+        """Parameters whose storage a `return` may hand back."""
+        assigns = [n for n in _own_nodes(fn.node) if isinstance(n, ast.Assign | ast.AnnAssign)]
+        for _ in range(3):  # helpers bound to names, wherever they are bound (`y = x_hat`
+            for node in assigns:  # after `x_hat = x * r`: a chain needs a few rounds)
+                self._helpers(node)
+        self._walk(fn.node.body)
+
+    # --- statements, in order: a local holds what its latest assignment gave it --------------
+
+    def _walk(self, body: list[ast.stmt]) -> None:
+        for statement in body:
+            self._statement(statement)
+
+    def _statement(self, node: ast.stmt) -> None:
+        if isinstance(node, _NESTED):
+            return
+        before = dict(self.aliases)
+        if isinstance(node, ast.If):
+            self._scan(node.test)
+            self._walk(node.body)
+            taken, self.aliases = self.aliases, before
+            self._walk(node.orelse)
+            self.aliases = _merged(taken, self.aliases)
+        elif isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            head = node.iter if isinstance(node, ast.For | ast.AsyncFor) else node.test
+            self._scan(head)
+            for _ in range(2):  # twice: what one iteration binds reaches the next
+                if isinstance(node, ast.For | ast.AsyncFor):
+                    self._bind(node.target, self.derive(node.iter))
+                self._walk(node.body)
+                self.aliases = _merged(before, self.aliases)  # it may run no iteration
+            self._walk(node.orelse)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                self._scan(item.context_expr)
+                if item.optional_vars is not None:
+                    self._bind(item.optional_vars, self.derive(item.context_expr))
+            self._walk(node.body)
+        elif isinstance(node, ast.Try | ast.TryStar):
+            self._walk(node.body)
+            for handler in node.handlers:
+                self.aliases = _merged(before, self.aliases)
+                self._walk(handler.body)
+            self._walk(node.orelse)
+            self._walk(node.finalbody)
+        elif isinstance(node, ast.Match):
+            self._scan(node.subject)
+            merged = before
+            for case in node.cases:
+                self.aliases = dict(before)
+                self._walk(case.body)
+                merged = _merged(merged, self.aliases)
+            self.aliases = merged
+        else:
+            self._scan(node)
+            if isinstance(node, ast.Return) and node.value is not None:
+                self.returns |= self.derive(node.value)
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                self._assign(node)
+
+    def _scan(self, node: ast.AST) -> None:
+        """Writes in one simple statement (or a compound statement's test), as things stand."""
+        stack = [node]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                self._store(item)
+            elif isinstance(item, ast.Call):
+                self._call_writes(item, self._add)
+            stack.extend(c for c in ast.iter_child_nodes(item) if not isinstance(c, _NESTED))
+
+    def _add(self, derived: frozenset[str], how: ast.AST | str) -> None:
+        text = how if isinstance(how, str) else ast.unparse(how)[:100]
+        for param in derived:
+            self.found.setdefault(param, text)
+
+    def _store(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Subscript) or (
+                isinstance(node, ast.AugAssign)
+                and not (
+                    isinstance(target, ast.Name)
+                    and (target.id in self.values or self.dsl)  # `X += row * stride`: a pointer
+                )  # moved in a Triton kernel, a value rebound in a CuTe one: nothing stored
+            ):
+                self._add(self.derive(target), node)
+
+    def _helpers(self, node: ast.Assign | ast.AnnAssign) -> None:
+        """Names bound to a partial, to a compiled kernel, or to arithmetic (flow-insensitive:
+        they name helpers and values, not storage)."""
+        value = node.value
+        if value is None:
+            return
+        targets = [t for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if self._is_value(value):
+            self.values.update(names)
+        if isinstance(value, ast.Call) and _last(value.func) == "partial" and value.args:
+            self.partials.update(dict.fromkeys(names, value))
+        elif isinstance(value, ast.Call):
+            built = self._callable_class(value)
+            if built is not None:
+                self.compiled.update(dict.fromkeys(names, built))
+
+    def _assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        value = node.value
+        if value is None:
+            return
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Tuple | ast.List):
+                parts = self._elementwise(value, len(target.elts))
+                for element, derived in zip(target.elts, parts, strict=True):
+                    self._bind(element, derived)
+            else:
+                self._bind(target, self.derive(value))
+
+    def _is_value(self, value: ast.expr) -> bool:
+        """Arithmetic, an allocation, or a local that holds one: not a parameter's storage."""
+        if isinstance(value, ast.IfExp):
+            return self._is_value(value.body) and self._is_value(value.orelse)
+        return (
+            isinstance(value, ast.BinOp | ast.UnaryOp)
+            or (isinstance(value, ast.Call) and _last(value.func) in ALLOCATORS | NUMBERS)
+            or (isinstance(value, ast.Name) and value.id in self.values)
+        )
+
+    def _bind(self, target: ast.expr, derived: frozenset[str]) -> None:
+        """Rebind a local: it now holds only what this assignment gave it."""
+        if isinstance(target, ast.Name):
+            self.aliases[target.id] = derived
+        elif isinstance(target, ast.Starred):
+            self._bind(target.value, derived)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for element in target.elts:
+                self._bind(element, derived)
+
+    def _elementwise(self, value: ast.expr, count: int) -> list[frozenset[str]]:
+        """What each of `count` unpacked targets takes from `value`."""
+        if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == count:
+            return [self.derive(e) for e in value.elts]
+        positions = TUPLE_RESULTS.get(_last(value.func)) if isinstance(value, ast.Call) else None
+        if isinstance(value, ast.Call) and positions and len(positions) == count:
+            args = value.args
+            return [self.derive(args[i]) if i < len(args) else frozenset() for i in positions]
+        if (
+            isinstance(value, ast.ListComp | ast.GeneratorExp)
+            and len(value.generators) == 1
+            and isinstance(value.generators[0].target, ast.Name)
+            and isinstance(value.generators[0].iter, ast.Tuple | ast.List)
+            and len(value.generators[0].iter.elts) == count
+        ):
+            variable = value.generators[0].target.id
+            found = []
+            for element in value.generators[0].iter.elts:
+                saved = self.aliases.get(variable)
+                self.aliases[variable] = self.derive(element)
+                found.append(self.derive(value.elt))
+                if saved is None:
+                    del self.aliases[variable]
+                else:
+                    self.aliases[variable] = saved
+            return found
+        whole = self._comprehension(value) if isinstance(value, _COMPREHENSIONS) else None
+        return [self.derive(value) if whole is None else whole] * count
+
+    def _comprehension(self, node: ast.ListComp | ast.GeneratorExp | ast.SetComp) -> frozenset[str]:
+        """Every value of a comprehension: its variables take what they iterate over."""
+        saved = dict(self.aliases)
+        try:
+            for generator in node.generators:
+                taken = self.derive(generator.iter)
+                for name in ast.walk(generator.target):
+                    if isinstance(name, ast.Name):
+                        self.aliases[name.id] = taken
+            return self.derive(node.elt)
+        finally:
+            self.aliases = saved
+
+    def derive(self, node: ast.expr) -> frozenset[str]:
+        """The parameters whose storage `node` may be (or view)."""
+        if isinstance(node, ast.Name):
+            return self.aliases.get(node.id, frozenset())
+        if isinstance(node, ast.Attribute):  # `mO.iterator`, `x.T`, `x.data`; not `x.shape`
+            return frozenset() if node.attr in METADATA else self.derive(node.value)
+        if isinstance(node, ast.Subscript | ast.Starred):
+            return self.derive(node.value)
+        if isinstance(node, ast.BinOp):  # pointer arithmetic: `x_ptr + offsets`
+            return self.derive(node.left) | self.derive(node.right)
+        if isinstance(node, ast.IfExp):
+            return self.derive(node.body) | self.derive(node.orelse)
+        if isinstance(node, ast.Tuple | ast.List):
+            return frozenset().union(*(self.derive(e) for e in node.elts))
+        if isinstance(node, _COMPREHENSIONS):
+            return self._comprehension(node)
+        if isinstance(node, ast.Call):
+            return self._call_result(node)
+        return frozenset()
+
+    def _call_result(self, call: ast.Call) -> frozenset[str]:
+        func, name = call.func, _last(call.func)
+        if name in ALLOCATORS or name in NUMBERS:
+            return frozenset()
+        if isinstance(func, ast.Attribute):
+            receiver = self.derive(func.value)
+            if receiver:  # a method of the tensor itself: a view or something new
+                return receiver if name in VIEWS else frozenset()
+            if isinstance(_root(func), ast.Name) and _dotted(func).split(".")[0] in FRESH_MODULES:
+                return frozenset()
+        target = self.callee(call)
+        if target is not None:
+            callee, bound = target
+            returned = self.tree.returned(callee, self.depth + 1)
+            return frozenset().union(
+                *(
+                    self.derive(arg)
+                    for param, arg in self._binding(call, callee, bound)
+                    if param in returned
+                )
+            )
+        parts = [self.derive(a) for a in call.args] + [self.derive(k.value) for k in call.keywords]
+        return frozenset().union(*parts)
+
+    # --- calls -------------------------------------------------------------------------------
+
+    def _callable_class(self, call: ast.Call) -> tuple[str, ast.ClassDef] | None:
+        """The kernel class a call's result is a compiled callable of, if it is one."""
+        direct = self.tree._compile_target(call, self.fn)
+        if direct is not None:
+            return direct
+        target = self.callee(call)
+        return self.tree.compiled_class(target[0]) if target is not None else None
+
+    def callee(self, call: ast.Call) -> tuple[Function, bool] | None:
+        """The function of the tree a call runs, and whether it is bound (`self` skipped)."""
+        func, path = call.func, self.fn.path
+        if isinstance(func, ast.Name):
+            inner = self.partials[func.id].args[0] if func.id in self.partials else None
+            if inner is not None and not (
+                isinstance(inner, ast.Name) and inner.id in self.partials
+            ):
+                return self.callee(ast.Call(inner, [], []))  # `f = partial(g, ...)`: g
+            if func.id in self.compiled:
+                method = self.tree.method(self.compiled[func.id], "__call__")
+                return (method, True) if method is not None else None
+            found = self.tree.function(func.id, path)
+            return (found, False) if found is not None else None
+        if isinstance(func, ast.Subscript):  # a Triton launch: `kernel[grid](x, out, n)`
+            kernel = func.value
+            if isinstance(kernel, ast.Call) and _last(kernel.func) == "wrap_triton" and kernel.args:
+                kernel = kernel.args[0]  # `torch.library.wrap_triton(kernel)[grid](...)`
+            launched = self.callee(ast.Call(kernel, [], []))
+            return (launched[0], False) if launched is not None else None
+        if isinstance(func, ast.Call):  # `K.compile(...)(x, out)`
+            built = self._callable_class(func)
+            if built is not None:
+                method = self.tree.method(built, "__call__")
+                return (method, True) if method is not None else None
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        head = func.value
+        if isinstance(head, ast.Name) and head.id in ("self", "cls") and self.fn.owner is not None:
+            method = self.tree.method((self.fn.path, self.fn.owner), func.attr)
+            return (method, True) if method is not None else None
+        if isinstance(head, ast.Name):
+            found = self.tree.module_function(head.id, func.attr, path)
+            if found is not None:
+                return found, False
+            owner = self.tree.klass(head.id, path)
+            if owner is not None:
+                method = self.tree.method(owner, func.attr)
+                if method is not None:
+                    static = any(_last(d) == "staticmethod" for d in method.node.decorator_list)
+                    return method, not static
+        return None
+
+    def _binding(self, call: ast.Call, callee: Function, bound: bool) -> list[tuple[str, ast.expr]]:
+        """(callee parameter, the caller's argument) for each argument the call passes."""
+        if isinstance(call.func, ast.Name) and call.func.id in self.partials:
+            inner = self.partials[call.func.id]
+            call = ast.Call(
+                inner.args[0], [*inner.args[1:], *call.args], [*inner.keywords, *call.keywords]
+            )
+        args = callee.node.args
+        positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+        if bound and positional:
+            positional = positional[1:]
+        pairs: list[tuple[str, ast.expr]] = []
+        for index, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if index < len(positional):
+                pairs.append((positional[index], arg))
+        names = set(callee.params)
+        pairs.extend((k.arg, k.value) for k in call.keywords if k.arg in names)
+        return pairs
+
+    def writes(self) -> dict[str, str]:
+        return self.found
+
+    def _call_writes(self, call: ast.Call, add: _Add) -> None:
+        func, name = call.func, _last(call.func)
+        dotted = _dotted(func)
+        receiver = self.derive(func.value) if isinstance(func, ast.Attribute) else frozenset()
+        if dotted.split(".")[0] in FRESH_MODULES or receiver:  # `torch.mm(a, b, out=c)`
+            for keyword in call.keywords:
+                if keyword.arg == "out":
+                    add(self.derive(keyword.value), call)
+        if isinstance(func, ast.Attribute):
+            if name.endswith("_") and not name.startswith("_") and name not in NOT_WRITES:
+                add(receiver, call)
+            if name == "store" and receiver:  # a CuTe tensor's `t.store(values)`
+                add(receiver, call)
+        head = dotted.split(".")[0]
+        if head in ("cute", "cutlass") and name in CUTE_COPIES and call.args:
+            add(self.derive(call.args[-1]), call)  # the destination is the last argument
+        if head in ("tl", "triton") and name in TRITON_STORES and call.args:
+            add(self.derive(call.args[0]), call)
+        target = self.callee(call)
+        if target is None:
+            return
+        callee, bound = target
+        written = self.tree.writes(callee, self.depth + 1)
+        if not written:
+            return
+        for param, arg in self._binding(call, callee, bound):
+            if param in written:
+                add(self.derive(arg), f"{ast.unparse(call)[:60]} -> {written[param]}")
