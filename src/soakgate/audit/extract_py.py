@@ -472,8 +472,9 @@ def extract_python(
     """Op definitions, impls, fake registrations and call sites of one Python source (`flow`:
     the tree's Python, followed from each implementation; `wrappers`: the tree's decorators
     that register a custom op)."""
+    parsed = flow.module(path) if flow is not None else None  # the tree's parse, not a second
     try:
-        tree = ast.parse(source, filename=path)
+        tree = parsed.tree if parsed is not None else ast.parse(source, filename=path)
     except (SyntaxError, ValueError):
         return PyFile()
     extractor = _Extractor(source, path, flow, wrappers)

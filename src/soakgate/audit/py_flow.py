@@ -145,12 +145,16 @@ class PyTree:
         self._defined: dict[str, list[str]] | None = None
         self._tails: dict[str, list[str]] | None = None
         """Module path tails (`pkg/m`, `m`) -> files, for resolving imports."""
-        self._memo: dict[tuple[int, int], dict[str, str]] = {}
+        self._analysed: dict[int, tuple[dict[str, str], frozenset[str]]] = {}
+        """Function node -> (parameters it writes and how, parameters it may return)."""
         self._active: set[int] = set()
 
     # --- modules and names -------------------------------------------------------------------
 
     def module(self, path: str) -> _Module | None:
+        """The file's parse (None: not a Python file of the tree, or not Python at all)."""
+        if path not in self._sources:
+            return None
         if path not in self._modules:
             self._modules[path] = _parse(self._sources.get(path, b""), path)
         return self._modules[path]
@@ -299,33 +303,27 @@ class PyTree:
 
     def writes(self, fn: Function, depth: int = 0) -> dict[str, str]:
         """Parameters of `fn` its code (and what it calls in the tree) writes: name -> how."""
-        key = (id(fn.node), 0)
-        if key in self._memo:
-            return self._memo[key]
-        if depth > MAX_DEPTH or id(fn.node) in self._active:
-            return {}
-        self._active.add(id(fn.node))
-        try:
-            found = _Body(self, fn, depth).writes()
-        finally:
-            self._active.discard(id(fn.node))
-        self._memo[key] = found
-        return found
+        return self._analyse(fn, depth)[0]
 
     def returned(self, fn: Function, depth: int = 0) -> frozenset[str]:
         """Parameters of `fn` whose storage it may return (a view, the tensor itself)."""
-        key = (id(fn.node), 1)
-        if key in self._memo:
-            return frozenset(self._memo[key])
-        if depth > MAX_DEPTH or id(fn.node) in self._active:
-            return frozenset()
-        self._active.add(id(fn.node))
+        return self._analyse(fn, depth)[1]
+
+    def _analyse(self, fn: Function, depth: int) -> tuple[dict[str, str], frozenset[str]]:
+        """One analysis of `fn`'s body, kept; nothing while it is being analysed (recursion)
+        or past `MAX_DEPTH`."""
+        key = id(fn.node)
+        if key in self._analysed:
+            return self._analysed[key]
+        if depth > MAX_DEPTH or key in self._active:
+            return {}, frozenset()
+        self._active.add(key)
         try:
-            names = set(_Body(self, fn, depth).returns)
+            body = _Body(self, fn, depth)
         finally:
-            self._active.discard(id(fn.node))
-        self._memo[key] = {n: "" for n in names}
-        return frozenset(names)
+            self._active.discard(key)
+        self._analysed[key] = body.found, body.returns
+        return self._analysed[key]
 
     def compiled_class(self, fn: Function) -> tuple[str, ast.ClassDef] | None:
         """The class `fn` returns a compiled kernel of (`return cute.compile(K(...), ...)`)."""
@@ -375,6 +373,10 @@ def _parse(data: bytes, path: str) -> _Module | None:
     return module
 
 
+def _is_partial(call: ast.Call) -> bool:
+    return _last(call.func) == "partial" and bool(call.args)
+
+
 def _decorated(decorator: ast.expr) -> ast.expr:
     """The decorator's callee (`triton.autotune` of `@triton.autotune(configs=...)`)."""
     return decorator.func if isinstance(decorator, ast.Call) else decorator
@@ -395,9 +397,7 @@ def _own_nodes(fn: ast.FunctionDef) -> Iterator[ast.AST]:
         node = stack.pop()
         yield node
         for child in ast.iter_child_nodes(node):
-            if not isinstance(
-                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda
-            ):
+            if not isinstance(child, _NESTED):
                 stack.append(child)
 
 
@@ -428,10 +428,7 @@ class _Body:
         """Parameters written -> how (the first evidence found)."""
         self.returns: frozenset[str] = frozenset()
         """Parameters whose storage a `return` may hand back."""
-        assigns = [n for n in _own_nodes(fn.node) if isinstance(n, ast.Assign | ast.AnnAssign)]
-        for _ in range(3):  # helpers bound to names, wherever they are bound (`y = x_hat`
-            for node in assigns:  # after `x_hat = x * r`: a chain needs a few rounds)
-                self._helpers(node)
+        self._helpers(fn.node)
         self._walk(fn.node.body)
 
     # --- statements, in order: a local holds what its latest assignment gave it --------------
@@ -515,22 +512,26 @@ class _Body:
             ):
                 self._add(self.derive(target), node)
 
-    def _helpers(self, node: ast.Assign | ast.AnnAssign) -> None:
-        """Names bound to a partial, to a compiled kernel, or to arithmetic (flow-insensitive:
-        they name helpers and values, not storage)."""
-        value = node.value
-        if value is None:
-            return
-        targets = [t for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if self._is_value(value):
-            self.values.update(names)
-        if isinstance(value, ast.Call) and _last(value.func) == "partial" and value.args:
-            self.partials.update(dict.fromkeys(names, value))
-        elif isinstance(value, ast.Call):
-            built = self._callable_class(value)
-            if built is not None:
-                self.compiled.update(dict.fromkeys(names, built))
+    def _helpers(self, fn: ast.FunctionDef) -> None:
+        """Names bound to a partial, to a compiled kernel, or to arithmetic, wherever the
+        function binds them (flow-insensitive: they name helpers and values, not storage)."""
+        bound: list[tuple[list[str], ast.expr]] = []
+        for node in _own_nodes(fn):
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                bound.append(([t.id for t in targets if isinstance(t, ast.Name)], node.value))
+        for names, value in bound:
+            if isinstance(value, ast.Call) and _is_partial(value):
+                self.partials.update(dict.fromkeys(names, value))
+        for names, value in bound:
+            if isinstance(value, ast.Call) and names and not _is_partial(value):
+                built = self._callable_class(value)
+                if built is not None:
+                    self.compiled.update(dict.fromkeys(names, built))
+        for _ in range(3):  # `y = x_hat` after `x_hat = x * r`: a chain needs a few rounds
+            for names, value in bound:
+                if self._is_value(value):
+                    self.values.update(names)
 
     def _assign(self, node: ast.Assign | ast.AnnAssign) -> None:
         value = node.value
@@ -725,9 +726,6 @@ class _Body:
         names = set(callee.params)
         pairs.extend((k.arg, k.value) for k in call.keywords if k.arg in names)
         return pairs
-
-    def writes(self) -> dict[str, str]:
-        return self.found
 
     def _call_writes(self, call: ast.Call, add: _Add) -> None:
         func, name = call.func, _last(call.func)
