@@ -113,14 +113,13 @@ def inferred(report: OpReport) -> tuple[set[str], set[str]]:
     """(params with medium/high write evidence, params with only low-confidence evidence)."""
     strong: set[str] = set()
     weak: set[str] = set()
-    for impl in report.impls:
-        for evidence in impl.writes:
-            if evidence.kind == "returns-param":
-                continue
-            if evidence.confidence >= Confidence.MEDIUM:
-                strong.add(evidence.param)
-            else:
-                weak.add(evidence.param)
+    for evidence in report.writes():
+        if evidence.kind == "returns-param":
+            continue
+        if evidence.confidence >= Confidence.MEDIUM:
+            strong.add(evidence.param)
+        else:
+            weak.add(evidence.param)
     return strong, weak - strong
 
 

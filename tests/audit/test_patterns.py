@@ -344,3 +344,55 @@ def test_the_fix_of_a_register_operators_name_keeps_its_namespace(
              or (line.startswith("+") and not line.startswith("+++"))]  # fmt: skip
     assert any('.op("p21::scatter_sum(Tensor src' in line and "(a!)? optional_out" in line
                for line in added), diff  # fmt: skip
+
+
+def test_an_inferred_schema_comes_from_the_registering_files_own_function(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two extensions of one tree each register `m.def("forward", forward)` over their own
+    `forward` (rwkv 0.8.32's rwkv5/6/7 ops, the sixth held-out first run): torch infers each
+    op's schema from the signature its own file defines, so the other extension's `forward`
+    (another arity) must lend neither its parameters nor its writes."""
+    ops = _audit(capsys, "p24_same_name_extensions")
+    small, large = ops["p24_wkv4::forward"], ops["p24_wkv5::forward"]
+    assert small["schema"] == "forward(int n, Tensor state, Tensor r, Tensor k, Tensor y) -> ()"
+    assert large["schema"] == (
+        "forward(int n, Tensor state, Tensor r, Tensor w, Tensor k, Tensor v, Tensor a, "
+        "Tensor y) -> ()"
+    )
+    assert set(_written(small)) == {"state", "y"}
+    assert set(_written(large)) == {"state", "y"}
+    evidence = _written(large)["y"][0]
+    assert "wkv5" in evidence["location"]
+
+
+def test_callers_that_hand_an_op_a_fresh_buffer_show_what_it_writes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Ops over a closed vendor binary (vLLM-Kunlun 0.11.1, the sixth held-out first run): the
+    package's own callers show the writes. An uninitialised buffer (`torch.empty`, `empty_like`,
+    `new_empty`) handed to the op before anything reads it is filled by the op; an initialised
+    one (`torch.zeros`) only when the caller then returns it untouched. Not evidence: a buffer
+    an earlier op filled (`out` at `quant`), a zero-element placeholder (`stats`), an
+    initialised input never returned (`bias`), a name a branch may rebind (`shift`'s `out`),
+    a buffer touched before the call (`scale`'s `out`). `--fix` annotates `mutates_args`."""
+    ops = _audit(capsys, "p25_caller_buffers")
+    assert set(_written(ops["p25::act"])) == {"out"}
+    assert set(_written(ops["p25::quant"])) == {"q", "scale"}
+    assert set(_written(ops["p25::topk"])) == {"score", "index"}
+    assert set(_written(ops["p25::accumulate"])) == {"acc"}
+    assert not _written(ops["p25::shift"]) and not _written(ops["p25::scale"])
+    kinds = {e["kind"] for e in _written(ops["p25::act"])["out"]}
+    assert kinds == {"caller-fresh-buffer"}
+    assert {e["kind"] for e in _written(ops["p25::accumulate"])["acc"]} == {
+        "caller-returned-buffer"
+    }
+    assert _written(ops["p25::act"])["out"][0]["location"].endswith("layers.py:11")
+    tree = tmp_path / "p25"
+    shutil.copytree(PATTERNS / "p25_caller_buffers", tree)
+    main(["audit", str(tree), "--fix", "--write"])
+    capsys.readouterr()
+    text = (tree / "p25pkg" / "ops.py").read_text()
+    assert '@custom_op("p25::act", mutates_args=("out",))' in text
+    assert '@custom_op("p25::quant", mutates_args=("q", "scale"))' in text
+    assert '@custom_op("p25::shift", mutates_args=())' in text  # nothing found: left alone

@@ -16,6 +16,7 @@ from soakgate.audit.model import (
     OpDef,
     WriteEvidence,
 )
+from soakgate.audit.py_callers import FreshBuffer, fresh_buffers
 from soakgate.audit.py_fakes import (
     FAKE_KEYS,
     FAKE_REGISTRARS,
@@ -48,6 +49,8 @@ class PyFile:
     """Qualified names of ops with a fake/meta impl here."""
     call_sites: dict[str, list[Location]] = field(default_factory=dict)
     """Op qualname -> calls whose return value is used."""
+    buffers: list[FreshBuffer] = field(default_factory=list)
+    """Op arguments that callers here fill with fresh, untouched `torch.empty` buffers."""
 
 
 def _dotted(node: ast.AST) -> str:
@@ -140,6 +143,7 @@ class _Extractor(ast.NodeVisitor):
                     prefix = "torch.ops" if item.module == "torch.ops" else "torch"
                     self.op_modules[alias.asname or alias.name] = f"{prefix}.{alias.name}"
         self.generic_visit(node)
+        self.out.buffers = fresh_buffers(node, self.path, self.op_called)
 
     def _note_op_module(self, target: ast.expr, value: ast.expr) -> None:
         dotted = _dotted(value)
@@ -193,7 +197,6 @@ class _Extractor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = _dotted(node.func)
         method = self.registrar_of(node)
         if method == "define":
             self.define(node)
@@ -205,7 +208,7 @@ class _Extractor(ast.NodeVisitor):
                 qualname, _ = self.qualify(node)
                 if qualname:
                     self.out.fakes.add(qualname)
-        self.call_site(node, name)
+        self.call_site(node)
         self.generic_visit(node)
 
     def qualify(self, call: ast.Call) -> tuple[str | None, list[ast.expr]]:
@@ -295,15 +298,23 @@ class _Extractor(ast.NodeVisitor):
         info = analyse_python_impl(fn, self.path, None, self.modules, self.flow)
         self.out.impls.append((qualname, info))
 
-    def call_site(self, call: ast.Call, name: str) -> None:
+    def op_called(self, call: ast.Call) -> str | None:
+        """The op a call reaches through `torch.ops` (`ns::name` or `ns::name.overload`)."""
+        name = _dotted(call.func)
         head, _, rest = name.partition(".")
         if head in self.op_modules:
             name = f"{self.op_modules[head]}.{rest}" if rest else self.op_modules[head]
         parts = name.split(".")
-        if len(parts) >= 4 and parts[:2] == ["torch", "ops"] and id(call) not in self.unused_calls:
-            qualname = f"{parts[2]}::{parts[3]}"
-            if len(parts) > 4 and parts[4] != "default":
-                qualname += f".{parts[4]}"
+        if len(parts) < 4 or parts[:2] != ["torch", "ops"]:
+            return None
+        qualname = f"{parts[2]}::{parts[3]}"
+        if len(parts) > 4 and parts[4] != "default":
+            qualname += f".{parts[4]}"
+        return qualname
+
+    def call_site(self, call: ast.Call) -> None:
+        qualname = self.op_called(call)
+        if qualname is not None and id(call) not in self.unused_calls:
             self.out.call_sites.setdefault(qualname, []).append(self.loc(call))
 
 

@@ -128,10 +128,8 @@ def _written_params(report: OpReport) -> tuple[list[str], list[str]]:
     schema = report.op.schema
     strong: set[str] = set()
     weak: set[str] = set()
-    for impl in report.impls:
-        for evidence in impl.writes:
-            if evidence.kind == "returns-param":
-                continue
+    for evidence in report.writes():
+        if evidence.kind != "returns-param":
             (strong if evidence.confidence >= Confidence.MEDIUM else weak).add(evidence.param)
     order = [a.name or "" for a in schema.arguments if a.type.is_tensor_like and not a.is_write]
     return [n for n in order if n in strong], [n for n in order if n in weak - strong]

@@ -162,6 +162,12 @@ class OpReport:
     """Whether a fake/meta/abstract impl is registered somewhere."""
     findings: list[Finding]
     """Verdicts other than ok; empty means ok."""
+    callers: list[WriteEvidence] = field(default_factory=list)
+    """What the tree's Python callers show (`py_callers`): a fresh buffer handed to the op."""
+
+    def writes(self) -> list[WriteEvidence]:
+        """Every piece of write evidence: the implementations', then the callers'."""
+        return [e for impl in self.impls for e in impl.writes] + self.callers
 
     @property
     def verdicts(self) -> list[str]:

@@ -41,9 +41,9 @@ class _Function:
     expression: ast.expr
 
 
-def _dotted(node: ast.AST) -> str:
+def dotted(node: ast.AST) -> str:
     if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
+        return f"{dotted(node.value)}.{node.attr}"
     if isinstance(node, ast.Name):
         return node.id
     return ""
@@ -51,7 +51,7 @@ def _dotted(node: ast.AST) -> str:
 
 def called_name(node: ast.Call) -> str:
     """The last part of the called name: `register_fake` for `torch.library.register_fake(..)`."""
-    return _dotted(node.func).rsplit(".", 1)[-1]
+    return dotted(node.func).rsplit(".", 1)[-1]
 
 
 class _Evaluator:
@@ -370,7 +370,7 @@ class _FakeFinder(ast.NodeVisitor):
 
     def _add(self, arg: ast.AST | None, call: ast.Call) -> None:
         receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-        namespace = self.namespaces.get(_dotted(receiver)) if receiver is not None else None
+        namespace = self.namespaces.get(dotted(receiver)) if receiver is not None else None
         self._record(self.strings(arg), namespace)
 
     def _record(self, texts: list[str], namespace: str | None) -> None:

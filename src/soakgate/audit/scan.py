@@ -22,7 +22,16 @@ from soakgate.audit.extract_cpp import (
 )
 from soakgate.audit.extract_py import PyFile, extract_python
 from soakgate.audit.extract_so import BINARY_SUFFIXES, extract_binary
-from soakgate.audit.model import AuditResult, ImplInfo, Location, OpDef, OpReport, WriteEvidence
+from soakgate.audit.model import (
+    AuditResult,
+    Confidence,
+    ImplInfo,
+    Location,
+    OpDef,
+    OpReport,
+    WriteEvidence,
+)
+from soakgate.audit.py_callers import FreshBuffer
 from soakgate.audit.py_fakes import added_python
 from soakgate.audit.py_flow import PyTree
 from soakgate.audit.schema import Schema
@@ -231,6 +240,7 @@ class _Collected:
     py_impls: list[tuple[str, ImplInfo]] = field(default_factory=list)
     fakes: set[str] = field(default_factory=set)
     call_sites: dict[str, list[Location]] = field(default_factory=dict)
+    buffers: dict[str, list[FreshBuffer]] = field(default_factory=dict)
 
 
 def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
@@ -278,10 +288,10 @@ def _inferred_defs(index: _Index, unit: CppFile, path: str) -> list[OpDef]:
     """Ops defined by `m.def("name", fn)`, with the schema torch infers from `fn`."""
     defs = []
     for raw in unit.inferred:
-        schema = next(
-            (s for fn in index.lookup(raw.function) if (s := _infer(raw.name, fn)) is not None),
-            None,
-        )
+        # the definition the registering file reaches (`cpp_reach`): another file's function
+        # of the same name (another extension's `forward`) must not lend its signature
+        reached = pick(index.lookup(raw.function), path, index.reach)
+        schema = next((s for fn in reached if (s := _infer(raw.name, fn)) is not None), None)
         if schema is None:
             continue  # no definition found, or a type torch would not accept
         defs.append(
@@ -310,6 +320,29 @@ def _merge_python(collected: _Collected, unit: PyFile) -> None:
     collected.fakes.update(unit.fakes)
     for op, sites in unit.call_sites.items():
         collected.call_sites.setdefault(op, []).extend(sites)
+    for buffer in unit.buffers:
+        collected.buffers.setdefault(buffer.op, []).append(buffer)
+
+
+def _caller_writes(op: OpDef, buffers: list[FreshBuffer]) -> list[WriteEvidence]:
+    """The op's tensor parameters that callers fill with fresh buffers (`py_callers`)."""
+    arguments = op.schema.arguments
+    positional = [a for a in arguments if not a.kwarg_only]
+    evidence = []
+    for buffer in buffers:
+        if isinstance(buffer.slot, int):
+            arg = positional[buffer.slot] if buffer.slot < len(positional) else None
+        else:
+            arg = op.schema.argument(buffer.slot)
+        if arg is not None and arg.name and arg.type.is_tensor_like:
+            if buffer.allocated == "empty":
+                kind, what = "caller-fresh-buffer", "an uninitialised buffer"
+            else:
+                kind, what = "caller-returned-buffer", "a new buffer it then returns"
+            text = f"a caller hands it {what}: {buffer.expression}"
+            confidence = Confidence.MEDIUM
+            evidence.append(WriteEvidence(arg.name, kind, text, buffer.location, confidence))
+    return evidence
 
 
 def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
@@ -366,5 +399,6 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
         for qualname, info in collected.py_impls:
             if qualname == op.qualname:
                 impls.append(info)
-        reports.append(OpReport(op, impls, has_fake, judge(op, impls)))
+        callers = _caller_writes(op, collected.buffers.get(op.qualname, []))
+        reports.append(OpReport(op, impls, has_fake, judge(op, impls, callers), callers))
     return AuditResult(reports, len(files), len(index.parsed) + parsed, collected.call_sites)

@@ -19,14 +19,15 @@ VERDICTS = (
 _OUTPUT_LIKE = ("out", "output", "result", "dst", "o0", "y")
 
 
-def _written(op: OpDef, impls: list[ImplInfo]) -> dict[str, list[WriteEvidence]]:
-    """Schema argument name -> evidence from every implementation that writes it."""
+def _written(
+    op: OpDef, impls: list[ImplInfo], callers: Iterable[WriteEvidence] = ()
+) -> dict[str, list[WriteEvidence]]:
+    """Schema argument name -> evidence from every implementation (and caller) that writes it."""
     names = {arg.name for arg in op.schema.arguments if arg.type.is_tensor_like}
     written: dict[str, list[WriteEvidence]] = {}
-    for impl in impls:
-        for evidence in impl.writes:
-            if evidence.param in names and evidence.kind != "returns-param":
-                written.setdefault(evidence.param, []).append(evidence)
+    for evidence in [e for impl in impls for e in impl.writes] + list(callers):
+        if evidence.param in names and evidence.kind != "returns-param":
+            written.setdefault(evidence.param, []).append(evidence)
     return written
 
 
@@ -60,9 +61,10 @@ def _finding(
     return Finding(op.qualname, verdict, severity, message, op.location, names, tuple(evidence))
 
 
-def judge(op: OpDef, impls: list[ImplInfo]) -> list[Finding]:
-    """Every verdict other than `ok` that applies to one op."""
-    written = _written(op, impls)
+def judge(op: OpDef, impls: list[ImplInfo], callers: Iterable[WriteEvidence] = ()) -> list[Finding]:
+    """Every verdict other than `ok` that applies to one op (`callers`: what the tree's
+    callers show about its writes, `py_callers`)."""
+    written = _written(op, impls, callers)
     findings = _write_findings(op, written)
     findings.extend(_return_findings(op, impls))
     findings.extend(_coverage_findings(op, impls, written))
