@@ -396,3 +396,23 @@ def test_callers_that_hand_an_op_a_fresh_buffer_show_what_it_writes(
     assert '@custom_op("p25::act", mutates_args=("out",))' in text
     assert '@custom_op("p25::quant", mutates_args=("q", "scale"))' in text
     assert '@custom_op("p25::shift", mutates_args=())' in text  # nothing found: left alone
+
+
+def test_ops_registered_by_direct_register_custom_op_are_audited(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vLLM's `direct_register_custom_op` (its own Python and its plugins': vLLM-Kunlun's
+    `vllm::gdn_attention` was not seen on the sixth held-out first run) registers `op_func`
+    under `vllm::op_name`, or under `target_lib`'s namespace, with the schema `custom_op` would
+    infer; `fake_impl` is its fake. `--fix` adds the written parameter to `mutates_args`."""
+    ops = _audit(capsys, "p26_direct_register")
+    assert set(ops) == {"vllm::unified_attention_with_output", "p26::rotate"}
+    attention = ops["vllm::unified_attention_with_output"]
+    assert attention["has_fake"] and attention["verdicts"] == ["void-op-unannotated"]
+    assert set(_written(attention)) == {"output"}
+    assert ops["p26::rotate"]["verdicts"] == ["ok"]
+    tree = tmp_path / "p26"
+    shutil.copytree(PATTERNS / "p26_direct_register", tree)
+    main(["audit", str(tree), "--fix", "--write"])
+    capsys.readouterr()
+    assert 'mutates_args=["output"],' in (tree / "attention.py").read_text()

@@ -35,6 +35,11 @@ _NOT_EXTENSIONS = frozenset(
     {"torch", "numpy", "triton", "math", "os", "sys", "typing", "functools", "itertools"}
 )
 REGISTRARS = FAKE_REGISTRARS | {"custom_op", "impl", "register_kernel", "define"}
+DIRECT_REGISTRAR = "direct_register_custom_op"
+DIRECT_PARAMS = ("op_name", "op_func", "mutates_args", "fake_impl", "target_lib")
+"""vLLM's `direct_register_custom_op` (SGLang's has the same parameters), in order."""
+DIRECT_LIBRARIES = {"vllm": "vllm", "sglang": "sglang"}
+"""Where `direct_register_custom_op` is imported from -> the namespace it registers into."""
 _PY_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
 
 
@@ -92,6 +97,9 @@ class _Extractor(ast.NodeVisitor):
         """Module-level string constants, for op names built from them (`f"{NS}::op"`)."""
         self.modules: set[str] = set()
         """Names bound to imported modules that may be compiled extensions (`import ext as _C`)."""
+        self.direct_namespace: str | None = None
+        """The namespace `direct_register_custom_op` registers into when given no library:
+        that of the package it was imported from, or of the module's own `Library`."""
         self.registrars: dict[str, str] = {name: "custom_op" for name in wrappers}
         """Local names bound to a torch.library registrar (`_op = torch.library.custom_op`), and
         the tree's own decorators that call `custom_op` with their argument (`@cute_op(...)`)."""
@@ -161,6 +169,8 @@ class _Extractor(ast.NodeVisitor):
 
     def _note_module(self, item: ast.Import | ast.ImportFrom) -> None:
         root = (item.module or "").split(".")[0] if isinstance(item, ast.ImportFrom) else ""
+        if any(alias.name == DIRECT_REGISTRAR for alias in item.names):
+            self.direct_namespace = DIRECT_LIBRARIES.get(root, self.direct_namespace)
         for alias in item.names:
             source = root or alias.name.split(".")[0]
             if source not in _NOT_EXTENSIONS and alias.name != "*":
@@ -184,6 +194,8 @@ class _Extractor(ast.NodeVisitor):
             for target in node.targets:
                 if namespace is not None:
                     self.libraries[_dotted(target)] = namespace
+            if namespace in DIRECT_LIBRARIES.values() and self.direct_namespace is None:
+                self.direct_namespace = namespace  # the module defines its own registrar
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -200,6 +212,8 @@ class _Extractor(ast.NodeVisitor):
         method = self.registrar_of(node)
         if method == "define":
             self.define(node)
+        elif method == DIRECT_REGISTRAR:
+            self.direct_registration(node)
         elif method in FAKE_REGISTRARS | {"impl"} and len(node.args) >= 2:
             fn = node.args[1]
             if isinstance(fn, ast.Name) and fn.id in self.functions:
@@ -267,8 +281,32 @@ class _Extractor(ast.NodeVisitor):
         qualname = f"{ns}::{schema.name}" + (f".{schema.overload}" if schema.overload else "")
         self.out.defs.append(OpDef(qualname, schema, self.loc(call), "python", None, pieces))
 
-    def custom_op(self, call: ast.Call, fn: ast.FunctionDef, qualname: str) -> None:
-        mutates = next((kw.value for kw in call.keywords if kw.arg == "mutates_args"), None)
+    def direct_registration(self, call: ast.Call) -> None:
+        """vLLM's (and SGLang's) `direct_register_custom_op(op_name, op_func, mutates_args,
+        fake_impl, target_lib, ...)`: `op_func` under `<namespace>::<op_name>`, its schema
+        inferred as `custom_op` infers it, in `target_lib`'s namespace or the library's own
+        (`vllm`, `sglang`: where the function was imported from)."""
+        given = dict(zip(DIRECT_PARAMS, call.args, strict=False))
+        given.update((kw.arg, kw.value) for kw in call.keywords if kw.arg in DIRECT_PARAMS)
+        names = strings(given["op_name"], self.constants) if "op_name" in given else []
+        fn = given.get("op_func")
+        if len(names) != 1 or not isinstance(fn, ast.Name) or fn.id not in self.functions:
+            return
+        target = given.get("target_lib")
+        namespace = self.namespace_of(target) if target is not None else None
+        namespace = namespace or self.direct_namespace
+        if namespace is None:
+            return
+        qualname = f"{namespace}::{names[0]}"
+        self.custom_op(call, self.functions[fn.id], qualname, given.get("mutates_args"))
+        if given.get("fake_impl") is not None:
+            self.out.fakes.add(qualname)
+
+    def custom_op(
+        self, call: ast.Call, fn: ast.FunctionDef, qualname: str, mutates: ast.expr | None = None
+    ) -> None:
+        if mutates is None:
+            mutates = next((kw.value for kw in call.keywords if kw.arg == "mutates_args"), None)
         if isinstance(mutates, ast.Constant) and mutates.value == "unknown":
             written = {a.arg for a in fn.args.args}
         elif isinstance(mutates, ast.Tuple | ast.List | ast.Set):
