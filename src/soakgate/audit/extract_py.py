@@ -151,7 +151,8 @@ class _Extractor(ast.NodeVisitor):
                     prefix = "torch.ops" if item.module == "torch.ops" else "torch"
                     self.op_modules[alias.asname or alias.name] = f"{prefix}.{alias.name}"
         self.generic_visit(node)
-        self.out.buffers = fresh_buffers(node, self.path, self.op_called)
+        if self.op_modules or b"torch.ops" in self.source:  # else no call can reach an op
+            self.out.buffers = fresh_buffers(node, self.path, self.op_called)
 
     def _note_op_module(self, target: ast.expr, value: ast.expr) -> None:
         dotted = _dotted(value)

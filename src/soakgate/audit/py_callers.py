@@ -80,16 +80,26 @@ def fresh_buffers(
     """Every argument of an op call (`resolve` names the op a call reaches, None if it is not
     one) that is a fresh allocation, inline or through a name nothing touched since."""
     found: list[FreshBuffer] = []
-    for scope in _scopes(tree):
-        found.extend(_in_scope(scope, path, resolve))
+    for scope, calls in _op_calls(tree, resolve).items():
+        found.extend(_in_scope(scope, path, calls))
     return found
 
 
-def _scopes(tree: ast.Module) -> Iterator[ast.AST]:
-    yield tree
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield node
+def _op_calls(
+    tree: ast.Module, resolve: Callable[[ast.Call], str | None]
+) -> dict[ast.AST, list[tuple[ast.Call, str]]]:
+    """The op calls of each scope that holds one (the only scopes worth analysing)."""
+    calls: dict[ast.AST, list[tuple[ast.Call, str]]] = {}
+    stack: list[tuple[ast.AST, ast.AST]] = [(child, tree) for child in ast.iter_child_nodes(tree)]
+    while stack:
+        node, scope = stack.pop()
+        if isinstance(node, ast.Call) and (op := resolve(node)) is not None:
+            calls.setdefault(scope, []).append((node, op))
+        inner = node if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else scope
+        if isinstance(node, ast.Lambda | ast.ClassDef):
+            inner = node  # a scope of its own, not analysed (no statements to order)
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return {scope: found for scope, found in calls.items() if not isinstance(scope, ast.Lambda)}
 
 
 def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
@@ -111,9 +121,7 @@ def _end(node: ast.AST) -> Position:
     return (getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0)
 
 
-def _in_scope(
-    scope: ast.AST, path: str, resolve: Callable[[ast.Call], str | None]
-) -> list[FreshBuffer]:
+def _in_scope(scope: ast.AST, path: str, calls: list[tuple[ast.Call, str]]) -> list[FreshBuffer]:
     nodes = list(_own_nodes(scope))
     parents = {id(child): node for node in nodes for child in ast.iter_child_nodes(node)}
     bindings: dict[str, list[tuple[Position, str | None]]] = {}
@@ -145,9 +153,7 @@ def _in_scope(
         elif not _metadata_use(node, parents):
             touches.setdefault(node.id, []).append(_start(node))
     found = []
-    for node in nodes:
-        if not isinstance(node, ast.Call) or (op := resolve(node)) is None:
-            continue
+    for node, op in calls:
         slots: list[tuple[int | str, ast.expr]] = []
         for index, arg in enumerate(node.args):
             if isinstance(arg, ast.Starred):
