@@ -11,9 +11,11 @@ import numpy as np
 from bench.processes import Process, simulate_pair
 
 from soakgate.stats import compare_outcomes
+from soakgate.stats.verdict import DIFFER, Outcomes, decide
 
 _POWER = r"power ([\d.]+)% ± ([\d.]+)%"
 _ONE_RUN = re.compile(rf"one run per arm: ([\d,]+) requests per arm, {_POWER}")
+_SIDE_BY_SIDE = re.compile(rf"side by side in one run: ([\d,]+) requests per arm, {_POWER}")
 _BLOCKS = re.compile(
     r"(replicate blocks|blocks from a fresh start|blocks after a warm-up): (\d+) per arm of "
     r"([\d,]+) counted requests(?: after a warm-up of ([\d,]+))? \([\d,]+ soaked per arm\), "
@@ -51,6 +53,10 @@ def designs(output: str) -> list[Printed]:
         for m in _ONE_RUN.finditer(output)
     ]
     found += [
+        Printed("side by side", 1, _int(m[1]), 0, float(m[2]) / 100, float(m[3]) / 100)
+        for m in _SIDE_BY_SIDE.finditer(output)
+    ]
+    found += [
         Printed(m[1], int(m[2]), _int(m[3]), _int(m[4]), float(m[5]) / 100, float(m[6]) / 100)
         for m in _BLOCKS.finditer(output)
     ]
@@ -63,14 +69,20 @@ def designs(output: str) -> list[Printed]:
 def soak(printed: Printed, process: Process, rate: float, ratio: float, reps: int,
          seed: int) -> tuple[float, float]:  # fmt: skip
     """Share of `reps` full-length soaks of the design judged DIFFER, and its standard error:
-    one run per arm or blocks of freshly started servers (the warm-up soaked, then dropped)."""
+    one run per arm, both arms side by side in one run (each request's completion time at its
+    arm's pace, jittered, the arms' clocks offset: `compare` pairs their windows), or blocks of
+    freshly started servers (the warm-up soaked, then dropped)."""
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(reps):
-        fresh = printed.kind != "one run"
+        fresh = printed.kind not in ("one run", "side by side")
         a, b = simulate_pair(process, rng, printed.blocks, printed.warmup + printed.length,
                              rate, rate * ratio, fresh)  # fmt: skip
         a, b = [s[printed.warmup :] for s in a], [s[printed.warmup :] for s in b]
+        if printed.kind == "side by side":
+            arms = [_timed(arm[0], rng) for arm in (a, b)]
+            hits += decide(arms[0], arms[1]).verdict == DIFFER
+            continue
         hits += (
             compare_outcomes(a[0], b[0]).differ
             if printed.blocks == 1
@@ -78,3 +90,11 @@ def soak(printed: Printed, process: Process, rate: float, ratio: float, reps: in
         )
     share = hits / reps
     return share, math.sqrt(max(share * (1 - share), 1 / reps) / reps)
+
+
+def _timed(sequence: np.ndarray, rng: np.random.Generator) -> Outcomes:
+    """One arm of a run whose targets ran side by side: the i-th request to end ends near i
+    seconds (the arm's own offset, a jitter of a quarter second), as a soak of two equally fast
+    targets stores them (in the order they ended, with their completion times)."""
+    jittered = np.arange(len(sequence)) + rng.random() + rng.normal(0.0, 0.25, len(sequence))
+    return Outcomes(int(sequence.sum()), len(sequence), sequence, times=np.sort(jittered))

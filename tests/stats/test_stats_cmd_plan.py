@@ -234,3 +234,31 @@ def test_pilot_with_uptime_offers_a_warm_up_and_says_which_question(
         8, warm.length, warm.warmup,
     )  # fmt: skip
     assert f"counted after a warm-up of {warm.warmup} requests" in plan.decision_rule
+
+
+def test_side_by_side_arms_are_sized_as_compare_pairs_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 26 item 6: `plan --side-by-side` sizes both arms soaked at the same time in one
+    run, judged as `compare` judges the targets of one run (window by window where the
+    pairing's checks allow); the power printed is delivered by full-length soaks of arms with
+    their completion times, and `--write` writes that design's n. Without the flag, plan says
+    the design exists."""
+    plain = _plan(capsys, "--baseline-rate", "0.01", "--ratio", "2")
+    assert "--side-by-side sizes that design too" in plain
+    assert "side by side in one run:" not in plain
+    path = tmp_path / "plan.toml"
+    out = _plan(capsys, "--baseline-rate", "0.01", "--ratio", "2", "--side-by-side",
+                "--write", str(path), "--arms", "eager", "compiled", "--hypothesis", "h")  # fmt: skip
+    found = {p.kind: p for p in designs(out)}
+    assert set(found) == {"one run", "side by side", "replicate blocks"}
+    paired = found["side by side"]
+    assert paired.power >= 0.8 - paired.error
+    assert "soaked at the same time" in out and "--side-by-side" not in out
+    _within(paired, soak(paired, by_name("independent"), 0.01, 2.0, 400, seed=29))
+    assert read_plan(path).n_per_arm == paired.length
+    budget = _plan(capsys, "--baseline-rate", "0.01", "--ratio", "2", "--n", "2400",
+                   "--side-by-side")  # fmt: skip
+    at_budget = {p.kind: p for p in designs(budget)}["side by side"]
+    assert at_budget.length == 2400
+    _within(at_budget, soak(at_budget, by_name("independent"), 0.01, 2.0, 400, seed=30))

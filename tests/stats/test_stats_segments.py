@@ -9,7 +9,15 @@ from bench.processes import by_name, simulate
 
 from soakgate.stats import compare_outcomes
 from soakgate.stats.dependence import bin_edges
-from soakgate.stats.segments import SEGMENTS, blocks_verdict, compact_sequence, one_run_verdict
+from soakgate.stats.paired import PAIRED
+from soakgate.stats.segments import (
+    SEGMENTS,
+    blocks_verdict,
+    compact_sequence,
+    one_run_verdict,
+    side_by_side_verdict,
+)
+from soakgate.stats.verdict import Outcomes, decide
 
 
 def _segment_counts(seq: np.ndarray) -> np.ndarray:
@@ -68,3 +76,31 @@ def test_compact_runs_get_the_full_runs_verdict_on_dense_evidence() -> None:
         assert compact.p_value == pytest.approx(full.p_value, rel=1e-9)
         tests.add(full.test)
     assert "batch_means" in tests
+
+
+def _side_by_side(seq: np.ndarray) -> Outcomes:
+    """An arm of a run whose targets ran side by side, at an even pace over 120 seconds."""
+    per_second = len(seq) / SEGMENTS
+    times = np.arange(len(seq), dtype=np.float64) / per_second
+    times[-1] = float(SEGMENTS)
+    return Outcomes(int(seq.sum()), len(seq), seq, times=times)
+
+
+@pytest.mark.parametrize(("name", "n"), [("independent", 24_000), ("reset-2000", 36_000)])
+def test_side_by_side_segments_get_the_paired_verdict_of_full_runs(name: str, n: int) -> None:
+    """`plan --side-by-side` simulates arms soaked at the same time as segment counts: `decide`
+    pairs them window by window exactly as it pairs full-length arms with their completion
+    times (the share test where its checks pass, else the one-run verdict)."""
+    rng = np.random.default_rng(11)
+    runs = simulate(by_name(name), rng, 60, n, 0.003)
+    designs = set()
+    for i in range(0, 60, 2):
+        a, b = runs[i], runs[i + 1] | (rng.random(n) < 0.001)
+        full = decide(_side_by_side(a), _side_by_side(b), seed=i)
+        compact = side_by_side_verdict(_segment_counts(a), _segment_counts(b), seed=i)
+        assert (compact.verdict, compact.design, compact.test) == (
+            full.verdict, full.design, full.test,
+        )  # fmt: skip
+        assert compact.p_value == pytest.approx(full.p_value, rel=1e-9)
+        designs.add(full.design)
+    assert PAIRED in designs  # the pairing decided some of them

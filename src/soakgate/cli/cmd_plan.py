@@ -35,6 +35,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--sequential", action="store_true", help="group-sequential design")
     parser.add_argument("--looks", type=int, default=5, help="looks of a sequential design")
     parser.add_argument(
+        "--side-by-side", action="store_true",
+        help="also size both arms soaked at the same time in one run, as compare judges them "
+        "(window by window where the pairing's checks allow)",
+    )  # fmt: skip
+    parser.add_argument(
         "--matched-targets", action="store_true",
         help="compare --plan refuses arms that ran on different targets",
     )  # fmt: skip
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         hypothesis=args.hypothesis, test=args.test,
         looks=args.looks if args.sequential else None, blocks=args.blocks,
         requests_per_block=args.requests_per_block, matched_targets=args.matched_targets,
-        pilot=pilot,
+        pilot=pilot, side_by_side=args.side_by_side,
     )  # fmt: skip
     print(plan_summary(request))
     return 0

@@ -1,8 +1,9 @@
 """The power a design delivers: the verdict soakgate will apply, simulated under a failure model.
 
-A design is what `plan` can recommend: one run per arm (`OneRun`), replicate blocks of freshly
-started servers (`Blocks`), or a sequential run with looks (`SequentialRun`); each may soak a
-warm-up that is not counted. `delivered` draws `reps` pairs of arms from a model
+A design is what `plan` can recommend: one run per arm (`OneRun`), both arms in one run side by
+side (`SideBySide`: judged window by window where the pairing's checks allow), replicate blocks
+of freshly started servers (`Blocks`), or a sequential run with looks (`SequentialRun`); each may
+soak a warm-up that is not counted. `delivered` draws `reps` pairs of arms from a model
 (`stats.models`), B's hazards times the ratio, and counts how often the verdict is DIFFER: the
 one-run and block verdicts are `verdict.decide` itself (on segment counts: `stats.segments`),
 a sequential run's looks are judged by the same `decision.sequential_look` the soak's monitor
@@ -18,7 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from soakgate.stats.models import FailureModel
-from soakgate.stats.segments import SEGMENTS, blocks_verdict, one_run_verdict
+from soakgate.stats.segments import (
+    SEGMENTS,
+    blocks_verdict,
+    one_run_verdict,
+    side_by_side_verdict,
+)
 from soakgate.stats.sequential import SequentialRule, sequential_look
 from soakgate.stats.verdict import DIFFER, INDETERMINATE
 
@@ -28,6 +34,15 @@ SEED = 26  # every plan's Monte Carlo starts here: the same question prints the 
 @dataclass(frozen=True, slots=True)
 class OneRun:
     """One run per arm of `n` counted requests, after `warmup` soaked but not counted."""
+
+    n: int
+    warmup: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SideBySide:
+    """Both arms soaked at the same time, `n` counted requests each (the targets of one run),
+    after `warmup`: `compare` pairs their windows of wall-clock time (`stats.paired`)."""
 
     n: int
     warmup: int = 0
@@ -51,7 +66,7 @@ class SequentialRun:
     warmup: int = 0
 
 
-Design = OneRun | Blocks | SequentialRun
+Design = OneRun | SideBySide | Blocks | SequentialRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +94,7 @@ class Delivered:
 
 def counted(design: Design) -> int:
     """Counted requests per arm at the end of the design (n max for looks)."""
-    if isinstance(design, OneRun):
+    if isinstance(design, OneRun | SideBySide):
         return design.n
     if isinstance(design, Blocks):
         return design.blocks * design.length
@@ -94,12 +109,14 @@ def soaked(design: Design) -> int:
 
 
 def _one_run(
-    model: FailureModel, design: OneRun, ratio: float, alpha: float, reps: int, seed: int
-) -> tuple[list[str], list[int]]:
+    model: FailureModel, design: OneRun | SideBySide, ratio: float, alpha: float, reps: int,
+    seed: int,
+) -> tuple[list[str], list[int]]:  # fmt: skip
     rng = np.random.default_rng(seed)
     a = model.counts(rng, reps, design.warmup, design.n, SEGMENTS, 1.0)
     b = model.counts(rng, reps, design.warmup, design.n, SEGMENTS, ratio)
-    words = [one_run_verdict(a[i], b[i], alpha).verdict for i in range(reps)]
+    judge = side_by_side_verdict if isinstance(design, SideBySide) else one_run_verdict
+    words = [judge(a[i], b[i], alpha).verdict for i in range(reps)]
     return words, [design.n] * reps
 
 
@@ -157,7 +174,7 @@ def delivered(
 ) -> Delivered:
     """Power of the verdict soakgate applies to `design`, when failures follow `model` and arm
     B's hazards are `ratio` times arm A's (ratio 1: the false-alarm rate)."""
-    if isinstance(design, OneRun):
+    if isinstance(design, OneRun | SideBySide):
         words, used = _one_run(model, design, ratio, alpha, reps, seed)
     elif isinstance(design, Blocks):
         words, used = _blocks(model, design, ratio, alpha, reps, seed)

@@ -2,7 +2,10 @@
 the question it answers.
 
 - one run per arm (and its sequential form with looks): cheap to set up, but with one server
-  instance per arm it answers for *these two instances*, never for the configurations;
+  instance per arm it answers for *these two instances*, never for the configurations; both arms
+  side by side in one run (`--side-by-side`) answer the same question, judged as `compare`
+  judges the targets of one run: window by window where the pairing's checks allow
+  (`stats.paired`), a drift both arms share then cancelling, else as one run per arm;
 - replicate blocks, every block on a freshly started server: answers for the configurations —
   for *a fresh server over its first m requests*, or, after a warm-up soaked and not counted,
   for *a server after w requests*. Where failures need state that builds up with uptime, those
@@ -18,7 +21,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from soakgate.stats.delivered import Blocks, OneRun, SequentialRun, delivered, soaked
+from soakgate.stats.delivered import (
+    Blocks,
+    OneRun,
+    SequentialRun,
+    SideBySide,
+    delivered,
+    soaked,
+)
 from soakgate.stats.models import FailureModel
 from soakgate.stats.pilot import PilotEstimate
 from soakgate.stats.sequential import SequentialRule
@@ -32,6 +42,8 @@ from soakgate.stats.sizing import (
 )
 from soakgate.stats.verdict import CONFIGURATIONS, INSTANCES
 
+SIDE_BY_SIDE = "side by side in one run"
+PAIRED_ANSWER = "soaked at the same time (window by window where the pairing's checks allow)"
 BLOCK_COUNTS = (8, 16, 32, 64)  # per arm, tried in turn when the user fixes none, until more
 # blocks stop saving requests (the fewest requests wins)
 BUDGET_BLOCKS = (4, 8, 16)  # per arm, tried for a given budget (most power wins)
@@ -84,7 +96,7 @@ class Option:
         if self.sized is None:
             return f"{self.label}: {self.note}"
         design, got = self.sized.design, self.sized.delivered
-        if isinstance(design, OneRun):
+        if isinstance(design, OneRun | SideBySide):
             shape = f"{design.n:,} requests per arm"
         elif isinstance(design, Blocks):
             warm = f" after a warm-up of {design.warmup:,}" if design.warmup else ""
@@ -113,10 +125,11 @@ def _blocks_answer(warmup: int, length: int, uptime_matters: bool) -> str:
 
 def assumed_options(
     model: FailureModel, question: Question, n: int | None, blocks: int | None,
-    length: int | None, looks: int | None,
+    length: int | None, looks: int | None, side_by_side: bool = False,
 ) -> list[Option]:  # fmt: skip
-    """One run, replicate blocks and (with `looks`) looks, under a stated process: sized for
-    the power, or judged at `n` requests per arm."""
+    """One run, replicate blocks, (with `looks`) looks and (with `side_by_side`) both arms in
+    one run judged window by window, under a stated process: sized for the power, or judged
+    at `n` requests per arm."""
     q = question
     instances = "these two server instances"
     options = []
@@ -129,6 +142,13 @@ def assumed_options(
         tried = [_at(model, Blocks(k, max(1, n // k)), q) for k in counts if n // k >= 1]
         block = max(tried, key=lambda s: s.delivered.power)
     options.append(Option("one run per arm", INSTANCES, instances, one))
+    if side_by_side:
+        paired = (
+            size_one_run(model, q.rate, q.ratio, q.alpha, q.power, side_by_side=True)
+            if n is None
+            else _at(model, SideBySide(n), q)
+        )
+        options.append(Option(SIDE_BY_SIDE, INSTANCES, f"{instances}, {PAIRED_ANSWER}", paired))
     options.append(Option("replicate blocks", CONFIGURATIONS, _blocks_answer(0, 0, False), block))
     if looks is not None:
         if n is None:
@@ -139,14 +159,16 @@ def assumed_options(
     return options
 
 
-def _at(model: FailureModel, design: OneRun | Blocks | SequentialRun, q: Question) -> Sized:
+def _at(
+    model: FailureModel, design: OneRun | SideBySide | Blocks | SequentialRun, q: Question
+) -> Sized:
     got = delivered(model, design, q.ratio, q.alpha, VERIFY_REPS[type(design)])
     return Sized(design, got, got.power >= q.power - got.standard_error)
 
 
 def pilot_options(
     pilot: PilotEstimate, question: Question, n: int | None, blocks: int | None,
-    length: int | None, looks: int | None,
+    length: int | None, looks: int | None, side_by_side: bool = False,
 ) -> list[Option]:  # fmt: skip
     """Replicate blocks from what the pilot vouches for, from a fresh start and after the
     warm-up its uptime law calls for; one run per arm and looks are not sized from a pilot."""
@@ -157,6 +179,8 @@ def pilot_options(
         f"the run long, and this pilot measures windows of up to {reach:,} requests"
     )
     options = [Option("one run per arm", INSTANCES, "these two server instances", None, why)]
+    if side_by_side:
+        options.append(Option(SIDE_BY_SIDE, INSTANCES, "", None, why))
     if looks is not None:
         options.append(Option(f"sequential, {looks} looks", INSTANCES, "", None, why))
     warmups = [0]

@@ -38,6 +38,8 @@ class PlanRequest:
     requests_per_block: int | None = None
     matched_targets: bool = False
     pilot: PilotEstimate | None = None
+    side_by_side: bool = False
+    """Also size both arms soaked side by side in one run (judged window by window)."""
 
 
 def _resolved(request: PlanRequest) -> tuple[float, float]:
@@ -87,13 +89,18 @@ def plan_summary(request: PlanRequest) -> str:
     lines = [_header(question, request.n)]
     if pilot is not None:
         lines += [pilot.line(), pilot.uptime.line(), _vouched(pilot)]
-        options = pilot_options(pilot, question, *shape)
+        options = pilot_options(pilot, question, *shape, request.side_by_side)
     else:
         model = assumed_model(rate, design_effect)
         lines.append(f"assumed: {model.describe()} (--pilot DB: sized from an earlier soak)")
-        options = assumed_options(model, question, *shape)
+        options = assumed_options(model, question, *shape, request.side_by_side)
     lines.append("power: the verdict soakgate applies, simulated (± Monte Carlo standard error)")
     lines += [f"  {option.line()}" for option in options]
+    if not request.side_by_side:
+        lines.append(
+            "  (arms soaked side by side in one run are judged window by window where they can "
+            "be: --side-by-side sizes that design too)"
+        )
     chosen = _recommended(options, request.n is not None)
     lines.append(_recommendation(chosen, request))
     note = reach_note(options, question)
@@ -147,7 +154,7 @@ def _recommendation(chosen: Option | None, request: PlanRequest) -> str:
 
 def _write(request: PlanRequest, rate: float, design_effect: float, options: list[Option]) -> str:
     """Write the design the flags name, with the sizes just simulated."""
-    from soakgate.stats.delivered import Blocks, OneRun, SequentialRun
+    from soakgate.stats.delivered import Blocks, OneRun, SequentialRun, SideBySide
 
     chosen = _recommended(options, request.n is not None)
     named = {type(o.sized.design): o.sized.design for o in options if o.sized is not None}
@@ -164,9 +171,9 @@ def _write(request: PlanRequest, rate: float, design_effect: float, options: lis
         sequential = named[SequentialRun]
         assert isinstance(sequential, SequentialRun)
         sizes["n_max_per_arm"] = sequential.rule.n_max_per_arm
-    else:
-        one = named[OneRun]
-        assert isinstance(one, OneRun)
+    else:  # both arms in one run side by side where that design was sized (`--side-by-side`)
+        one = named[SideBySide] if request.side_by_side else named[OneRun]
+        assert isinstance(one, OneRun | SideBySide)
         sizes["n_per_arm"] = one.n
     plan = make_plan(
         hypothesis=request.hypothesis or "", arms=request.arms or ("A", "B"),

@@ -56,6 +56,26 @@ def one_run_verdict(
     )  # fmt: skip
 
 
+def side_by_side_verdict(
+    counts_a: IntArray, counts_b: IntArray, alpha: float = 0.05, seed: int = 0
+) -> Verdict:
+    """`decide` for two arms soaked side by side (the targets of one run), given as segment
+    counts over the same wall-clock span: segment i of both arms ended in window i of the 120
+    the pairing cuts the common span into (`stats.paired`), so `decide` pairs them as it pairs
+    a stored run's arms (the share test, the batches' t, or the one-run verdict)."""
+    width = segment_width(counts_a, counts_b)
+    arms = []
+    for counts in (counts_a, counts_b):
+        sequence = compact_sequence(counts, width)
+        # request j of segment i ends at i + j / width; the last at the span's end exactly,
+        # so that the pairing's window edges are the segments' (0, 1, ..., len(counts))
+        times = np.repeat(np.arange(len(counts), dtype=np.float64), width)
+        times += np.tile(np.arange(width, dtype=np.float64) / width, len(counts))
+        times[-1] = float(len(counts))
+        arms.append(Outcomes(int(counts.sum()), len(sequence), sequence, times=times))
+    return decide(arms[0], arms[1], alpha, seed)
+
+
 def blocks_verdict(
     counts_a: IntArray, counts_b: IntArray, length: int, alpha: float = 0.05, seed: int = 0
 ) -> Verdict:

@@ -23,6 +23,7 @@ from soakgate.stats.delivered import (
     Design,
     OneRun,
     SequentialRun,
+    SideBySide,
     delivered,
 )
 from soakgate.stats.models import FailureModel
@@ -32,8 +33,9 @@ from soakgate.stats.sequential import SequentialRule
 
 GRID = 5  # lengths in the locating spread
 GRID_REPS = 120  # simulated pairs at each of them
-VERIFY_REPS = {OneRun: 800, SequentialRun: 500, Blocks: 1200}  # at the length printed
-"""Pairs simulated for a printed figure: Monte Carlo SE about 1.4 / 1.8 / 1.2 points at 80%."""
+VERIFY_REPS = {OneRun: 800, SideBySide: 800, SequentialRun: 500, Blocks: 1200}
+"""Pairs simulated for a printed figure: Monte Carlo SE about 1.4 / 1.4 / 1.8 / 1.2 points at
+80%."""
 LIMIT = 10**9  # no design of more requests than this per arm is searched
 
 
@@ -170,12 +172,15 @@ def _afresh(make: Maker, chosen: Sized, ratio: float, alpha: float) -> Sized:
 
 
 def size_one_run(
-    model: FailureModel, rate: float, ratio: float, alpha: float, power: float, warmup: int = 0
-) -> Sized:
-    """Fewest requests per arm for one run per arm judged as `compare` judges it."""
+    model: FailureModel, rate: float, ratio: float, alpha: float, power: float, warmup: int = 0,
+    side_by_side: bool = False,
+) -> Sized:  # fmt: skip
+    """Fewest requests per arm for one run per arm (or both arms side by side in one run)
+    judged as `compare` judges it."""
     guess = int(n_per_arm(rate, ratio, alpha, power) * _spread(model) * 1.25)
+    shape = SideBySide if side_by_side else OneRun
     sized = solve_length(
-        lambda n: (model, OneRun(n, warmup)), ratio, alpha, power, guess, SEGMENTS
+        lambda n: (model, shape(n, warmup)), ratio, alpha, power, guess, SEGMENTS
     )  # fmt: skip
     assert sized is not None
     return sized
