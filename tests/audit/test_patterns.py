@@ -375,13 +375,18 @@ def test_callers_that_hand_an_op_a_fresh_buffer_show_what_it_writes(
     one (`torch.zeros`) only when the caller then returns it untouched. Not evidence: a buffer
     an earlier op filled (`out` at `quant`), a zero-element placeholder (`stats`), an
     initialised input never returned (`bias`), a name a branch may rebind (`shift`'s `out`),
-    a buffer touched before the call (`scale`'s `out`). `--fix` annotates `mutates_args`."""
+    a buffer touched before the call (`scale`'s `out`), a parameter the implementation never
+    reads or reads only for its metadata. `--fix` annotates `mutates_args`."""
     ops = _audit(capsys, "p25_caller_buffers")
     assert set(_written(ops["p25::act"])) == {"out"}
     assert set(_written(ops["p25::quant"])) == {"q", "scale"}
     assert set(_written(ops["p25::topk"])) == {"score", "index"}
     assert set(_written(ops["p25::accumulate"])) == {"acc"}
     assert not _written(ops["p25::shift"]) and not _written(ops["p25::scale"])
+    # an implementation that never reads the parameter (Python), or reads only its sizes and
+    # options (C++: a shape pattern, xformers' `_ck_rand_uniform`), overrides the caller
+    assert set(_written(ops["p25::gate"])) == {"weights", "indices"}
+    assert ops["p25::rand_like_pattern"]["verdicts"] == ["ok"]
     kinds = {e["kind"] for e in _written(ops["p25::act"])["out"]}
     assert kinds == {"caller-fresh-buffer"}
     assert {e["kind"] for e in _written(ops["p25::accumulate"])["acc"]} == {
@@ -406,7 +411,12 @@ def test_ops_registered_by_direct_register_custom_op_are_audited(
     under `vllm::op_name`, or under `target_lib`'s namespace, with the schema `custom_op` would
     infer; `fake_impl` is its fake. `--fix` adds the written parameter to `mutates_args`."""
     ops = _audit(capsys, "p26_direct_register")
-    assert set(ops) == {"vllm::unified_attention_with_output", "p26::rotate"}
+    assert set(ops) == {
+        "vllm::unified_attention_with_output", "p26::rotate", "vllm::preshuffled_gemm",
+    }  # fmt: skip
+    # a function the tree does not define returns its own tensor (vLLM 0.34.0's aiter GEMM:
+    # `output = gemm(A, B); output.add_(bias)` writes neither A nor B)
+    assert ops["vllm::preshuffled_gemm"]["verdicts"] == ["ok"]
     attention = ops["vllm::unified_attention_with_output"]
     assert attention["has_fake"] and attention["verdicts"] == ["void-op-unannotated"]
     assert set(_written(attention)) == {"output"}

@@ -402,6 +402,18 @@ _PY_VIEWS = frozenset(
 )
 
 
+def _unused_params(fn: ast.FunctionDef) -> frozenset[str]:
+    """Parameters the body never names (none when it forwards `*args`, `**kwargs`, `locals()`)."""
+    args = fn.args
+    if args.vararg is not None or args.kwarg is not None:
+        return frozenset()
+    read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if read & {"locals", "vars"}:
+        return frozenset()
+    names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    return frozenset(names - read)
+
+
 def analyse_python_impl(
     fn: ast.FunctionDef,
     path: str,
@@ -414,6 +426,7 @@ def analyse_python_impl(
     it calls (`py_flow`)."""
     params = {a.arg: a.arg for a in fn.args.args}
     info = ImplInfo(fn.name, key, Location(path, fn.lineno))
+    info.unused = _unused_params(fn)
 
     def add(param: str, kind: str, node: ast.AST) -> None:
         expression = ast.unparse(node)[:100]

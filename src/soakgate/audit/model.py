@@ -128,6 +128,9 @@ class ImplInfo:
     """Other definitions of the same name analysed with it (an `#if` stub, a CPU fallback)."""
     extension_calls: list[ExtensionCall] = field(default_factory=list)
     """Calls into compiled extensions, followed into their C++ when the tree has it."""
+    unused: frozenset[str] = frozenset()
+    """Parameters the implementation's body never reads (known for Python implementations
+    only): nothing it does can write them, whatever a caller hands it."""
 
 
 @dataclass(slots=True)

@@ -649,6 +649,13 @@ class _Body:
                     if param in returned
                 )
             )
+        if isinstance(func, ast.Name) and not self.dsl:
+            # a function the tree does not define, called from plain Python (`gemm(A, B, ...)`
+            # imported from a compiled library): what it returns is its own, not a view of its
+            # arguments (vLLM 0.34.0's `output = gemm_a8w8_bpreshuffle(A, B, ...);
+            # output.add_(bias)` wrote nothing of A or B)
+            return frozenset()
+        # a DSL's constructors and partitions (`cute.local_tile(mO, ...)`, `thr.partition_D(g)`)
         parts = [self.derive(a) for a in call.args] + [self.derive(k.value) for k in call.keywords]
         return frozenset().union(*parts)
 

@@ -219,7 +219,32 @@ def _cpp_impl(index: _Index, raw: RawImpl, op: OpDef) -> ImplInfo | None:
                 info.returned_params[ret_position] = names[position]
                 info.writes.append(_rename(proof, names[position]))
         info.fresh_returns.update(result.fresh_returns)
+    info.unused = frozenset(
+        name
+        for position, name in enumerate(names)
+        if all(
+            position < len(c.params) and _metadata_only(c, c.params[position][0]) for c in chosen
+        )
+    )
     return info
+
+
+_METADATA_USE = (
+    r"\s*(?:\.|->)\s*(?:size|sizes|options|dim|ndimension|stride|strides|numel|dtype|"
+    r"scalar_type|device|get_device|is_cuda|is_contiguous|defined|has_value|element_size|"
+    r"layout|itemsize|nbytes)\s*\("
+)
+
+
+def _metadata_only(fn: FunctionNode, name: str) -> bool:
+    """Whether a C++ body names parameter `name`, and only to ask its metadata (`out.size(0)`,
+    `out.options()`): nothing it does can write the caller's tensor. A body that never names
+    it says nothing (a `TORCH_CHECK(false, ...)` stub beside the `#if` body that works)."""
+    if not name:
+        return False
+    text = (fn.body.text or b"").decode("utf-8", "replace")
+    uses = list(re.finditer(rf"\b{re.escape(name)}\b", text))
+    return bool(uses) and all(re.match(_METADATA_USE, text[u.end() :]) for u in uses)
 
 
 def _rename(evidence: WriteEvidence, name: str) -> WriteEvidence:
@@ -324,8 +349,12 @@ def _merge_python(collected: _Collected, unit: PyFile) -> None:
         collected.buffers.setdefault(buffer.op, []).append(buffer)
 
 
-def _caller_writes(op: OpDef, buffers: list[FreshBuffer]) -> list[WriteEvidence]:
-    """The op's tensor parameters that callers fill with fresh buffers (`py_callers`)."""
+def _caller_writes(
+    op: OpDef, buffers: list[FreshBuffer], impls: list[ImplInfo]
+) -> list[WriteEvidence]:
+    """The op's tensor parameters that callers fill with fresh buffers (`py_callers`), but
+    for one that every implementation found leaves unread (a caller's buffer for an output
+    the op ignores: vLLM 0.34.0's `rocm_aiter_topk_gating` and `token_expert_indices`)."""
     arguments = op.schema.arguments
     positional = [a for a in arguments if not a.kwarg_only]
     evidence = []
@@ -334,7 +363,8 @@ def _caller_writes(op: OpDef, buffers: list[FreshBuffer]) -> list[WriteEvidence]
             arg = positional[buffer.slot] if buffer.slot < len(positional) else None
         else:
             arg = op.schema.argument(buffer.slot)
-        if arg is not None and arg.name and arg.type.is_tensor_like:
+        ignored = bool(impls) and all(arg and arg.name in i.unused for i in impls)
+        if arg is not None and arg.name and arg.type.is_tensor_like and not ignored:
             if buffer.allocated == "empty":
                 kind, what = "caller-fresh-buffer", "an uninitialised buffer"
             else:
@@ -399,6 +429,6 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
         for qualname, info in collected.py_impls:
             if qualname == op.qualname:
                 impls.append(info)
-        callers = _caller_writes(op, collected.buffers.get(op.qualname, []))
+        callers = _caller_writes(op, collected.buffers.get(op.qualname, []), impls)
         reports.append(OpReport(op, impls, has_fake, judge(op, impls, callers), callers))
     return AuditResult(reports, len(files), len(index.parsed) + parsed, collected.call_sites)
