@@ -96,7 +96,7 @@ def plan_summary(request: PlanRequest) -> str:
         options = assumed_options(model, question, *shape, request.side_by_side)
     lines.append("power: the verdict soakgate applies, simulated (± Monte Carlo standard error)")
     lines += [f"  {option.line()}" for option in options]
-    if not request.side_by_side:
+    if not request.side_by_side and pilot is None:  # a pilot sizes blocks only
         lines.append(
             "  (arms soaked side by side in one run are judged window by window where they can "
             "be: --side-by-side sizes that design too)"
