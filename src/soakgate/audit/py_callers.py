@@ -4,8 +4,10 @@ A caller that allocates `out = torch.empty(...)` (or `empty_like`, `empty_stride
 `x.new_empty(...)`) and hands it to `torch.ops.ns.op(..., out, ...)` before anything reads it
 relies on the op to fill it: an op that only read it would read uninitialised memory. That is
 evidence about the op's writes which needs neither its implementation (a closed vendor binary,
-a kernel the analysis cannot follow) nor any name. `torch.zeros` / `ones` / `full` buffers are
-not evidence (an initialised tensor may be an input).
+a kernel the analysis cannot follow) nor any name. An initialised buffer (`torch.zeros` / `ones`
+/ `full`) may be an input: it is evidence only when the caller then returns it with nothing else
+touching it first (the op's result). A zero-element allocation is a placeholder, not a buffer;
+`scan` lets an implementation that never reads the parameter override its callers.
 
 Source order stands in for control flow, conservatively: the allocation must be the name's last
 binding before the call, and nothing may touch the name in between except its metadata
