@@ -50,10 +50,12 @@ def test_an_unknown_model_is_not_found(client: object) -> None:
 
 def test_n_choices_are_answered_side_by_side(client: object) -> None:
     """`n` as vLLM answers it: n choices indexed 0..n-1, sampled ones drawn apart, greedy ones
-    the same, usage counting every choice's tokens."""
+    the same, usage counting every choice's tokens. The request id is fixed: the mock keys a
+    sampled choice by (request id, index), and short answers under a random id could coincide
+    (a fresh-clone CI drew two equal choices of three)."""
     done = client.completions.create(  # type: ignore[attr-defined]
         model="soakgate-mock", prompt="Tell me about rivers.", max_tokens=8, temperature=0.8,
-        n=3, extra_body={"return_token_ids": True},
+        n=3, extra_body={"return_token_ids": True}, extra_headers={"X-Request-Id": "rivers-1"},
     )  # fmt: skip
     assert [c.index for c in done.choices] == [0, 1, 2]
     ids = [c.model_extra["token_ids"] for c in done.choices]
