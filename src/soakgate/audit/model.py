@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -170,12 +171,17 @@ class OpReport:
 
     def writes(self) -> list[WriteEvidence]:
         """Every piece of write evidence: the implementations', then the callers'."""
-        return [e for impl in self.impls for e in impl.writes] + self.callers
+        return all_writes(self.impls, self.callers)
 
     @property
     def verdicts(self) -> list[str]:
         """Verdict names, `ok` when there are no findings."""
         return [f.verdict for f in self.findings] or ["ok"]
+
+
+def all_writes(impls: Iterable[ImplInfo], callers: Iterable[WriteEvidence]) -> list[WriteEvidence]:
+    """The write evidence of an op's implementations, then of its callers (`py_callers`)."""
+    return [e for impl in impls for e in impl.writes] + list(callers)
 
 
 @dataclass(slots=True)

@@ -363,15 +363,16 @@ def _caller_writes(
             arg = positional[buffer.slot] if buffer.slot < len(positional) else None
         else:
             arg = op.schema.argument(buffer.slot)
-        ignored = bool(impls) and all(arg and arg.name in i.unused for i in impls)
-        if arg is not None and arg.name and arg.type.is_tensor_like and not ignored:
-            if buffer.allocated == "empty":
-                kind, what = "caller-fresh-buffer", "an uninitialised buffer"
-            else:
-                kind, what = "caller-returned-buffer", "a new buffer it then returns"
-            text = f"a caller hands it {what}: {buffer.expression}"
-            confidence = Confidence.MEDIUM
-            evidence.append(WriteEvidence(arg.name, kind, text, buffer.location, confidence))
+        if arg is None or not arg.name or not arg.type.is_tensor_like:
+            continue
+        if impls and all(arg.name in i.unused for i in impls):
+            continue  # every implementation leaves it unread
+        if buffer.allocated == "empty":
+            kind, what = "caller-fresh-buffer", "an uninitialised buffer"
+        else:
+            kind, what = "caller-returned-buffer", "a new buffer it then returns"
+        text = f"a caller hands it {what}: {buffer.expression}"
+        evidence.append(WriteEvidence(arg.name, kind, text, buffer.location, Confidence.MEDIUM))
     return evidence
 
 

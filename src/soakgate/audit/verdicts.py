@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from soakgate.audit.model import Confidence, Finding, ImplInfo, OpDef, Severity, WriteEvidence
+from soakgate.audit.model import (
+    Confidence,
+    Finding,
+    ImplInfo,
+    OpDef,
+    Severity,
+    WriteEvidence,
+    all_writes,
+)
 
 VERDICTS = (
     "void-op-unannotated",
@@ -25,7 +33,7 @@ def _written(
     """Schema argument name -> evidence from every implementation (and caller) that writes it."""
     names = {arg.name for arg in op.schema.arguments if arg.type.is_tensor_like}
     written: dict[str, list[WriteEvidence]] = {}
-    for evidence in [e for impl in impls for e in impl.writes] + list(callers):
+    for evidence in all_writes(impls, callers):
         if evidence.param in names and evidence.kind != "returns-param":
             written.setdefault(evidence.param, []).append(evidence)
     return written

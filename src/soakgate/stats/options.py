@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from soakgate.stats.delivered import (
     Blocks,
+    Design,
     OneRun,
     SequentialRun,
     SideBySide,
@@ -159,9 +160,7 @@ def assumed_options(
     return options
 
 
-def _at(
-    model: FailureModel, design: OneRun | SideBySide | Blocks | SequentialRun, q: Question
-) -> Sized:
+def _at(model: FailureModel, design: Design, q: Question) -> Sized:
     got = delivered(model, design, q.ratio, q.alpha, VERIFY_REPS[type(design)])
     return Sized(design, got, got.power >= q.power - got.standard_error)
 
