@@ -426,3 +426,69 @@ def test_ops_registered_by_direct_register_custom_op_are_audited(
     main(["audit", str(tree), "--fix", "--write"])
     capsys.readouterr()
     assert 'mutates_args=["output"],' in (tree / "attention.py").read_text()
+
+
+def test_a_python_op_writes_what_the_ops_it_calls_write(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A Python op whose body (or a helper of the tree it calls) hands its tensors to another
+    op through `torch.ops` writes what that op writes: the called op's evidence where the tree
+    has its implementation (through chains of ops), its schema's `(a!)` where the tree has only
+    the schema. A tensor handed to an op of another library is not shown unwritten (vLLM
+    0.34.0's XPU wrappers were all `over-annotated` notes), and one handed to an op whose
+    implementation only reads it is not written."""
+    ops = _audit(capsys, "p27_ops_calling_ops")
+    for name in ("p27::norm", "p27::norm_via_helper"):
+        assert ops[name]["verdicts"] == ["void-op-unannotated"]
+        assert set(_written(ops[name])) == {"out"}
+        assert {e["kind"] for e in _written(ops[name])["out"]} == {"op-call"}
+    assert _written(ops["p27::norm_via_helper"])["out"][0]["location"].endswith("layers.py:9")
+    assert set(_written(ops["p27::closed_wrapper"])) == {"dst"}  # by its keyword-bound schema
+    assert set(_written(ops["p27::chain"])) == {"result"}  # chain -> norm -> fill
+    assert ops["p27::peek_wrapper"]["verdicts"] == ["ok"]
+    assert ops["p27::vendor_wrapper"]["verdicts"] == ["ok"]
+    assert ops["p27::peek"]["verdicts"] == ["over-annotated"]
+    # a method of something else (`_CACHES.get(layer)`) does not return a view of its argument
+    # (vLLM 0.34.0: `get_attention_context(layer_name)`'s KV cache was taken for the name's)
+    assert ops["p27::cache_update"]["verdicts"] == ["ok"]
+    tree = tmp_path / "p27"
+    shutil.copytree(PATTERNS / "p27_ops_calling_ops", tree)
+    main(["audit", str(tree), "--fix", "--write"])
+    capsys.readouterr()
+    text = (tree / "p27pkg" / "layers.py").read_text()
+    assert '@custom_op("p27::norm", mutates_args=("out",))' in text
+    assert '@custom_op("p27::chain", mutates_args=("result",))' in text
+    assert '@custom_op("p27::peek_wrapper", mutates_args=())' in text
+
+
+def test_ascend_npu_ops_are_followed_into_their_ascendc_kernels(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """vLLM-Ascend's two ways to an NPU kernel (the seventh held-out first run found none of
+    its 38 written parameters): pointers captured by an `OpCommand` handler that launches an
+    AscendC kernel from another file, and `EXEC_NPU_CMD(aclnnName, ...)` into an operator the
+    tree defines (`OpDef`: inputs, then outputs; an output named as an input is that input)
+    whose kernel `name` is followed with the tensors in its parameters' order. In the kernel,
+    `GlobalTensor` members bound by `SetGlobalBuffer` in `Init`, in a constructor (also through
+    `this->` and `reinterpret_cast`) or in the method that stores, written by `DataCopy` /
+    `DataCopyPad` (destination first) in other methods; a load into local memory is not a
+    write. `aclrtMemcpyAsync` writes its destination. A closed CANN operator (not in the tree)
+    and an operator's own fresh output write nothing of the op's parameters."""
+    ops = _audit(capsys, "p28_ascendc")
+    # the schema marks x and weight `Tensor!`: the kernel only loads them
+    assert ops["p28::shrink"]["verdicts"] == ["over-annotated"]
+    assert ops["p28::shrink"]["findings"][0]["params"] == ["x", "weight"]
+    assert set(_written(ops["p28::swap"])) == {"dst"}
+    scale = _written(ops["p28::scale_"])
+    assert set(scale) == {"x"}
+    assert {e["kind"] for e in scale["x"]} == {"vendor-output", "mutating-call"}
+    assert set(_written(ops["p28::store"])) == {"cache"}  # no output: only the kernel says so
+    assert ops["p28::norm"]["verdicts"] == ["ok"]  # CANN's own operator, not in the tree
+    assert ops["p28::copy_out"]["verdicts"] == ["ok"]  # staging only read, y its own output
+    tree = tmp_path / "p28"
+    shutil.copytree(PATTERNS / "p28_ascendc", tree)
+    main(["audit", str(tree), "--fix", "--write"])
+    capsys.readouterr()
+    text = (tree / "vendor.cpp").read_text()
+    assert '"scale_(Tensor(a!) x, Tensor factor) -> ()"' in text
+    assert '"store(Tensor key, Tensor(a!) cache, Tensor slots) -> ()"' in text

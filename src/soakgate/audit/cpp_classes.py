@@ -147,6 +147,8 @@ def _body_inits(
         if function_name(declarator) != name:
             continue
         for node in walk(fn_body):
+            if node.type == "call_expression":
+                _global_buffer_init(node, names, inits, fields)
             if node.type != "assignment_expression":
                 continue
             left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
@@ -155,6 +157,39 @@ def _body_inits(
             target = text_of(left).replace("this->", "").strip()
             if target in fields and target not in inits:
                 inits[target] = names.index(text_of(right).strip())
+
+
+def _global_buffer_init(
+    call: Node, names: list[str], inits: dict[str, int], fields: set[str]
+) -> None:
+    """AscendC: `xGm_.SetGlobalBuffer((__gm__ T*)x, n);` in a constructor binds member `xGm_`
+    to parameter `x`, as `xGm_ = x` would."""
+    function, arguments = (
+        call.child_by_field_name("function"),
+        call.child_by_field_name("arguments"),
+    )
+    if function is None or arguments is None or function.type != "field_expression":
+        return
+    if text_of(function.child_by_field_name("field") or function) != "SetGlobalBuffer":
+        return
+    holder = text_of(function.child_by_field_name("argument") or function).replace("this->", "")
+    args = [a for a in arguments.named_children if a.type != "comment"]
+    value = args[0] if args else None
+    while value is not None:
+        if value.type in {"cast_expression", "parenthesized_expression"}:
+            value = value.child_by_field_name("value") or (
+                value.named_children[-1] if value.named_children else None
+            )
+        elif value.type == "call_expression" and text_of(
+            value.child_by_field_name("function") or value
+        ).startswith(("reinterpret_cast", "static_cast", "const_cast")):
+            inner = value.child_by_field_name("arguments")
+            value = inner.named_children[0] if inner is not None and inner.named_children else None
+        else:
+            break
+    name = text_of(value).strip() if value is not None else ""
+    if holder in fields and holder not in inits and name in names:
+        inits[holder] = names.index(name)
 
 
 def _ctor_inits(definition: Node, params: list[tuple[str, str]]) -> dict[str, int]:

@@ -19,6 +19,7 @@ from soakgate.audit.cpp_classes import ClassNode, returned_field
 from soakgate.audit.cpp_names import declared_name, short
 from soakgate.audit.cpp_reach import Reach, pick
 from soakgate.audit.cpp_syntax import FunctionNode, text_of
+from soakgate.audit.cpp_vendor import VendorOp
 from soakgate.audit.model import Confidence, Location, WriteEvidence
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ class Context:
     active: set[int] = field(default_factory=set)
     picked: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     """(picker function, caller file) -> the functions it may return (`writes`), or ()."""
+    vendor: Callable[[str], VendorOp | None] = lambda name: None
+    """A vendor framework's operator by type (`cpp_vendor`), for `EXEC_NPU_CMD(aclnnX, ...)`."""
 
 
 class CallFlow(AliasResolver):
@@ -122,13 +125,19 @@ class CallFlow(AliasResolver):
     def _build_struct(self, node: Node, classes: list[ClassNode], args: list[Node]) -> bool:
         """`paged_kv_t<T> kv(n, k_ptr, v_ptr);`: the fields its constructor sets carry the
         pointers, like `params.k_ptr = ...` on a local struct."""
-        built = next((c for c in classes if c.ctors), None)
         var = declared_name(node.child_by_field_name("declarator"))
+        if var is None:
+            return False
+        return self.struct_from(var, classes, [self.alias_of(arg) for arg in args])
+
+    def struct_from(self, var: str, classes: list[ClassNode], args: list[Alias | None]) -> bool:
+        """Local `var` built by a constructor of `classes` from arguments that are `args`."""
+        built = next((c for c in classes if c.ctors), None)
         ctor = built.ctor_for(len(args)) if built is not None else None
-        if built is None or ctor is None or var is None:
+        if built is None or ctor is None:
             return False
         self.struct_types[var] = built.name
-        carried = {f: self.alias_of(args[i]) for f, i in ctor[1].items() if i < len(args)}
+        carried = {f: args[i] for f, i in ctor[1].items() if i < len(args)}
         self.structs[var] = {f: a for f, a in carried.items() if a is not None}
         return True
 
@@ -267,12 +276,19 @@ class CallFlow(AliasResolver):
             return None
         if name in self.local_fns:
             return self._analyse(self.local_fns[name])
+        own = next((c for c in self.context.classes(self.fn.owner) if name in c.methods), None)
+        if own is not None and len(own.methods[name].params) >= arity:  # `CopyOut(i)` in a
+            return self._analyse(own.methods[name])  # method: this class's, not any other's
         functors = [c for c in self.context.classes(name) if c.call is not None]
         if functors:
             return self._analyse_functor(functors[0], arity)
         reached = pick(self.context.functions(name), self.fn.path, self.context.reach)
         candidates = [c for c in reached if len(c.params) >= arity]
         exact = [c for c in candidates if len(c.params) == arity] or candidates
+        return self.analyse_all(exact)
+
+    def analyse_all(self, exact: list[FunctionNode]) -> FunctionWrites | None:
+        """The union of what each of `exact` (same-named definitions) writes."""
         results = [r for c in exact if (r := self._analyse(c)) is not None]
         if not results:
             return None if not exact else FunctionWrites()

@@ -27,7 +27,8 @@ _DEFINE = re.compile(
 _WORD = re.compile(rb"[A-Za-z_]\w*")
 _LINE = re.compile(r'^#line (\d+)(?: "[^"]*")?\s*$')
 # Macros whose expansion only hides registration syntax the extractor reads as written.
-_KEEP = re.compile(r"^(?:STABLE_)?TORCH_LIBRARY")
+_KEEP = re.compile(r"^(?:(?:STABLE_)?TORCH_LIBRARY|EXEC_(?:NPU|OPAPI)\w*CMD$)")
+# (torch_npu's `EXEC_NPU_CMD(aclnnName, ...)` names the operator it calls: `cpp_vendor` reads it)
 
 
 @dataclass(frozen=True, slots=True)

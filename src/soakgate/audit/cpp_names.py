@@ -70,6 +70,12 @@ POINTER_WRITERS = {
             "lsc_atomic_update",
             "fill",
             "fill_n",
+            "aclrtMemcpy",
+            "aclrtMemcpyAsync",
+            "aclrtMemset",
+            "aclrtMemsetAsync",
+            "DataCopy",  # AscendC: DataCopy(dst, src, ...), global or local memory either way
+            "DataCopyPad",
         ],
         0,
     ),

@@ -156,6 +156,16 @@ def library_block(node: Node) -> tuple[str, list[str]] | None:
     return name, args
 
 
+def _enclosing_class(node: Node) -> str:
+    """The class a member function is defined in the body of (`class K { void m() {...} }`)."""
+    body = node.parent
+    holder = body.parent if body is not None and body.type == "field_declaration_list" else None
+    if holder is None or holder.type not in {"class_specifier", "struct_specifier"}:
+        return ""
+    name = holder.child_by_field_name("name")
+    return text_of(name).split("<", 1)[0].strip() if name is not None else ""
+
+
 def function_node(node: Node, path: str, lines: Expanded | None) -> FunctionNode | None:
     if library_block(node) is not None:
         return None
@@ -170,7 +180,7 @@ def function_node(node: Node, path: str, lines: Expanded | None) -> FunctionNode
     if top is not None and top.type in {"reference_declarator", "pointer_declarator"}:
         returns += text_of(top).split(name, 1)[0].strip()  # the `&`/`*` before the name
     qualified = declarator.child_by_field_name("declarator")
-    owner = ""
+    owner = _enclosing_class(node)
     while qualified is not None and qualified.type == "qualified_identifier":
         scope = qualified.child_by_field_name("scope")  # `ns::C::m`: the innermost scope
         owner = text_of(scope).split("<", 1)[0].strip() if scope is not None else owner

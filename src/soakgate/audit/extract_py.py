@@ -459,6 +459,7 @@ def analyse_python_impl(
                     info.returned_params[position] = params[value.id]
                     add(params[value.id], "returns-param", node)
     if flow is not None:
+        info.op_calls = flow.op_calls_at(path, fn.lineno)
         seen = {w.param for w in info.writes if w.kind != "returns-param"}
         for param, how in flow.writes_at(path, fn.lineno).items():
             if param not in seen:

@@ -109,6 +109,24 @@ class ExtensionCall:
     expression: str
 
 
+@dataclass(frozen=True, slots=True)
+class OpCall:
+    """A Python implementation (or a function of the tree it calls) calling another op through
+    `torch.ops` (`torch.ops._C.rms_norm(out, x, w, eps)`): what the called op writes, the
+    caller writes through the tensors it hands it (`scan` binds them to the op's schema)."""
+
+    op: str
+    """The called op, `namespace::name` or `namespace::name.overload`."""
+    args: tuple[frozenset[str], ...]
+    """Per positional argument, the implementation's parameters it may be (or view)."""
+    keywords: tuple[tuple[str, frozenset[str]], ...]
+    """(keyword, the implementation's parameters it may be) for arguments passed by keyword."""
+    location: Location
+    """Where the op is called."""
+    expression: str
+    """The call (through the helpers that lead to it), shortened."""
+
+
 @dataclass(slots=True)
 class ImplInfo:
     """Writes inferred for one implementation of one op."""
@@ -132,6 +150,11 @@ class ImplInfo:
     unused: frozenset[str] = frozenset()
     """Parameters the implementation's body never reads (known for Python implementations
     only): nothing it does can write them, whatever a caller hands it."""
+    op_calls: list[OpCall] = field(default_factory=list)
+    """Ops a Python implementation calls through `torch.ops`, followed by `scan`."""
+    unseen: dict[str, str] = field(default_factory=dict)
+    """Parameters handed to an op whose writes cannot be known here (not in the tree, or no
+    evidence either way) -> that call: neither written nor shown unwritten."""
 
 
 @dataclass(slots=True)

@@ -35,7 +35,9 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from soakgate.audit.model import Location, OpCall
 
 MAX_DEPTH = 10
 # Calls whose result is new storage, never a view of their arguments.
@@ -80,6 +82,8 @@ TUPLE_RESULTS = {"tma_partition": (3, 4)}
 coord, layout, smem, gmem)` returns (smem partition, gmem partition)."""
 DSLS = frozenset({"triton", "cute", "cutlass"})
 """Modules whose decorators make a kernel of a Python DSL (`@triton.jit`, `@cute.kernel`)."""
+DSL_MODULES = DSLS | {"tl", "cpasync"}
+"""Names a DSL's functions are called through (`tl.load`, `cpasync.tma_partition`)."""
 CUTE_COPIES = frozenset({"copy", "autovec_copy", "basic_copy", "basic_copy_if", "copy_if"})
 """CuTe DSL copies: the destination is the last positional argument."""
 NOT_WRITES = frozenset({"requires_grad_", "unsqueeze_", "squeeze_", "t_", "transpose_"})
@@ -89,6 +93,8 @@ TRITON_STORES = frozenset(
 )  # fmt: skip
 _DEFINED = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 Aliases = dict[str, frozenset[str]]
+_Analysis = tuple[dict[str, str], frozenset[str], list[OpCall]]
+"""A function's writes (parameter -> how), the parameters it may return, the ops it calls."""
 _Add = Callable[[frozenset[str], "ast.AST | str"], None]
 _COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp, ast.SetComp)
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -145,7 +151,7 @@ class PyTree:
         self._defined: dict[str, list[str]] | None = None
         self._tails: dict[str, list[str]] | None = None
         """Module path tails (`pkg/m`, `m`) -> files, for resolving imports."""
-        self._analysed: dict[int, tuple[dict[str, str], frozenset[str]]] = {}
+        self._analysed: dict[int, _Analysis] = {}
         """Function node -> (parameters it writes and how, parameters it may return)."""
         self._active: set[int] = set()
 
@@ -291,15 +297,24 @@ class PyTree:
     def writes_at(self, path: str, line: int) -> dict[str, str]:
         """`writes` of the function defined at `path:line` (as this tree parsed it: results are
         kept by node, so nodes of another parse must not be passed in)."""
+        fn = self._defined_at(path, line)
+        return self.writes(fn) if fn is not None else {}
+
+    def op_calls_at(self, path: str, line: int) -> list[OpCall]:
+        """`op_calls` of the function defined at `path:line`."""
+        fn = self._defined_at(path, line)
+        return self.op_calls(fn) if fn is not None else []
+
+    def _defined_at(self, path: str, line: int) -> Function | None:
         module = self.module(path)
         for node in ast.walk(module.tree) if module is not None else ():
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, ast.FunctionDef) and item.lineno == line:
-                        return self.writes(Function(item, path, node))
+                        return Function(item, path, node)
             elif isinstance(node, ast.FunctionDef) and node.lineno == line:
-                return self.writes(Function(node, path))
-        return {}
+                return Function(node, path)
+        return None
 
     def writes(self, fn: Function, depth: int = 0) -> dict[str, str]:
         """Parameters of `fn` its code (and what it calls in the tree) writes: name -> how."""
@@ -309,20 +324,25 @@ class PyTree:
         """Parameters of `fn` whose storage it may return (a view, the tensor itself)."""
         return self._analyse(fn, depth)[1]
 
-    def _analyse(self, fn: Function, depth: int) -> tuple[dict[str, str], frozenset[str]]:
+    def op_calls(self, fn: Function, depth: int = 0) -> list[OpCall]:
+        """The ops `fn` calls through `torch.ops` (itself or through the tree's functions it
+        calls), each argument as the parameters of `fn` it may be."""
+        return self._analyse(fn, depth)[2]
+
+    def _analyse(self, fn: Function, depth: int) -> _Analysis:
         """One analysis of `fn`'s body, kept; nothing while it is being analysed (recursion)
         or past `MAX_DEPTH`."""
         key = id(fn.node)
         if key in self._analysed:
             return self._analysed[key]
         if depth > MAX_DEPTH or key in self._active:
-            return {}, frozenset()
+            return {}, frozenset(), []
         self._active.add(key)
         try:
             body = _Body(self, fn, depth)
         finally:
             self._active.discard(key)
-        self._analysed[key] = body.found, body.returns
+        self._analysed[key] = body.found, body.returns, body.op_calls
         return self._analysed[key]
 
     def compiled_class(self, fn: Function) -> tuple[str, ast.ClassDef] | None:
@@ -428,6 +448,8 @@ class _Body:
         """Parameters written -> how (the first evidence found)."""
         self.returns: frozenset[str] = frozenset()
         """Parameters whose storage a `return` may hand back."""
+        self.op_calls: list[OpCall] = []
+        """Ops called through `torch.ops` with the function's parameters (or views of them)."""
         self._helpers(fn.node)
         self._walk(fn.node.body)
 
@@ -655,6 +677,16 @@ class _Body:
             # arguments (vLLM 0.34.0's `output = gemm_a8w8_bpreshuffle(A, B, ...);
             # output.add_(bias)` wrote nothing of A or B)
             return frozenset()
+        if (
+            isinstance(func, ast.Attribute)
+            and not self.dsl
+            and _dotted(func).split(".")[0] not in DSL_MODULES
+        ):
+            # a method of something that is not one of the parameters, in plain Python
+            # (`slot_mapping.get(layer_name)`): its result is not a view of the arguments
+            # (vLLM 0.34.0's `get_attention_context(layer_name)` took a KV cache for a view of
+            # the layer's name)
+            return frozenset()
         # a DSL's constructors and partitions (`cute.local_tile(mO, ...)`, `thr.partition_D(g)`)
         parts = [self.derive(a) for a in call.args] + [self.derive(k.value) for k in call.keywords]
         return frozenset().union(*parts)
@@ -752,13 +784,56 @@ class _Body:
             add(self.derive(call.args[-1]), call)  # the destination is the last argument
         if head in ("tl", "triton") and name in TRITON_STORES and call.args:
             add(self.derive(call.args[0]), call)
+        op = op_called(dotted)
+        if op is not None:  # `torch.ops.ns.name(...)`: `scan` binds it to the op's schema
+            self._op_call(op, call)
+            return
         target = self.callee(call)
         if target is None:
             return
         callee, bound = target
         written = self.tree.writes(callee, self.depth + 1)
-        if not written:
+        inner = self.tree.op_calls(callee, self.depth + 1)
+        if not written and not inner:
             return
+        passed: dict[str, frozenset[str]] = {}
         for param, arg in self._binding(call, callee, bound):
+            passed[param] = passed.get(param, frozenset()) | self.derive(arg)
+        for param, derived in passed.items():
             if param in written:
-                add(self.derive(arg), f"{ast.unparse(call)[:60]} -> {written[param]}")
+                add(derived, f"{ast.unparse(call)[:60]} -> {written[param]}")
+        for use in inner:  # the callee's op calls, in terms of this function's parameters
+            args = tuple(_through(passed, names) for names in use.args)
+            keywords = tuple((k, _through(passed, names)) for k, names in use.keywords)
+            if any(args) or any(names for _, names in keywords):
+                how = f"{ast.unparse(call)[:40]} -> {use.expression}"[:120]
+                self.op_calls.append(replace(use, args=args, keywords=keywords, expression=how))
+
+    def _op_call(self, op: str, call: ast.Call) -> None:
+        args: list[frozenset[str]] = []
+        for arg in call.args:
+            if isinstance(arg, ast.Starred):
+                break
+            args.append(self.derive(arg))
+        keywords = tuple((k.arg, self.derive(k.value)) for k in call.keywords if k.arg)
+        if any(args) or any(names for _, names in keywords):
+            where = Location(self.fn.path, call.lineno)
+            how = " ".join(ast.unparse(call).split())[:80]
+            self.op_calls.append(OpCall(op, tuple(args), keywords, where, how))
+
+
+def _through(passed: Mapping[str, frozenset[str]], names: frozenset[str]) -> frozenset[str]:
+    """A callee's parameters `names`, as the caller's parameters its arguments bound to them."""
+    return frozenset().union(*(passed.get(name, frozenset()) for name in names))
+
+
+def op_called(dotted: str) -> str | None:
+    """The op a call of `dotted` reaches through `torch.ops` (`torch.ops.ns.name[.overload]`):
+    `ns::name` or `ns::name.overload` (`.default` is the op itself)."""
+    parts = dotted.split(".")
+    if len(parts) < 4 or parts[:2] != ["torch", "ops"]:
+        return None
+    qualname = f"{parts[2]}::{parts[3]}"
+    if len(parts) > 4 and parts[4] != "default":
+        qualname += f".{parts[4]}"
+    return qualname

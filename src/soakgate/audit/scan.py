@@ -12,6 +12,7 @@ from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
 from soakgate.audit.cpp_reach import Reach, include_reach, pick
 from soakgate.audit.cpp_unity import SOURCE_SUFFIXES, inline_sources, relocated
+from soakgate.audit.cpp_vendor import VendorOp, vendor_ops
 from soakgate.audit.extract_cpp import (
     CPP_SUFFIXES,
     ClassNode,
@@ -27,9 +28,11 @@ from soakgate.audit.model import (
     Confidence,
     ImplInfo,
     Location,
+    OpCall,
     OpDef,
     OpReport,
     WriteEvidence,
+    all_writes,
 )
 from soakgate.audit.py_callers import FreshBuffer
 from soakgate.audit.py_fakes import added_python
@@ -84,6 +87,13 @@ class _Index:
     """The extensions the tree's build files define (`build_names`)."""
     reach: Reach | None = None
     """The files each file includes (set by `audit_paths`)."""
+    vendor: dict[str, VendorOp] | None = None
+
+    def vendor_op(self, name: str) -> VendorOp | None:
+        """A vendor framework's operator defined in the tree (`cpp_vendor`), by type."""
+        if self.vendor is None:
+            self.vendor = vendor_ops(self.contents)
+        return self.vendor.get(name)
 
     def parse(self, path: str) -> CppFile:
         if path not in self.parsed:
@@ -210,7 +220,9 @@ def _cpp_impl(index: _Index, raw: RawImpl, op: OpDef) -> ImplInfo | None:
     info = ImplInfo(fn.name, raw.dispatch_key, Location(fn.path, fn.line(fn.body)))
     info.alternatives = [Location(c.path, c.line(c.body)) for c in chosen[1:]]
     for candidate in chosen:
-        result = infer_writes(candidate, index.lookup, index.lookup_class, index.reach)
+        result = infer_writes(
+            candidate, index.lookup, index.lookup_class, index.reach, index.vendor_op
+        )
         for position, evidence in result.writes.items():
             if position < len(names):
                 info.writes.extend(_rename(e, names[position]) for e in evidence)
@@ -391,7 +403,9 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
             names = [name for name, _ in fn.params]
             passed = dict(enumerate(call.args))
             passed.update((names.index(k), p) for k, p in call.keywords if k in names)
-            result = infer_writes(fn, index.lookup, index.lookup_class, index.reach)
+            result = infer_writes(
+                fn, index.lookup, index.lookup_class, index.reach, index.vendor_op
+            )
             for position, proofs in result.writes.items():
                 param = passed.get(position)
                 if param is None:
@@ -400,6 +414,81 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
                 text = f"{call.expression[:60]} -> {proof.expression}"
                 info.writes.append(
                     WriteEvidence(param, "extension-call", text, call.location, proof.confidence)
+                )
+
+
+_OP_CALL_ROUNDS = 4  # ops calling ops calling ops: evidence travels one call per round
+
+
+def _follow_op_calls(
+    found: list[tuple[OpDef, list[ImplInfo], bool]], callers: list[list[WriteEvidence]]
+) -> None:
+    """What the ops a Python implementation calls through `torch.ops` write, bound to the
+    tensors it hands them (`OpCall`): the called op's evidence (its implementations, its
+    callers) where the tree has its implementation, else its schema's own `(a!)`. A tensor
+    handed to an op the tree does not define, or to one whose evidence about that parameter
+    is only a pointer passed to code not found, is `unseen`: not written, not unwritten."""
+    index: dict[str, int] = {}
+    for position, (op, _, _) in enumerate(found):
+        index.setdefault(op.qualname, position)
+    calls = [(info, call) for _, impls, _ in found for info in impls for call in info.op_calls]
+    seen: set[tuple[int, str, OpCall, str]] = set()
+    for _ in range(_OP_CALL_ROUNDS):
+        before = len(seen)
+        for info, call in calls:
+            _op_call_writes(info, call, index, found, callers, seen)
+        if len(seen) == before:
+            return
+
+
+def _op_call_writes(
+    info: ImplInfo,
+    call: OpCall,
+    index: dict[str, int],
+    found: list[tuple[OpDef, list[ImplInfo], bool]],
+    callers: list[list[WriteEvidence]],
+    seen: set[tuple[int, str, OpCall, str]],
+) -> None:
+    """Add one call's evidence to `info` (once per parameter and argument: `seen`)."""
+    position = index.get(call.op)
+    if position is None:  # an op of another library: what it does is not in the tree
+        for names in (*call.args, *(names for _, names in call.keywords)):
+            for name in names:
+                info.unseen.setdefault(name, f"{call.expression} (an op not in the tree)")
+        return
+    callee, impls, _ = found[position]
+    evidence: dict[str, list[WriteEvidence]] = {}
+    for proof in all_writes(impls, callers[position]):
+        if proof.kind != "returns-param":
+            evidence.setdefault(proof.param, []).append(proof)
+    positional = [a for a in callee.schema.arguments if not a.kwarg_only]
+    bound = [(positional[i], names) for i, names in enumerate(call.args) if i < len(positional)]
+    for keyword, names in call.keywords:
+        arg = callee.schema.argument(keyword)
+        if arg is not None:
+            bound.append((arg, names))
+    for arg, names in bound:
+        if not names or not arg.name or not arg.type.is_tensor_like:
+            continue
+        proofs = evidence.get(arg.name, [])
+        strong = [p for p in proofs if p.confidence >= Confidence.MEDIUM]
+        if strong:
+            confidence = min(max(p.confidence for p in strong), Confidence.MEDIUM)
+            first = strong[0].expression
+            how = f"{call.expression} -> {callee.qualname} writes {arg.name}: {first}"
+        elif not impls and arg.is_write:
+            confidence, how = Confidence.MEDIUM, f"{call.expression} -> {callee.schema.text}"
+        else:
+            if proofs or not impls:  # only a pointer passed to code not found, or no code
+                for name in names:
+                    info.unseen.setdefault(name, f"{call.expression} ({callee.qualname})")
+            continue
+        for name in sorted(names):
+            key = (id(info), name, call, arg.name)
+            if key not in seen:
+                seen.add(key)
+                info.writes.append(
+                    WriteEvidence(name, "op-call", how[:160], call.location, confidence)
                 )
 
 
@@ -416,7 +505,7 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
     )
     collected, parsed = _collect(files, index)
     _follow_extensions(index, [info for _, info in collected.py_impls])
-    reports = []
+    found: list[tuple[OpDef, list[ImplInfo], bool]] = []
     for op in collected.defs:
         impls: list[ImplInfo] = []
         has_fake = op.qualname in collected.fakes
@@ -430,6 +519,11 @@ def audit_paths(paths: Iterable[str]) -> AuditResult:
         for qualname, info in collected.py_impls:
             if qualname == op.qualname:
                 impls.append(info)
-        callers = _caller_writes(op, collected.buffers.get(op.qualname, []), impls)
-        reports.append(OpReport(op, impls, has_fake, judge(op, impls, callers), callers))
+        found.append((op, impls, has_fake))
+    callers = [_caller_writes(op, collected.buffers.get(op.qualname, []), i) for op, i, _ in found]
+    _follow_op_calls(found, callers)
+    reports = [
+        OpReport(op, impls, has_fake, judge(op, impls, by_callers), by_callers)
+        for (op, impls, has_fake), by_callers in zip(found, callers, strict=True)
+    ]
     return AuditResult(reports, len(files), len(index.parsed) + parsed, collected.call_sites)

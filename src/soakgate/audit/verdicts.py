@@ -112,7 +112,14 @@ def _coverage_findings(
     if op.origin == "binary":
         return []
     if impls:
-        unused = [a.name or "" for a in schema.arguments if a.is_write and a.name not in written]
+        # a tensor handed to an op whose writes are not known here (`ImplInfo.unseen`) is not
+        # shown unwritten: the op it was handed to may write it
+        unseen = {name for impl in impls for name in impl.unseen}
+        unused = [
+            a.name or ""
+            for a in schema.arguments
+            if a.is_write and a.name not in written and a.name not in unseen
+        ]
         if not unused:
             return []
         message = (

@@ -10,6 +10,7 @@ Parameter names are never used here. What an expression refers to is decided in 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,9 @@ from soakgate.audit.cpp_alias import (
     is_pointer_like,
     pointee_const,
 )
+from soakgate.audit.cpp_classes import ClassNode
 from soakgate.audit.cpp_flow import (
+    MAX_DEPTH,
     THIS,
     CallFlow,
     ClassLookup,
@@ -28,6 +31,7 @@ from soakgate.audit.cpp_flow import (
     FunctionWrites,
     Lookup,
     same_object_call,
+    strongest,
 )
 from soakgate.audit.cpp_launch import LAUNCHERS, address_table, launch_arguments
 from soakgate.audit.cpp_names import (
@@ -47,8 +51,13 @@ from soakgate.audit.cpp_names import (
     walk,
 )
 from soakgate.audit.cpp_reach import Reach, pick
+from soakgate.audit.cpp_vendor import COMMANDS, VendorOp, api_operator
 from soakgate.audit.extract_cpp import FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, WriteEvidence
+
+GLOBAL_TENSOR = re.compile(r"\bGlobalTensor\s*<")
+_GLOBAL = re.compile(r"\bGM_ADDR\b|__gm__")
+"""AscendC's view of global memory (`AscendC::GlobalTensor<T> yGm;`), bound by `SetGlobalBuffer`."""
 
 if TYPE_CHECKING:
     from tree_sitter import Node
@@ -78,7 +87,7 @@ def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
         # `Variable` is `torch::autograd::Variable`, a Tensor (autograd Functions' forward)
         if re.search(r"\b(?:Tensor|Variable)\b", type_text) and "*" not in type_text:
             aliases[name] = Alias((index,), "tensor")
-        elif "*" in type_text or "ccessor" in type_text:
+        elif "*" in type_text or "ccessor" in type_text or re.search(r"\bGM_ADDR\b", type_text):
             aliases[name] = Alias((index,), "pointer", _is_const_pointer(type_text))
         elif not re.match(
             r"\s*(?:const\s+)?(?:unsigned\s+)?(?:bool|int|float|double|char|"
@@ -166,7 +175,11 @@ class _Analyzer(CallFlow):
         params = {name for name, _ in self.fn.params}
         for cls in self.context.classes(self.fn.owner)[:1]:
             for field_name, declaration in cls.fields:
-                if field_name not in params and "*" in declaration:
+                if field_name in params:
+                    continue
+                if GLOBAL_TENSOR.search(declaration):  # AscendC: a view of global memory
+                    self.aliases[field_name] = Alias((THIS,), "tensor", field=field_name)
+                elif "*" in declaration:
                     const = pointee_const(declaration, Alias((THIS,), "pointer"))
                     self.aliases[field_name] = Alias((THIS,), "pointer", const, field=field_name)
 
@@ -425,11 +438,29 @@ class _Analyzer(CallFlow):
         if kind is None:
             return
         name = callee(kind)
-        if not any(c.call is not None for c in self.context.classes(name)):
+        classes = self.context.classes(name)
+        functor = any(c.call is not None for c in classes)
+        methods = any(c.methods for c in classes)  # AscendC: `KernelClass<T> op; op.Init(...)`
+        if not functor and not methods:
             return
         for child in node.children_by_field_name("declarator"):
             if child.type == "identifier":
                 self.struct_types[text_of(child)] = name
+                if not functor:
+                    self.structs.setdefault(text_of(child), {})
+            elif child.type == "function_declarator" and not functor:
+                self._constructed(child, classes)
+
+    def _constructed(self, declarator: Node, classes: list[ClassNode]) -> None:
+        """`Kernel<T> op(x, y, n);` of names this function holds: the grammar reads a
+        declaration of a function `op` (C++'s most vexing parse); it builds an object."""
+        var = declared_name(declarator.child_by_field_name("declarator"))
+        plist = declarator.child_by_field_name("parameters")
+        names = [text_of(p).strip() for p in plist.named_children] if plist is not None else []
+        if var is None or not names or not all(n.isidentifier() for n in names):
+            return
+        if any(n in self.aliases for n in names):
+            self.struct_from(var, classes, [self.aliases.get(n) for n in names])
 
     def _launch_functor(self, node: Node, args: list[Node]) -> None:
         """A functor filled field by field handed to a call (`h.parallel_for(range, kernel)`, a
@@ -525,6 +556,9 @@ class _Analyzer(CallFlow):
             name = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
         else:
             name = callee(function)
+        if name in COMMANDS and args and args[0].type == "identifier":
+            self._vendor_command(text_of(args[0]), node, args[1:])
+            return
         apply = function.type == "qualified_identifier" and name == "apply"
         if apply and self._autograd_apply(node, function, args):
             return
@@ -619,8 +653,23 @@ class _Analyzer(CallFlow):
 
     def _method_call(self, node: Node, function: Node, args: list[Node]) -> bool:
         """`t.add_(..)`, `BlockStore(..).Store(ptr, ..)`: True when the call is decided here."""
-        target = self.alias_of(receiver(function))
+        holder = receiver(function)
+        target = self.alias_of(holder)
         method = text_of(function.child_by_field_name("field") or function).split("<", 1)[0]
+        if method == "SetGlobalBuffer" and holder is not None:
+            member = text_of(holder).replace("this->", "").strip()
+            if member.isidentifier():  # AscendC: `gm.SetGlobalBuffer(ptr, n)`
+                self._global_buffer(member, args)
+                return True
+        if method == "SetValue" and target is not None and target.kind == "tensor":
+            self.evidence(target, "vector-store", node, Confidence.HIGH)  # `gm.SetValue(i, v)`
+            return True
+        if (
+            holder is not None
+            and holder.type == "identifier"
+            and self._object_method(text_of(holder), method, node, args)
+        ):
+            return True
         if target is not None and target.kind == "tensor":
             if method.endswith("_") and method not in NON_WRITING_INPLACE:
                 self.evidence(target, "inplace-method", node, Confidence.HIGH)
@@ -638,6 +687,87 @@ class _Analyzer(CallFlow):
                 self.evidence(written, "vector-store", node, Confidence.HIGH)
             return True
         return method in READERS
+
+    def _vendor_command(self, api: str, node: Node, args: list[Node]) -> None:
+        """`EXEC_NPU_CMD(aclnnName, inputs..., attributes..., outputs...)` of an operator the
+        tree defines (`cpp_vendor`): the outputs it declares are written (an output named as
+        an input is that input, in place), and its kernel is followed with the tensors in its
+        parameters' order. A closed operator (not in the tree) is left alone."""
+        name = api_operator(api)
+        op = self.context.vendor(name) if name is not None else None
+        if op is None:
+            return
+        aliases = [self.alias_of(arg) for arg in args]
+        for output in op.outputs:
+            index = op.output_argument(output, len(args))
+            alias = aliases[index] if index is not None else None
+            if alias is not None and alias.kind == "tensor":
+                text = f"{short(text_of(node), 60)} -> {op.name} declares output {output!r}"
+                self.evidence(alias, "vendor-output", node, Confidence.MEDIUM, text)
+        order = op.kernel_arguments(len(args))
+        passed = [aliases[i] if i is not None else None for i in order]
+        # the kernel entries: every parameter a global-memory address (a binding of the same
+        # name, vLLM-Ascend's `store_kv_block`, is not one)
+        kernels = [
+            fn
+            for fn in self.context.functions(op.kernel)
+            if len(fn.params) >= len(passed) and all(_GLOBAL.search(t) for _, t in fn.params)
+        ]
+        inner = self.analyse_all(kernels) if self.depth < MAX_DEPTH else None
+        if inner is None or not any(alias is not None for alias in passed):
+            return
+        # the kernel's own stores; an address it hands to code not found (the framework's
+        # list descriptors, a class picked by a macro argument) says nothing here
+        sure = {
+            position: strong
+            for position, proofs in inner.writes.items()
+            if (strong := [p for p in proofs if p.confidence >= Confidence.MEDIUM])
+        }
+        nodes = [args[i] if i is not None else node for i in order]
+        self._carry(replace(inner, writes=sure), node, nodes, passed)
+
+    def _global_buffer(self, name: str, args: list[Node]) -> None:
+        """`gm.SetGlobalBuffer((__gm__ T*)ptr, n)`: `gm` views the memory `ptr` points to; a
+        member bound so in one method (`Init`) carries it to the others (`field_binds`)."""
+        alias = self.alias_of(args[0]) if args else None
+        if alias is None or alias.kind not in {"pointer", "tensor"} or alias.field is not None:
+            return
+        view = Alias(alias.params, "tensor", alias.const)
+        member = self.aliases.get(name)
+        if member is not None and member.params == (THIS,) and member.field == name:
+            self.result.field_binds[(THIS, name)] = alias.params
+        self.aliases[name] = view
+
+    def _object_method(self, var: str, method: str, node: Node, args: list[Node]) -> bool:
+        """`op.Init(x, y, ...)` then `op.Process()` on a local object of a class of the tree
+        (AscendC's kernel classes): the members a method binds to the arguments carry them to
+        the methods that store through those members."""
+        cls = self.struct_types.get(var)
+        if var in self.aliases or var not in self.structs:  # only an object built here
+            return False
+        found = next((c for c in self.context.classes(cls or "") if method in c.methods), None)
+        if found is None or self.depth >= MAX_DEPTH:
+            return False
+        inner = self._analyse(found.methods[method])
+        if inner is None:
+            return True
+        aliases = [self.alias_of(arg) for arg in args]
+        self._carry(inner, node, args, aliases)
+        members = self.structs.setdefault(var, {})
+        for (position, name), params in inner.field_binds.items():
+            bound = [aliases[p] for p in params if p < len(aliases) and aliases[p] is not None]
+            if position == THIS and bound and bound[0] is not None:
+                members[name] = bound[0]
+        call_text = short(text_of(node), 60)
+        for (position, name), proofs in inner.field_writes.items():
+            carried = members.get(name)
+            if position == THIS and carried is not None and not carried.const:
+                proof = strongest(proofs)
+                text = f"{call_text} -> {proof.expression}"
+                self.evidence(
+                    replace(carried, field=None), "field-store", node, proof.confidence, text
+                )
+        return True
 
     def _return(self, node: Node) -> None:
         value = next((c for c in node.named_children if c.type != "comment"), None)
@@ -671,9 +801,12 @@ class _Analyzer(CallFlow):
 
 def infer_writes(
     fn: FunctionNode, lookup: Lookup, classes: ClassLookup | None = None,
-    reach: Reach | None = None,
+    reach: Reach | None = None, vendor: Callable[[str], VendorOp | None] | None = None,
 ) -> FunctionWrites:  # fmt: skip
     """Parameters `fn` writes (with evidence) and parameters it returns; `reach` tells which
-    files each file includes (calls then reach the definitions a compiler would)."""
+    files each file includes (calls then reach the definitions a compiler would); `vendor`
+    finds a vendor framework's operator definitions (`cpp_vendor`)."""
     context = Context(lookup, classes or (lambda name: []), reach)
+    if vendor is not None:
+        context.vendor = vendor
     return _Analyzer(fn, context, 0).run()
