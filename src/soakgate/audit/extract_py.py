@@ -25,7 +25,7 @@ from soakgate.audit.py_fakes import (
     string_constants,
     strings,
 )
-from soakgate.audit.py_flow import PyTree
+from soakgate.audit.py_flow import PyTree, op_called
 from soakgate.audit.schema import SchemaSyntaxError, parse_schema
 
 _STRING = re.compile(r"""([rRbBuUfF]*)("(?!"")|'(?!''))((?:\\.|(?!\2)[^\\\n])*)\2""")
@@ -343,13 +343,7 @@ class _Extractor(ast.NodeVisitor):
         head, _, rest = name.partition(".")
         if head in self.op_modules:
             name = f"{self.op_modules[head]}.{rest}" if rest else self.op_modules[head]
-        parts = name.split(".")
-        if len(parts) < 4 or parts[:2] != ["torch", "ops"]:
-            return None
-        qualname = f"{parts[2]}::{parts[3]}"
-        if len(parts) > 4 and parts[4] != "default":
-            qualname += f".{parts[4]}"
-        return qualname
+        return op_called(name)
 
     def call_site(self, call: ast.Call) -> None:
         qualname = self.op_called(call)
