@@ -483,6 +483,8 @@ def test_ascend_npu_ops_are_followed_into_their_ascendc_kernels(
     assert set(scale) == {"x"}
     assert {e["kind"] for e in scale["x"]} == {"vendor-output", "mutating-call"}
     assert set(_written(ops["p28::store"])) == {"cache"}  # no output: only the kernel says so
+    # members and the storing method in a base class, bound by the derived class's `Init`
+    assert set(_written(ops["p28::rotate_"])) == {"q"}
     assert ops["p28::norm"]["verdicts"] == ["ok"]  # CANN's own operator, not in the tree
     assert ops["p28::copy_out"]["verdicts"] == ["ok"]  # staging only read, y its own output
     tree = tmp_path / "p28"

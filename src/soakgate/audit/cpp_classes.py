@@ -47,6 +47,8 @@ class ClassNode:
     """Every constructor: (parameters, field -> parameter index)."""
     methods: dict[str, FunctionNode] = field(default_factory=dict)
     """Member functions defined in the class body, by name."""
+    bases: tuple[str, ...] = ()
+    """The classes it derives from, by name (`class K : public Base<T>` -> `Base`)."""
 
     def ctor_for(self, arity: int) -> Ctor | None:
         """The constructor a call with `arity` arguments most likely picks."""
@@ -81,14 +83,27 @@ def class_node(node: Node, path: str, lines: Expanded | None) -> ClassNode | Non
                 call = fn
             elif fn is not None:
                 methods[fn.name] = fn
-    if call is None and not ctors and not methods and not declares_methods:
+    if call is None and not ctors and not methods and not declares_methods and not _bases(node):
         return None  # plain data (the fields of a class with methods defined out of line
         # are what those methods see as `this->field`)
     params, inits = ctors[-1] if ctors else (None, {})
     for ctor_params, ctor_inits in ctors:
         _body_inits(ctor_params, ctor_inits, {f for f, _ in fields}, body, name)
     functor = FunctionNode(name, fields, call.body, path, lines) if call is not None else None
-    return ClassNode(name, fields, params, inits, functor, ctors, methods)
+    return ClassNode(name, fields, params, inits, functor, ctors, methods, _bases(node))
+
+
+def _bases(node: Node) -> tuple[str, ...]:
+    """The names of the classes a class specifier derives from."""
+    clause = next((c for c in node.named_children if c.type == "base_class_clause"), None)
+    if clause is None:
+        return ()
+    kinds = {"type_identifier", "template_type", "qualified_identifier"}
+    return tuple(
+        text_of(c).split("<", 1)[0].rsplit("::", 1)[-1].strip()
+        for c in clause.named_children
+        if c.type in kinds
+    )
 
 
 def returned_field(method: FunctionNode, fields: set[str]) -> str | None:

@@ -29,6 +29,7 @@ Lookup = Callable[[str], list[FunctionNode]]
 ClassLookup = Callable[[str], list[ClassNode]]
 
 MAX_DEPTH = 6
+_LINEAGE = 6  # classes looked at up a derivation chain
 THIS = -1
 """The implicit object of a member function: its fields' writes are `field_writes[(THIS, f)]`."""
 
@@ -270,15 +271,41 @@ class CallFlow(AliasResolver):
             text = f"{call_text} -> {proof.expression}"
             self.evidence(carried, "field-store", node, proof.confidence, text)
 
+    def lineage(self, name: str) -> list[ClassNode]:
+        """The classes named `name` and those they derive from, nearest first."""
+        found: list[ClassNode] = []
+        queue, seen = [name], set[str]()
+        while queue and len(seen) < _LINEAGE:
+            current = queue.pop(0)
+            if current in seen:
+                continue
+            seen.add(current)
+            for cls in self.context.classes(current):
+                found.append(cls)
+                queue.extend(cls.bases)
+        return found
+
+    def method_of(self, name: str, method: str) -> FunctionNode | None:
+        """`method` of class `name` or of the nearest class it derives from that has one
+        (defined in the class body, or out of line as `Class::method`)."""
+        lineage = self.lineage(name)
+        for cls in lineage:
+            if method in cls.methods:
+                return cls.methods[method]
+        owners = [cls.name for cls in lineage]
+        defined = [f for f in self.context.functions(method) if f.owner in owners]
+        defined.sort(key=lambda f: owners.index(f.owner))
+        return defined[0] if defined else None
+
     def _analysecallee(self, name: str, arity: int) -> FunctionWrites | None:
         """Writes of the function or functor `name` (union over same-named definitions)."""
         if self.depth >= MAX_DEPTH:
             return None
         if name in self.local_fns:
             return self._analyse(self.local_fns[name])
-        own = next((c for c in self.context.classes(self.fn.owner) if name in c.methods), None)
-        if own is not None and len(own.methods[name].params) >= arity:  # `CopyOut(i)` in a
-            return self._analyse(own.methods[name])  # method: this class's, not any other's
+        own = self.method_of(self.fn.owner, name) if self.fn.owner else None
+        if own is not None and len(own.params) >= arity:  # `CopyOut(i)` in a method: this
+            return self._analyse(own)  # class's (or its bases'), not any other's
         functors = [c for c in self.context.classes(name) if c.call is not None]
         if functors:
             return self._analyse_functor(functors[0], arity)

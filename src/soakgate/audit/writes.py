@@ -173,7 +173,7 @@ class _Analyzer(CallFlow):
         if not self.fn.owner:
             return
         params = {name for name, _ in self.fn.params}
-        for cls in self.context.classes(self.fn.owner)[:1]:
+        for cls in reversed(self.lineage(self.fn.owner)):  # the nearest class's fields last
             for field_name, declaration in cls.fields:
                 if field_name in params:
                     continue
@@ -743,12 +743,12 @@ class _Analyzer(CallFlow):
         (AscendC's kernel classes): the members a method binds to the arguments carry them to
         the methods that store through those members."""
         cls = self.struct_types.get(var)
-        if var in self.aliases or var not in self.structs:  # only an object built here
+        if var in self.aliases or var not in self.structs or not cls:  # an object built here
             return False
-        found = next((c for c in self.context.classes(cls or "") if method in c.methods), None)
+        found = self.method_of(cls, method)
         if found is None or self.depth >= MAX_DEPTH:
             return False
-        inner = self._analyse(found.methods[method])
+        inner = self._analyse(found)
         if inner is None:
             return True
         aliases = [self.alias_of(arg) for arg in args]
