@@ -121,6 +121,8 @@ class _Module:
     classes: dict[str, ast.ClassDef] = field(default_factory=dict)
     imported: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Local name -> (module dotted name, attribute or "" for a module itself)."""
+    op_modules: dict[str, str] = field(default_factory=dict)
+    """Module-level names bound to an op namespace (`ops = torch.ops._C` -> `torch.ops._C`)."""
 
 
 def _dotted(node: ast.AST) -> str:
@@ -378,6 +380,13 @@ def _parse(data: bytes, path: str) -> _Module | None:
             module.functions[item.name] = item
         elif isinstance(item, ast.ClassDef):
             module.classes[item.name] = item
+        elif (
+            isinstance(item, ast.Assign)
+            and len(item.targets) == 1
+            and isinstance(item.targets[0], ast.Name)
+            and _dotted(item.value).startswith("torch.ops.")
+        ):
+            module.op_modules[item.targets[0].id] = _dotted(item.value)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             source = "." * node.level + (node.module or "")
@@ -784,7 +793,7 @@ class _Body:
             add(self.derive(call.args[-1]), call)  # the destination is the last argument
         if head in ("tl", "triton") and name in TRITON_STORES and call.args:
             add(self.derive(call.args[0]), call)
-        op = op_called(dotted)
+        op = op_called(self._through_op_module(dotted))
         if op is not None:  # `torch.ops.ns.name(...)`: `scan` binds it to the op's schema
             self._op_call(op, call)
             return
@@ -808,6 +817,13 @@ class _Body:
             if any(args) or any(names for _, names in keywords):
                 how = f"{ast.unparse(call)[:40]} -> {use.expression}"[:120]
                 self.op_calls.append(replace(use, args=args, keywords=keywords, expression=how))
+
+    def _through_op_module(self, dotted: str) -> str:
+        """`ops.rms_norm` after the module's `ops = torch.ops._C`: `torch.ops._C.rms_norm`."""
+        head, _, rest = dotted.partition(".")
+        module = self.tree.module(self.fn.path)
+        bound = module.op_modules.get(head) if module is not None and rest else None
+        return f"{bound}.{rest}" if bound is not None and head not in self.aliases else dotted
 
     def _op_call(self, op: str, call: ast.Call) -> None:
         args: list[frozenset[str]] = []

@@ -56,8 +56,8 @@ from soakgate.audit.extract_cpp import FunctionNode, params_of, text_of
 from soakgate.audit.model import Confidence, WriteEvidence
 
 GLOBAL_TENSOR = re.compile(r"\bGlobalTensor\s*<")
-_GLOBAL = re.compile(r"\bGM_ADDR\b|__gm__")
 """AscendC's view of global memory (`AscendC::GlobalTensor<T> yGm;`), bound by `SetGlobalBuffer`."""
+_GLOBAL = re.compile(r"\bGM_ADDR\b|__gm__")  # a global-memory address (a kernel's parameter)
 
 if TYPE_CHECKING:
     from tree_sitter import Node
