@@ -37,6 +37,15 @@ def _written(op: dict[str, Any], strong_only: bool = True) -> dict[str, list[dic
     return found
 
 
+def _fixed_copy(capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str) -> tuple[Path, int]:
+    """A copy of fixture `name` after `soakgate audit --fix --write` on it, and the exit code."""
+    tree = tmp_path / name
+    shutil.copytree(PATTERNS / name, tree)
+    code = main(["audit", str(tree), "--fix", "--write"])
+    capsys.readouterr()
+    return tree, code
+
+
 def test_project_macros_are_expanded_and_evidence_points_at_the_call_site(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -286,10 +295,8 @@ def test_python_kernels_read_what_they_only_load_and_fix_annotates_an_explicit_s
     ops = _audit(capsys, "p23_python_dsl_kernels")
     assert ops["p23::gather"]["verdicts"] == ["ok"] and not _written(ops["p23::gather"])
     assert set(_written(ops["p23::norm_out"])) == {"out"}  # not x, not starts
-    tree = tmp_path / "p23"
-    shutil.copytree(PATTERNS / "p23_python_dsl_kernels", tree)
-    assert main(["audit", str(tree), "--fix", "--write"]) == 0
-    capsys.readouterr()
+    tree, code = _fixed_copy(capsys, tmp_path, "p23_python_dsl_kernels")
+    assert code == 0
     text = (tree / "p23pkg" / "norm.py").read_text()
     assert (
         'mutates_args=("out",),\n    schema="(Tensor x, Tensor starts, Tensor(a!) out) -> ()"'
@@ -393,10 +400,7 @@ def test_callers_that_hand_an_op_a_fresh_buffer_show_what_it_writes(
         "caller-returned-buffer"
     }
     assert _written(ops["p25::act"])["out"][0]["location"].endswith("layers.py:11")
-    tree = tmp_path / "p25"
-    shutil.copytree(PATTERNS / "p25_caller_buffers", tree)
-    main(["audit", str(tree), "--fix", "--write"])
-    capsys.readouterr()
+    tree, _ = _fixed_copy(capsys, tmp_path, "p25_caller_buffers")
     text = (tree / "p25pkg" / "ops.py").read_text()
     assert '@custom_op("p25::act", mutates_args=("out",))' in text
     assert '@custom_op("p25::quant", mutates_args=("q", "scale"))' in text
@@ -421,10 +425,7 @@ def test_ops_registered_by_direct_register_custom_op_are_audited(
     assert attention["has_fake"] and attention["verdicts"] == ["void-op-unannotated"]
     assert set(_written(attention)) == {"output"}
     assert ops["p26::rotate"]["verdicts"] == ["ok"]
-    tree = tmp_path / "p26"
-    shutil.copytree(PATTERNS / "p26_direct_register", tree)
-    main(["audit", str(tree), "--fix", "--write"])
-    capsys.readouterr()
+    tree, _ = _fixed_copy(capsys, tmp_path, "p26_direct_register")
     assert 'mutates_args=["output"],' in (tree / "attention.py").read_text()
 
 
@@ -451,10 +452,7 @@ def test_a_python_op_writes_what_the_ops_it_calls_write(
     # a method of something else (`_CACHES.get(layer)`) does not return a view of its argument
     # (vLLM 0.34.0: `get_attention_context(layer_name)`'s KV cache was taken for the name's)
     assert ops["p27::cache_update"]["verdicts"] == ["ok"]
-    tree = tmp_path / "p27"
-    shutil.copytree(PATTERNS / "p27_ops_calling_ops", tree)
-    main(["audit", str(tree), "--fix", "--write"])
-    capsys.readouterr()
+    tree, _ = _fixed_copy(capsys, tmp_path, "p27_ops_calling_ops")
     text = (tree / "p27pkg" / "layers.py").read_text()
     assert '@custom_op("p27::norm", mutates_args=("out",))' in text
     assert '@custom_op("p27::chain", mutates_args=("result",))' in text
@@ -487,10 +485,7 @@ def test_ascend_npu_ops_are_followed_into_their_ascendc_kernels(
     assert set(_written(ops["p28::rotate_"])) == {"q"}
     assert ops["p28::norm"]["verdicts"] == ["ok"]  # CANN's own operator, not in the tree
     assert ops["p28::copy_out"]["verdicts"] == ["ok"]  # staging only read, y its own output
-    tree = tmp_path / "p28"
-    shutil.copytree(PATTERNS / "p28_ascendc", tree)
-    main(["audit", str(tree), "--fix", "--write"])
-    capsys.readouterr()
+    tree, _ = _fixed_copy(capsys, tmp_path, "p28_ascendc")
     text = (tree / "vendor.cpp").read_text()
     assert '"scale_(Tensor(a!) x, Tensor factor) -> ()"' in text
     assert '"store(Tensor key, Tensor(a!) cache, Tensor slots) -> ()"' in text

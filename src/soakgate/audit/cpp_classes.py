@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from soakgate.audit.cpp_launch import strip_casts
 from soakgate.audit.cpp_macros import Expanded
 from soakgate.audit.cpp_syntax import (
     FunctionNode,
@@ -189,19 +190,7 @@ def _global_buffer_init(
         return
     holder = text_of(function.child_by_field_name("argument") or function).replace("this->", "")
     args = [a for a in arguments.named_children if a.type != "comment"]
-    value = args[0] if args else None
-    while value is not None:
-        if value.type in {"cast_expression", "parenthesized_expression"}:
-            value = value.child_by_field_name("value") or (
-                value.named_children[-1] if value.named_children else None
-            )
-        elif value.type == "call_expression" and text_of(
-            value.child_by_field_name("function") or value
-        ).startswith(("reinterpret_cast", "static_cast", "const_cast")):
-            inner = value.child_by_field_name("arguments")
-            value = inner.named_children[0] if inner is not None and inner.named_children else None
-        else:
-            break
+    value = strip_casts(args[0]) if args else None
     name = text_of(value).strip() if value is not None else ""
     if holder in fields and holder not in inits and name in names:
         inits[holder] = names.index(name)

@@ -37,7 +37,7 @@ from soakgate.audit.model import (
 from soakgate.audit.py_callers import FreshBuffer
 from soakgate.audit.py_fakes import added_python
 from soakgate.audit.py_flow import PyTree
-from soakgate.audit.schema import Schema
+from soakgate.audit.schema import Argument, Schema
 from soakgate.audit.verdicts import judge
 from soakgate.audit.writes import infer_writes
 from soakgate.errors import AuditError, UsageError
@@ -361,20 +361,23 @@ def _merge_python(collected: _Collected, unit: PyFile) -> None:
         collected.buffers.setdefault(buffer.op, []).append(buffer)
 
 
+def _argument_at(op: OpDef, slot: int | str) -> Argument | None:
+    """The schema argument a call's positional index or keyword binds to (None: no such)."""
+    if isinstance(slot, str):
+        return op.schema.argument(slot)
+    positional = [a for a in op.schema.arguments if not a.kwarg_only]
+    return positional[slot] if slot < len(positional) else None
+
+
 def _caller_writes(
     op: OpDef, buffers: list[FreshBuffer], impls: list[ImplInfo]
 ) -> list[WriteEvidence]:
     """The op's tensor parameters that callers fill with fresh buffers (`py_callers`), but
     for one that every implementation found leaves unread (a caller's buffer for an output
     the op ignores: vLLM 0.34.0's `rocm_aiter_topk_gating` and `token_expert_indices`)."""
-    arguments = op.schema.arguments
-    positional = [a for a in arguments if not a.kwarg_only]
     evidence = []
     for buffer in buffers:
-        if isinstance(buffer.slot, int):
-            arg = positional[buffer.slot] if buffer.slot < len(positional) else None
-        else:
-            arg = op.schema.argument(buffer.slot)
+        arg = _argument_at(op, buffer.slot)
         if arg is None or not arg.name or not arg.type.is_tensor_like:
             continue
         if impls and all(arg.name in i.unused for i in impls):
@@ -461,14 +464,10 @@ def _op_call_writes(
     for proof in all_writes(impls, callers[position]):
         if proof.kind != "returns-param":
             evidence.setdefault(proof.param, []).append(proof)
-    positional = [a for a in callee.schema.arguments if not a.kwarg_only]
-    bound = [(positional[i], names) for i, names in enumerate(call.args) if i < len(positional)]
-    for keyword, names in call.keywords:
-        arg = callee.schema.argument(keyword)
-        if arg is not None:
-            bound.append((arg, names))
-    for arg, names in bound:
-        if not names or not arg.name or not arg.type.is_tensor_like:
+    slots: list[tuple[int | str, frozenset[str]]] = [*enumerate(call.args), *call.keywords]
+    for slot, names in slots:
+        arg = _argument_at(callee, slot)
+        if arg is None or not names or not arg.name or not arg.type.is_tensor_like:
             continue
         proofs = evidence.get(arg.name, [])
         strong = [p for p in proofs if p.confidence >= Confidence.MEDIUM]
