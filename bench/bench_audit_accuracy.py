@@ -60,6 +60,9 @@ class Truth:
     written: set[str]
     why: dict[str, str]
     set: str = "held-out"
+    undecidable: set[str] = field(default_factory=set)
+    """Parameters whose write the code in the tree cannot settle (a call into a library outside
+    it whose call site does not say): scored neither way, claims on them counted apart."""
 
 
 @dataclass(slots=True)
@@ -71,6 +74,8 @@ class Counts:
     fn: int = 0
     tn: int = 0
     low_only: int = 0
+    unjudged: int = 0  # parameters the truth leaves undecidable
+    unjudged_claims: list[str] = field(default_factory=list)  # audit claims on those
     misses: list[str] = field(default_factory=list)
     false: list[str] = field(default_factory=list)
     rows: list[str] = field(default_factory=list)
@@ -104,6 +109,7 @@ def load_truths(lib: Path) -> list[Truth]:
                 set(data["written"]),
                 dict(data.get("why", {})),
                 str(data.get("set", "held-out")),
+                set(data.get("undecidable", [])),
             )
         )
     return truths
@@ -138,6 +144,11 @@ def score_inference(result: AuditResult, truths: list[Truth], counts: Counts) ->
             continue
         strong, weak = inferred(report)
         for param in tensor_params(report.op.schema):
+            if param in truth.undecidable:
+                counts.unjudged += 1
+                if param in strong:
+                    counts.unjudged_claims.append(f"{truth.op}:{param}")
+                continue
             written = param in truth.written
             said = param in strong
             counts.low_only += int(param in weak)
@@ -274,7 +285,7 @@ def _judge_fixes(
             score.incomplete.append(
                 f"{truth.op}: missing {sorted(missing)} left {sorted(left)} over {over_added}"
             )
-        spurious = declared - truth.written
+        spurious = declared - truth.written - truth.undecidable
         old_declared = {a.name or "" for a in old[truth.op].op.schema.arguments if a.is_write}
         score.spurious.extend(f"{truth.op}:{p}" for p in sorted(spurious - old_declared))
         old_schema = old[truth.op].op.schema
@@ -314,8 +325,9 @@ def _row(label: str, ops: int, counts: Counts) -> str:
 
 
 def _add(total: Counts, counts: Counts) -> None:
-    for name in ("tp", "fp", "fn", "tn", "low_only"):
+    for name in ("tp", "fp", "fn", "tn", "low_only", "unjudged"):
         setattr(total, name, getattr(total, name) + getattr(counts, name))
+    total.unjudged_claims.extend(counts.unjudged_claims)
     total.misses.extend(counts.misses)
     total.rows.extend(counts.rows)
     total.false.extend(counts.false)
@@ -391,6 +403,9 @@ def main() -> int:
         print(f"missed writes: {', '.join(total.misses)}")
     if total.false:
         print(f"false writes: {', '.join(total.false)}")
+    if total.unjudged:
+        claims = ", ".join(total.unjudged_claims) or "none"
+        print(f"left undecidable by the truth, not scored: {total.unjudged} (claimed: {claims})")
     fix = fixes["all"]
     print(
         f"--fix on the stripped corpus: {_fix_line(fix)}; destructive rewrites: "
