@@ -55,6 +55,9 @@ def test_the_committed_manifest_is_well_formed_and_large_enough() -> None:
             assert "::" in data["op"], path
             assert data["set"] in {"development", "held-out"}, path
             assert set(data["written"]) <= set(data["why"]), path  # every write says why
+            undecidable = set(data.get("undecidable", []))
+            assert undecidable <= set(data["why"]), path  # and every undecidable parameter
+            assert not undecidable & set(data["written"]), path
             assert all(data["why"].values()), path
             ops += 1
     # the acceptance of issue 16: at least 60 ops from at least 6 libraries
@@ -206,3 +209,26 @@ def test_the_bench_without_the_corpus_fails_in_one_line(tmp_path: Path) -> None:
     assert "cannot download https://files.pythonhosted.org/" in unreachable.stderr
     assert "no network?" in unreachable.stderr
     assert not list((tmp_path / "c2").rglob("*.part"))
+
+
+def test_a_parameter_the_truth_leaves_undecidable_is_scored_neither_way() -> None:
+    """A truth's `undecidable` parameters (written, if at all, outside the tree) count as
+    neither a hit, a miss nor a false claim; the audit's claims on them are listed apart."""
+    from soakgate.audit.scan import audit_paths
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_audit_accuracy", BENCH / "bench_audit_accuracy.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_audit_accuracy"] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    result = audit_paths([str(ROOT / "tests/audit/fixtures/patterns/p29_registration_wrappers")])
+    truths = [
+        bench.Truth("sglang::scale_inplace", set(), {}, "held-out", {"x"}),  # claimed: x
+        bench.Truth("sglang::fill_out", {"out"}, {}, "held-out", {"x"}),  # x not claimed
+    ]
+    counts = bench.Counts()
+    bench.score_inference(result, truths, counts)
+    assert (counts.tp, counts.fp, counts.fn, counts.unjudged) == (1, 0, 0, 2)
+    assert counts.unjudged_claims == ["sglang::scale_inplace:x"]

@@ -58,3 +58,30 @@ def test_impls_fakes_and_call_sites() -> None:
         "demo::b": [23],
         "demo::c": [25],
     }
+
+
+def test_op_call_sites_through_every_binding_of_an_op_path() -> None:
+    """`torch.ops`, a namespace or a single op bound to a name by assignment (also inside a
+    function) or import: each call whose result is used reaches the op (one reader, `py_flow.op_namespaces`, serves
+    call sites and an op's own calls alike)."""
+    source = b"""import torch
+from torch import ops as tops
+from torch.ops import demo as d
+import torch.ops as every
+
+b_op = torch.ops.demo.b
+
+
+def use(x):
+    y = tops.demo.b(x)
+    y = d.b(y)
+    y = every.demo.b.default(y)
+    y = b_op(y)
+    local = torch.ops.demo
+    return local.c(y)
+"""
+    unit = extract_python(source, "sites.py")
+    assert {k: [s.line for s in v] for k, v in unit.call_sites.items()} == {
+        "demo::b": [10, 11, 12, 13],
+        "demo::c": [15],
+    }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from soakgate.audit.model import (
@@ -25,7 +25,15 @@ from soakgate.audit.py_fakes import (
     string_constants,
     strings,
 )
-from soakgate.audit.py_flow import PyTree, op_called
+from soakgate.audit.py_flow import (
+    DIRECT_LIBRARIES,
+    DIRECT_REGISTRAR,
+    DirectWrapper,
+    PyTree,
+    op_called,
+    op_namespaces,
+    through_op_namespace,
+)
 from soakgate.audit.schema import SchemaSyntaxError, parse_schema
 
 _STRING = re.compile(r"""([rRbBuUfF]*)("(?!"")|'(?!''))((?:\\.|(?!\2)[^\\\n])*)\2""")
@@ -35,11 +43,8 @@ _NOT_EXTENSIONS = frozenset(
     {"torch", "numpy", "triton", "math", "os", "sys", "typing", "functools", "itertools"}
 )
 REGISTRARS = FAKE_REGISTRARS | {"custom_op", "impl", "register_kernel", "define"}
-DIRECT_REGISTRAR = "direct_register_custom_op"
 DIRECT_PARAMS = ("op_name", "op_func", "mutates_args", "fake_impl", "target_lib")
 """vLLM's `direct_register_custom_op` (SGLang's has the same parameters), in order."""
-DIRECT_LIBRARIES = {"vllm": "vllm", "sglang": "sglang"}
-"""Where `direct_register_custom_op` is imported from -> the namespace it registers into."""
 _PY_TYPES = {"Tensor": "Tensor", "int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
 
 
@@ -68,6 +73,13 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
+def _last_name(node: ast.AST) -> str:
+    """`register_custom_op` for `register_custom_op` and `utils.register_custom_op`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
 def _const_str(node: ast.AST | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
@@ -76,7 +88,12 @@ class _Extractor(ast.NodeVisitor):
     """Single pass over a module's syntax tree."""
 
     def __init__(
-        self, source: bytes, path: str, flow: PyTree | None = None, wrappers: Iterable[str] = ()
+        self,
+        source: bytes,
+        path: str,
+        flow: PyTree | None = None,
+        wrappers: Iterable[str] = (),
+        direct_wrappers: Mapping[str, DirectWrapper] | None = None,
     ) -> None:
         self.source = source
         self.path = path
@@ -92,7 +109,7 @@ class _Extractor(ast.NodeVisitor):
         self.out = PyFile()
         self.unused_calls: set[int] = set()
         self.op_modules: dict[str, str] = {}
-        """Local names bound to `torch.ops` or `torch.ops.<ns>` (`_ops = torch.ops._C`)."""
+        """Module-level names bound to `torch.ops`, a namespace or an op (`op_namespaces`)."""
         self.constants: Env = {}
         """Module-level string constants, for op names built from them (`f"{NS}::op"`)."""
         self.modules: set[str] = set()
@@ -100,6 +117,9 @@ class _Extractor(ast.NodeVisitor):
         self.direct_namespace: str | None = None
         """The namespace `direct_register_custom_op` registers into when given no library:
         that of the package it was imported from, or of the module's own `Library`."""
+        self.direct_wrappers = dict(direct_wrappers or {})
+        """The tree's functions that register the function they are given through
+        `direct_register_custom_op` (`PyTree.direct_wrappers`)."""
         self.registrars: dict[str, str] = {name: "custom_op" for name in wrappers}
         """Local names bound to a torch.library registrar (`_op = torch.library.custom_op`), and
         the tree's own decorators that call `custom_op` with their argument (`@cute_op(...)`)."""
@@ -141,24 +161,14 @@ class _Extractor(ast.NodeVisitor):
             if isinstance(item, ast.Expr) and isinstance(item.value, ast.Call):
                 self.unused_calls.add(id(item.value))
             if isinstance(item, ast.Assign) and len(item.targets) == 1:
-                self._note_op_module(item.targets[0], item.value)
                 self._note_registrar(item.targets[0], item.value)
                 self._note_loaded_module(item.targets[0], item.value)
             if isinstance(item, ast.Import | ast.ImportFrom):
                 self._note_module(item)
-            if isinstance(item, ast.ImportFrom) and item.module in {"torch", "torch.ops"}:
-                for alias in item.names:
-                    prefix = "torch.ops" if item.module == "torch.ops" else "torch"
-                    self.op_modules[alias.asname or alias.name] = f"{prefix}.{alias.name}"
+        self.op_modules = op_namespaces(node)
         self.generic_visit(node)
         if self.op_modules or b"torch.ops" in self.source:  # else no call can reach an op
             self.out.buffers = fresh_buffers(node, self.path, self.op_called)
-
-    def _note_op_module(self, target: ast.expr, value: ast.expr) -> None:
-        dotted = _dotted(value)
-        parts = dotted.split(".")
-        if isinstance(target, ast.Name) and parts[:2] == ["torch", "ops"] and len(parts) <= 3:
-            self.op_modules[target.id] = dotted
 
     def _note_loaded_module(self, target: ast.expr, value: ast.expr) -> None:
         """`_C = load(name=..., sources=...)` / `ext = Extension(...)` at module level: an
@@ -201,7 +211,13 @@ class _Extractor(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         for decorator in node.decorator_list:
-            if isinstance(decorator, ast.Call):
+            wrapper = self.direct_wrappers.get(
+                _last_name(decorator.func if isinstance(decorator, ast.Call) else decorator)
+            )
+            if wrapper is not None:
+                call = decorator if isinstance(decorator, ast.Call) else None
+                self.wrapped_registration(call, node, self.path, wrapper)
+            elif isinstance(decorator, ast.Call):
                 self.registration(decorator, node)
             elif isinstance(decorator, ast.Attribute) and decorator.attr in FAKE_REGISTRARS:
                 target = self.custom_ops.get(_dotted(decorator.value))
@@ -215,6 +231,8 @@ class _Extractor(ast.NodeVisitor):
             self.define(node)
         elif method == DIRECT_REGISTRAR:
             self.direct_registration(node)
+        elif (wrapper := self.direct_wrappers.get(_last_name(node.func))) and node.args:
+            self.wrapped_call(node, wrapper)
         elif method in FAKE_REGISTRARS | {"impl"} and len(node.args) >= 2:
             fn = node.args[1]
             if isinstance(fn, ast.Name) and fn.id in self.functions:
@@ -303,11 +321,49 @@ class _Extractor(ast.NodeVisitor):
         if given.get("fake_impl") is not None:
             self.out.fakes.add(qualname)
 
-    def custom_op(
-        self, call: ast.Call, fn: ast.FunctionDef, qualname: str, mutates: ast.expr | None = None
+    def wrapped_call(self, call: ast.Call, wrapper: DirectWrapper) -> None:
+        """`f = register_custom_op(f, mutates_args=[...])`: `f` defined in this module or
+        imported from one of the tree."""
+        given = call.args[0]
+        if not isinstance(given, ast.Name):
+            return
+        if given.id in self.functions:
+            self.wrapped_registration(call, self.functions[given.id], self.path, wrapper)
+        elif self.flow is not None and (found := self.flow.function(given.id, self.path)):
+            self.wrapped_registration(call, found.node, found.path, wrapper)
+
+    def wrapped_registration(
+        self, call: ast.Call | None, fn: ast.FunctionDef, path: str, wrapper: DirectWrapper
     ) -> None:
+        """`fn` registered by one of the tree's own registering functions: `<namespace>::`
+        its `op_name=` (a string it can read) or else the function's name, with its
+        `mutates_args=`."""
+        keywords = {kw.arg: kw.value for kw in call.keywords if kw.arg} if call else {}
+        at = wrapper.name_at
+        if call is not None and at is not None and len(call.args) > at:
+            keywords.setdefault("op_name", call.args[at])  # `@register_kernel("name", ...)`
+        names = strings(keywords["op_name"], self.constants) if "op_name" in keywords else []
+        if "op_name" in keywords and len(names) != 1:
+            return
+        qualname = f"{wrapper.namespace}::{names[0] if names else fn.name}"
+        anchor = call if call is not None else fn
+        self.custom_op(anchor, fn, qualname, keywords.get("mutates_args"), path)
+        if wrapper.fake or any(k in keywords for k in ("fake_impl", "out_shape")):
+            self.out.fakes.add(qualname)
+
+    def custom_op(
+        self,
+        call: ast.Call | ast.FunctionDef,
+        fn: ast.FunctionDef,
+        qualname: str,
+        mutates: ast.expr | None = None,
+        path: str | None = None,
+    ) -> None:
+        """`fn` registered as `qualname` by `torch.library.custom_op` or one of the registrars
+        that infer its schema the same way (`fn` defined in `path`, this file by default)."""
+        keywords = call.keywords if isinstance(call, ast.Call) else []
         if mutates is None:
-            mutates = next((kw.value for kw in call.keywords if kw.arg == "mutates_args"), None)
+            mutates = next((kw.value for kw in keywords if kw.arg == "mutates_args"), None)
         if isinstance(mutates, ast.Constant) and mutates.value == "unknown":
             written = {a.arg for a in fn.args.args}
         elif isinstance(mutates, ast.Tuple | ast.List | ast.Set):
@@ -315,7 +371,7 @@ class _Extractor(ast.NodeVisitor):
         else:
             written = set()
         name = qualname.split("::", 1)[1]
-        given = next((kw.value for kw in call.keywords if kw.arg == "schema"), None)
+        given = next((kw.value for kw in keywords if kw.arg == "schema"), None)
         explicit = _const_str(given)  # `schema="(Tensor x, Tensor(a!) out) -> ()"`: torch's own
         text = name + explicit if explicit else custom_op_schema(name, fn, written)
         try:
@@ -331,19 +387,16 @@ class _Extractor(ast.NodeVisitor):
             # torch requires the schema's write annotations to match mutates_args: `--fix`
             # edits both (the name is not in the literal)
             pieces = (LiteralPiece(self.path, -1, name), *found)
+        where = self.loc(fn) if path in (None, self.path) else self.loc(call)
         self.out.defs.append(
-            OpDef(qualname, schema, self.loc(fn), "custom_op", pieces=pieces, mutates=literal)
+            OpDef(qualname, schema, where, "custom_op", pieces=pieces, mutates=literal)
         )
-        info = analyse_python_impl(fn, self.path, None, self.modules, self.flow)
+        info = analyse_python_impl(fn, path or self.path, None, self.modules, self.flow)
         self.out.impls.append((qualname, info))
 
     def op_called(self, call: ast.Call) -> str | None:
         """The op a call reaches through `torch.ops` (`ns::name` or `ns::name.overload`)."""
-        name = _dotted(call.func)
-        head, _, rest = name.partition(".")
-        if head in self.op_modules:
-            name = f"{self.op_modules[head]}.{rest}" if rest else self.op_modules[head]
-        return op_called(name)
+        return op_called(through_op_namespace(_dotted(call.func), self.op_modules))
 
     def call_site(self, call: ast.Call) -> None:
         qualname = self.op_called(call)
@@ -427,6 +480,14 @@ def analyse_python_impl(
         where = Location(path, getattr(node, "lineno", fn.lineno))
         info.writes.append(WriteEvidence(param, kind, expression, where, Confidence.HIGH))
 
+    loaders = flow.jit_loaders(path) if flow is not None else {}
+    compiled: dict[str, dict[str, str]] = {}  # locals holding a module compiled at run time
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            loader = loaders.get(_dotted(node.value.func))
+            for target in node.targets if loader else ():
+                if isinstance(target, ast.Name):
+                    compiled[target.id] = loader or {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             func = node.value.func
@@ -445,7 +506,7 @@ def analyse_python_impl(
                 add(params[root], "store", node)
         if isinstance(node, ast.Call):
             _python_call(node, params, add)
-            _extension_call(node, params, set(modules), info)
+            _extension_call(node, params, set(modules), info, compiled)
         if isinstance(node, ast.Return) and node.value is not None:
             values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
             for position, value in enumerate(values):
@@ -500,42 +561,76 @@ def _python_call(node: ast.Call, params: dict[str, str], add: _Adder) -> None:
 
 
 def _extension_call(
-    call: ast.Call, params: dict[str, str], modules: set[str], info: ImplInfo
+    call: ast.Call,
+    params: dict[str, str],
+    modules: set[str],
+    info: ImplInfo,
+    compiled: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
     """`_ext.fwd(q, k, out)` on an imported module, or on a module-level object that holds
-    one (`ext.lib.fwd(...)`, `ext = Extension(...)`): followed into C++ by `scan` (pybind11)."""
+    one (`ext.lib.fwd(...)`, `ext = Extension(...)`): followed into C++ by `scan` (pybind11);
+    or on a local holding a module compiled at run time from the tree's sources (`compiled`:
+    local -> {export: C++ function}), followed into the C++ function it exports. Tensors pass
+    as the parameters or views of them (`out.view(-1)`)."""
     func = call.func
     if not isinstance(func, ast.Attribute):
         return
     root = func.value
     while isinstance(root, ast.Attribute):
         root = root.value
-    if not isinstance(root, ast.Name) or root.id not in modules or root.id in params:
+    if not isinstance(root, ast.Name) or root.id in params:
         return
-    args = tuple(params.get(a.id) if isinstance(a, ast.Name) else None for a in call.args)
+    exported = (compiled or {}).get(root.id)
+    if root.id not in modules and exported is None:
+        return
+    target = exported.get(func.attr, "") if exported is not None else ""
+    if exported is not None and not target:
+        return
+
+    def passed(node: ast.expr) -> str | None:
+        name = node.id if isinstance(node, ast.Name) else _viewed(node) if exported else ""
+        return params.get(name) if name else None
+
+    args = tuple(passed(a) for a in call.args)
     keywords = tuple(
-        (k.arg, params[k.value.id])
-        for k in call.keywords
-        if k.arg and isinstance(k.value, ast.Name) and k.value.id in params
+        (k.arg, found) for k in call.keywords if k.arg and (found := passed(k.value)) is not None
     )
     if any(args) or keywords:
         where = Location(info.location.path, call.lineno)
         expression = ast.unparse(call)[:100]
-        info.extension_calls.append(ExtensionCall(func.attr, args, keywords, where, expression))
+        info.extension_calls.append(
+            ExtensionCall(func.attr, args, keywords, where, expression, target)
+        )
+
+
+def _viewed(node: ast.expr) -> str:
+    """The name a chain of views is of (`out.view(-1)`, `x.flatten()`), else empty."""
+    while (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _PY_VIEWS
+    ):
+        node = node.func.value
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 def extract_python(
-    source: bytes, path: str, flow: PyTree | None = None, wrappers: Iterable[str] = ()
+    source: bytes,
+    path: str,
+    flow: PyTree | None = None,
+    wrappers: Iterable[str] = (),
+    direct_wrappers: Mapping[str, DirectWrapper] | None = None,
 ) -> PyFile:
     """Op definitions, impls, fake registrations and call sites of one Python source (`flow`:
     the tree's Python, followed from each implementation; `wrappers`: the tree's decorators
-    that register a custom op)."""
+    that register a custom op; `direct_wrappers`: its functions that register one through
+    `direct_register_custom_op`)."""
     parsed = flow.module(path) if flow is not None else None  # the tree's parse, not a second
     try:
         tree = parsed.tree if parsed is not None else ast.parse(source, filename=path)
     except (SyntaxError, ValueError):
         return PyFile()
-    extractor = _Extractor(source, path, flow, wrappers)
+    extractor = _Extractor(source, path, flow, wrappers, direct_wrappers)
     extractor.constants = string_constants(tree)
     extractor.visit(tree)
     if any(marker in source for marker in _FAKE_MARKERS):

@@ -107,6 +107,9 @@ class ExtensionCall:
     """(keyword, parameter) for parameters passed by keyword."""
     location: Location
     expression: str
+    target: str = ""
+    """The C++ function the call reaches when the Python says so itself (a module compiled at
+    run time from the tree's sources, exporting `Kernel::run` as `fn`); empty: by pybind11."""
 
 
 @dataclass(frozen=True, slots=True)

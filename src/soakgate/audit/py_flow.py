@@ -87,6 +87,16 @@ DSL_MODULES = DSLS | {"tl", "cpasync"}
 CUTE_COPIES = frozenset({"copy", "autovec_copy", "basic_copy", "basic_copy_if", "copy_if"})
 """CuTe DSL copies: the destination is the last positional argument."""
 NOT_WRITES = frozenset({"requires_grad_", "unsqueeze_", "squeeze_", "t_", "transpose_"})
+COLLECTIVES = {
+    **dict.fromkeys(("all_reduce", "broadcast", "reduce", "recv", "irecv", "scatter"), "tensor"),
+    "all_gather": "tensor_list",
+    "all_gather_into_tensor": "output_tensor",
+    **dict.fromkeys(("reduce_scatter", "reduce_scatter_tensor", "all_to_all_single"), "output"),
+    "all_to_all": "output_tensor_list",
+}
+"""`torch.distributed` collectives -> the keyword of the argument each fills, always its first,
+by their documented contract: `all_reduce(t)` reduces into `t`, `all_gather_into_tensor(out, x)`
+fills `out`."""
 TRITON_STORES = frozenset(
     {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
      "atomic_and", "atomic_or", "atomic_xor"}
@@ -94,6 +104,8 @@ TRITON_STORES = frozenset(
 _DEFINED = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 Aliases = dict[str, frozenset[str]]
 _Analysis = tuple[dict[str, str], frozenset[str], list[OpCall]]
+Flags = frozenset[tuple[str, bool]]
+"""A function's parameters a call passes a constant `True` / `False`."""
 """A function's writes (parameter -> how), the parameters it may return, the ops it calls."""
 _Add = Callable[[frozenset[str], "ast.AST | str"], None]
 _COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp, ast.SetComp)
@@ -125,6 +137,91 @@ class _Module:
     """Module-level names bound to an op namespace (`ops = torch.ops._C` -> `torch.ops._C`)."""
 
 
+DIRECT_REGISTRAR = "direct_register_custom_op"
+DIRECT_LIBRARIES = {"vllm": "vllm", "sglang": "sglang"}
+"""Where `direct_register_custom_op` is imported from -> the namespace it registers into."""
+
+
+@dataclass(frozen=True, slots=True)
+class DirectWrapper:
+    """A function of the tree that registers its argument through `direct_register_custom_op`."""
+
+    namespace: str
+    """Where its ops go (the registrar's package, or its module's own `Library`)."""
+    fake: bool
+    """It always hands the registrar a fake implementation."""
+    name_at: int | None = None
+    """The position of its `op_name` parameter, where it can be passed by position
+    (`@register_kernel("name", ...)`)."""
+
+
+def _direct_namespace(tree: ast.Module) -> str | None:
+    """The namespace a module's `direct_register_custom_op` registers into: that of the package
+    it imports the registrar from (also inside a function), or of the module's own `Library`
+    when it defines the registrar itself."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(a.name == DIRECT_REGISTRAR for a in node.names):
+            root = (node.module or "").split(".")[0]
+            if root in DIRECT_LIBRARIES:
+                return DIRECT_LIBRARIES[root]
+    defines = any(
+        isinstance(item, ast.FunctionDef) and item.name == DIRECT_REGISTRAR for item in tree.body
+    )
+    for item in tree.body if defines else ():
+        if (
+            isinstance(item, ast.Assign)
+            and isinstance(item.value, ast.Call)
+            and _dotted(item.value.func).endswith("Library")
+            and item.value.args
+            and isinstance(item.value.args[0], ast.Constant)
+            and item.value.args[0].value in DIRECT_LIBRARIES.values()
+        ):
+            return str(item.value.args[0].value)
+    return None
+
+
+def _cpp_name(node: ast.expr) -> str:
+    """`RMSNormKernel::run` for `f"RMSNormKernel<{args}>::run"` (or a plain string naming a C++
+    function); empty when the text is not one."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+    elif isinstance(node, ast.JoinedStr):
+        text = "".join(str(v.value) if isinstance(v, ast.Constant) else "" for v in node.values)
+    else:
+        return ""
+    while "<" in text and ">" in text:
+        start = text.index("<")
+        depth, end = 0, start
+        for end in range(start, len(text)):
+            depth += {"<": 1, ">": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+        text = text[:start] + text[end + 1 :]
+    return text if re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*", text) else ""
+
+
+def _libraries(tree: ast.Module) -> dict[str, str]:
+    """Module-level names bound to `Library("ns", ...)`: name -> namespace."""
+    found = {}
+    for item in tree.body:
+        if (
+            isinstance(item, ast.Assign)
+            and len(item.targets) == 1
+            and isinstance(item.targets[0], ast.Name)
+            and isinstance(item.value, ast.Call)
+            and _dotted(item.value.func).endswith("Library")
+            and item.value.args
+            and isinstance(item.value.args[0], ast.Constant)
+            and isinstance(item.value.args[0].value, str)
+        ):
+            found[item.targets[0].id] = item.value.args[0].value
+    return found
+
+
+def _is_none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def _dotted(node: ast.AST) -> str:
     if isinstance(node, ast.Attribute):
         inner = _dotted(node.value)
@@ -153,7 +250,9 @@ class PyTree:
         self._defined: dict[str, list[str]] | None = None
         self._tails: dict[str, list[str]] | None = None
         """Module path tails (`pkg/m`, `m`) -> files, for resolving imports."""
-        self._analysed: dict[int, _Analysis] = {}
+        self._analysed: dict[tuple[int, Flags], _Analysis] = {}
+        self._unique_methods: dict[str, Function | None] = {}
+        self._steering: dict[int, frozenset[str]] = {}
         """Function node -> (parameters it writes and how, parameters it may return)."""
         self._active: set[int] = set()
 
@@ -239,6 +338,43 @@ class PyTree:
             return None
         return found[0], found[1]
 
+    def steering(self, fn: Function) -> frozenset[str]:
+        """Parameters of `fn` a settled flag can matter for: tested by an `if` of its own, or
+        handed on to a call (only these key a separate analysis)."""
+        key = id(fn.node)
+        if key not in self._steering:
+            names: set[str] = set()
+            for node in _own_nodes(fn.node):
+                if isinstance(node, ast.If):
+                    names.update(n.id for n in ast.walk(node.test) if isinstance(n, ast.Name))
+                elif isinstance(node, ast.Call):
+                    passed = [*node.args, *(k.value for k in node.keywords)]
+                    names.update(a.id for a in passed if isinstance(a, ast.Name))
+            self._steering[key] = frozenset(names) & frozenset(fn.params)
+        return self._steering[key]
+
+    def unique_method(self, name: str) -> Function | None:
+        """The method `name` where exactly one class of the tree defines a method of that name
+        (and no module-level function has it): `group._all_reduce_in_place(t)` on an object
+        looked up at run time (`group = _groups[name]()`) runs GroupCoordinator's."""
+        if name not in self._unique_methods:
+            found: list[Function] = []
+            rivals = 0  # module-level functions of that name (or files that do not parse)
+            for path in self._paths_defining(name):
+                module = self.module(path)
+                if module is None or name in module.functions:
+                    rivals += 1
+                    continue
+                for node in ast.walk(module.tree):
+                    if isinstance(node, ast.ClassDef):
+                        found.extend(
+                            Function(item, path, node)
+                            for item in node.body
+                            if isinstance(item, ast.FunctionDef) and item.name == name
+                        )
+            self._unique_methods[name] = found[0] if len(found) == 1 and not rivals else None
+        return self._unique_methods[name]
+
     def method(self, owner: tuple[str, ast.ClassDef], name: str, depth: int = 0) -> Function | None:
         """`name` on a class of the tree, or inherited from one of its bases in the tree."""
         path, cls = owner
@@ -294,6 +430,76 @@ class PyTree:
                         found.add(node.name)
         return frozenset(found)
 
+    def direct_wrappers(self) -> dict[str, DirectWrapper]:
+        """Functions of the tree that register the function they are given as a custom op
+        through `direct_register_custom_op`, named by their `op_name=` or else the function's
+        own name, declaring their `mutates_args=` (SGLang's `register_custom_op`, used as
+        `@register_custom_op(mutates_args=[...])` or `f = register_custom_op(f, ...)`): a
+        function taking `mutates_args` whose body, a function nested in it, or a method of a
+        class of its module it instantiates calls the registrar. Name -> where it registers."""
+        found: dict[str, DirectWrapper] = {}
+        for path, data in self._sources.items():
+            module = self.module(path) if DIRECT_REGISTRAR.encode() in data else None
+            namespace = _direct_namespace(module.tree) if module is not None else None
+            if module is None or namespace is None:
+                continue
+            for name, node in module.functions.items():
+                takes = {a.arg for a in (*node.args.args, *node.args.kwonlyargs)}
+                if name == DIRECT_REGISTRAR or "mutates_args" not in takes:
+                    continue
+                reached: list[ast.AST] = [node]
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Call) and _last(inner.func) in module.classes:
+                        reached.append(module.classes[_last(inner.func)])
+                calls = [
+                    inner
+                    for root in reached
+                    for inner in ast.walk(root)
+                    if isinstance(inner, ast.Call) and _last(inner.func) == DIRECT_REGISTRAR
+                ]
+                libraries = _libraries(module.tree)
+                for call in calls:
+                    given = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+                    target = given.get("target_lib")
+                    # a library named at the call (`target_lib=vllm_helion_lib`) is where the
+                    # op goes; one this module does not define is not guessed
+                    where = namespace if target is None else libraries.get(_last(target))
+                    fake = "fake_impl" in given and not _is_none(given["fake_impl"])
+                    positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+                    at = positional.index("op_name") if "op_name" in positional else None
+                    if where is not None:
+                        found[name] = DirectWrapper(where, fake, at)
+        return found
+
+    def jit_loaders(self, path: str) -> dict[str, dict[str, str]]:
+        """Functions of a file that return a module compiled at run time from the tree's
+        sources, with the C++ function each exported name runs (SGLang's `return load_jit(...,
+        cuda_wrappers=[("rmsnorm", f"RMSNormKernel<{args}>::run")])`): a `return` of a call to
+        a `load*` function holding (export name, C++ name) string pairs. Function -> {export:
+        C++ name, template arguments dropped}."""
+        module = self.module(path)
+        found: dict[str, dict[str, str]] = {}
+        for name, node in module.functions.items() if module is not None else ():
+            for inner in _own_nodes(node):
+                if not (
+                    isinstance(inner, ast.Return)
+                    and isinstance(inner.value, ast.Call)
+                    and _last(inner.value.func).startswith("load")
+                ):
+                    continue
+                exported = {
+                    pair.elts[0].value: target
+                    for pair in ast.walk(inner.value)
+                    if isinstance(pair, ast.Tuple)
+                    and len(pair.elts) == 2
+                    and isinstance(pair.elts[0], ast.Constant)
+                    and isinstance(pair.elts[0].value, str)
+                    and (target := _cpp_name(pair.elts[1]))
+                }
+                if exported:
+                    found[name] = exported
+        return found
+
     # --- writes ------------------------------------------------------------------------------
 
     def writes_at(self, path: str, line: int) -> dict[str, str]:
@@ -318,32 +524,33 @@ class PyTree:
                 return Function(node, path)
         return None
 
-    def writes(self, fn: Function, depth: int = 0) -> dict[str, str]:
-        """Parameters of `fn` its code (and what it calls in the tree) writes: name -> how."""
-        return self._analyse(fn, depth)[0]
+    def writes(self, fn: Function, depth: int = 0, flags: Flags = frozenset()) -> dict[str, str]:
+        """Parameters of `fn` its code (and what it calls in the tree) writes: name -> how
+        (`flags`: parameters the call passes a constant `True` / `False`)."""
+        return self._analyse(fn, depth, flags)[0]
 
-    def returned(self, fn: Function, depth: int = 0) -> frozenset[str]:
+    def returned(self, fn: Function, depth: int = 0, flags: Flags = frozenset()) -> frozenset[str]:
         """Parameters of `fn` whose storage it may return (a view, the tensor itself)."""
-        return self._analyse(fn, depth)[1]
+        return self._analyse(fn, depth, flags)[1]
 
-    def op_calls(self, fn: Function, depth: int = 0) -> list[OpCall]:
+    def op_calls(self, fn: Function, depth: int = 0, flags: Flags = frozenset()) -> list[OpCall]:
         """The ops `fn` calls through `torch.ops` (itself or through the tree's functions it
         calls), each argument as the parameters of `fn` it may be."""
-        return self._analyse(fn, depth)[2]
+        return self._analyse(fn, depth, flags)[2]
 
-    def _analyse(self, fn: Function, depth: int) -> _Analysis:
-        """One analysis of `fn`'s body, kept; nothing while it is being analysed (recursion)
-        or past `MAX_DEPTH`."""
-        key = id(fn.node)
+    def _analyse(self, fn: Function, depth: int, flags: Flags = frozenset()) -> _Analysis:
+        """One analysis of `fn`'s body for these flags, kept; nothing while it is being
+        analysed (recursion) or past `MAX_DEPTH`."""
+        key = (id(fn.node), flags)
         if key in self._analysed:
             return self._analysed[key]
-        if depth > MAX_DEPTH or key in self._active:
+        if depth > MAX_DEPTH or id(fn.node) in self._active:
             return {}, frozenset(), []
-        self._active.add(key)
+        self._active.add(id(fn.node))
         try:
-            body = _Body(self, fn, depth)
+            body = _Body(self, fn, depth, flags)
         finally:
-            self._active.discard(key)
+            self._active.discard(id(fn.node))
         self._analysed[key] = body.found, body.returns, body.op_calls
         return self._analysed[key]
 
@@ -374,19 +581,12 @@ def _parse(data: bytes, path: str) -> _Module | None:
         tree = ast.parse(data, filename=path)
     except (SyntaxError, ValueError):
         return None
-    module = _Module(tree)
+    module = _Module(tree, op_modules=op_namespaces(tree))
     for item in tree.body:
         if isinstance(item, ast.FunctionDef):
             module.functions[item.name] = item
         elif isinstance(item, ast.ClassDef):
             module.classes[item.name] = item
-        elif (
-            isinstance(item, ast.Assign)
-            and len(item.targets) == 1
-            and isinstance(item.targets[0], ast.Name)
-            and _dotted(item.value).startswith("torch.ops.")
-        ):
-            module.op_modules[item.targets[0].id] = _dotted(item.value)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             source = "." * node.level + (node.module or "")
@@ -444,8 +644,17 @@ def _assigned_call(fn: ast.FunctionDef, name: str) -> ast.Call | None:
 class _Body:
     """One function's locals and writes."""
 
-    def __init__(self, tree: PyTree, fn: Function, depth: int) -> None:
+    def __init__(self, tree: PyTree, fn: Function, depth: int, flags: Flags = frozenset()) -> None:
         self.tree, self.fn, self.depth = tree, fn, depth
+        rebound = {
+            n.id
+            for n in _own_nodes(fn.node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        self.flags = {name: value for name, value in flags if name not in rebound}
+        """Parameters this call of the function passes a constant `True` / `False` (and never
+        rebinds): a branch they rule out is not analysed (`if inplace: out = x` when the
+        caller passes `inplace=False`)."""
         self.aliases: Aliases = {p: frozenset({p}) for p in fn.params}
         self.partials: dict[str, ast.Call] = {}
         self.values: set[str] = set()
@@ -472,7 +681,10 @@ class _Body:
         if isinstance(node, _NESTED):
             return
         before = dict(self.aliases)
-        if isinstance(node, ast.If):
+        known = self._known(node.test) if isinstance(node, ast.If) else None
+        if isinstance(node, ast.If) and known is not None:
+            self._walk(node.body if known else node.orelse)
+        elif isinstance(node, ast.If):
             self._scan(node.test)
             self._walk(node.body)
             taken, self.aliases = self.aliases, before
@@ -514,6 +726,53 @@ class _Body:
                 self.returns |= self.derive(node.value)
             if isinstance(node, ast.Assign | ast.AnnAssign):
                 self._assign(node)
+
+    def _known(self, test: ast.expr) -> bool | None:
+        """The value of an `if` test made of flags (`inplace`, `not inplace`, `a and not b`),
+        or None where the call does not settle it."""
+        if isinstance(test, ast.Name):
+            return self.flags.get(test.id)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._known(test.operand)
+            return None if inner is None else not inner
+        if isinstance(test, ast.BoolOp):
+            values = [self._known(v) for v in test.values]
+            stop = isinstance(test.op, ast.Or)  # the value that decides an `or` (`and`: False)
+            if stop in values:
+                return stop
+            return None if None in values else not stop
+        return None
+
+    def _flags(self, call: ast.Call, callee: Function, bound: bool) -> Flags:
+        """The callee's parameters this call settles to `True` / `False`: a constant or one of
+        this function's flags passed, or a constant default the call leaves alone (only where
+        it passes nothing unpacked)."""
+        settled: dict[str, bool] = {}
+        pairs = self._binding(call, callee, bound)
+        for param, arg in pairs:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, bool):
+                settled[param] = arg.value
+            elif isinstance(arg, ast.Name) and arg.id in self.flags:
+                settled[param] = self.flags[arg.id]
+        unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        )
+        if not unpacked and not (isinstance(call.func, ast.Name) and call.func.id in self.partials):
+            passed = {param for param, _ in pairs}
+            args = callee.node.args
+            positional = [*args.posonlyargs, *args.args]
+            tail = positional[len(positional) - len(args.defaults) :]
+            defaults = zip(tail, args.defaults, strict=True)
+            keyword = zip(args.kwonlyargs, args.kw_defaults, strict=True)
+            for spec, default in (*defaults, *keyword):
+                if (
+                    spec.arg not in passed
+                    and isinstance(default, ast.Constant)
+                    and isinstance(default.value, bool)
+                ):
+                    settled[spec.arg] = default.value
+        steering = self.tree.steering(callee)
+        return frozenset((k, v) for k, v in settled.items() if k in steering)
 
     def _scan(self, node: ast.AST) -> None:
         """Writes in one simple statement (or a compound statement's test), as things stand."""
@@ -672,7 +931,8 @@ class _Body:
         target = self.callee(call)
         if target is not None:
             callee, bound = target
-            returned = self.tree.returned(callee, self.depth + 1)
+            flags = self._flags(call, callee, bound)
+            returned = self.tree.returned(callee, self.depth + 1, flags)
             return frozenset().union(
                 *(
                     self.derive(arg)
@@ -752,6 +1012,12 @@ class _Body:
                 if method is not None:
                     static = any(_last(d) == "staticmethod" for d in method.node.decorator_list)
                     return method, not static
+            module = self.tree.module(path)
+            local = head.id not in (module.imported if module is not None else {})
+            if local and not self.derive(head) and head.id not in ("self", "cls"):
+                only = self.tree.unique_method(func.attr)  # an object of a class not named here
+                if only is not None:
+                    return only, True
         return None
 
     def _binding(self, call: ast.Call, callee: Function, bound: bool) -> list[tuple[str, ast.expr]]:
@@ -789,9 +1055,15 @@ class _Body:
             if name == "store" and receiver:  # a CuTe tensor's `t.store(values)`
                 add(receiver, call)
         head = dotted.split(".")[0]
+        if name in COLLECTIVES and self._distributed(dotted):
+            word = COLLECTIVES[name]
+            filled = call.args[0] if call.args else None
+            filled = filled or next((k.value for k in call.keywords if k.arg == word), None)
+            if filled is not None:
+                add(self.derive(filled), call)
         if head in ("cute", "cutlass") and name in CUTE_COPIES and call.args:
             add(self.derive(call.args[-1]), call)  # the destination is the last argument
-        if head in ("tl", "triton") and name in TRITON_STORES and call.args:
+        if head in ("tl", "triton", "hl", "helion") and name in TRITON_STORES and call.args:
             add(self.derive(call.args[0]), call)
         op = op_called(self._through_op_module(dotted))
         if op is not None:  # `torch.ops.ns.name(...)`: `scan` binds it to the op's schema
@@ -801,8 +1073,9 @@ class _Body:
         if target is None:
             return
         callee, bound = target
-        written = self.tree.writes(callee, self.depth + 1)
-        inner = self.tree.op_calls(callee, self.depth + 1)
+        flags = self._flags(call, callee, bound)
+        written = self.tree.writes(callee, self.depth + 1, flags)
+        inner = self.tree.op_calls(callee, self.depth + 1, flags)
         if not written and not inner:
             return
         passed: dict[str, frozenset[str]] = {}
@@ -818,12 +1091,27 @@ class _Body:
                 how = f"{ast.unparse(call)[:40]} -> {use.expression}"[:120]
                 self.op_calls.append(replace(use, args=args, keywords=keywords, expression=how))
 
-    def _through_op_module(self, dotted: str) -> str:
-        """`ops.rms_norm` after the module's `ops = torch.ops._C`: `torch.ops._C.rms_norm`."""
-        head, _, rest = dotted.partition(".")
+    def _distributed(self, dotted: str) -> bool:
+        """`torch.distributed.f`, or `f` on a name bound to `torch.distributed` (`import
+        torch.distributed as dist`, `from torch import distributed`) or imported from it."""
+        prefix, _, _ = dotted.rpartition(".")
         module = self.tree.module(self.fn.path)
-        bound = module.op_modules.get(head) if module is not None and rest else None
-        return f"{bound}.{rest}" if bound is not None and head not in self.aliases else dotted
+        imported = module.imported if module is not None else {}
+        if prefix:
+            source, attribute = imported.get(prefix.split(".")[0], ("", ""))
+            root = ".".join(p for p in (source, attribute) if p)
+            path = root + prefix[len(prefix.split(".")[0]) :] if root else prefix
+            return path == "torch.distributed"
+        source, _ = imported.get(dotted, ("", ""))
+        return source == "torch.distributed"
+
+    def _through_op_module(self, dotted: str) -> str:
+        """`ops.rms_norm` after the module's `ops = torch.ops._C`: `torch.ops._C.rms_norm`
+        (a local of the same name hides the module's)."""
+        module = self.tree.module(self.fn.path)
+        if module is None or dotted.partition(".")[0] in self.aliases:
+            return dotted
+        return through_op_namespace(dotted, module.op_modules)
 
     def _op_call(self, op: str, call: ast.Call) -> None:
         args: list[frozenset[str]] = []
@@ -841,6 +1129,40 @@ class _Body:
 def _through(passed: Mapping[str, frozenset[str]], names: frozenset[str]) -> frozenset[str]:
     """A callee's parameters `names`, as the caller's parameters its arguments bound to them."""
     return frozenset().union(*(passed.get(name, frozenset()) for name in names))
+
+
+def op_namespaces(tree: ast.Module) -> dict[str, str]:
+    """Names bound to `torch.ops`, an op namespace or an op, by assignment (`ops = torch.ops._C`,
+    `fill = torch.ops._C.fill`) or import (`from torch import ops`, `from torch.ops import _C`,
+    `import torch.ops as ops`), anywhere in the file (a function's own `ops = torch.ops._C` too):
+    name -> the dotted path it stands for. The one reader of these bindings, for an op's calls
+    to other ops and for the call sites of ops alike."""
+    bound: dict[str, str] = {}
+    for item in ast.walk(tree):
+        if isinstance(item, ast.Assign) and len(item.targets) == 1:
+            target, dotted = item.targets[0], _dotted(item.value)
+            if isinstance(target, ast.Name) and dotted.split(".")[:2] == ["torch", "ops"]:
+                bound[target.id] = dotted
+        elif isinstance(item, ast.ImportFrom) and item.level == 0:
+            for alias in item.names:
+                if item.module == "torch" and alias.name == "ops":
+                    bound[alias.asname or "ops"] = "torch.ops"
+                elif item.module == "torch.ops" and alias.name != "*":
+                    bound[alias.asname or alias.name] = f"torch.ops.{alias.name}"
+        elif isinstance(item, ast.Import):
+            for alias in item.names:
+                if alias.asname and alias.name.split(".")[:2] == ["torch", "ops"]:
+                    bound[alias.asname] = alias.name
+    return bound
+
+
+def through_op_namespace(dotted: str, bound: Mapping[str, str]) -> str:
+    """`dotted` with its first name replaced by the op path it is bound to (`op_namespaces`)."""
+    head, _, rest = dotted.partition(".")
+    path = bound.get(head)
+    if path is None:
+        return dotted
+    return f"{path}.{rest}" if rest else path
 
 
 def op_called(dotted: str) -> str | None:

@@ -285,7 +285,12 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
     parsed = 0
     flow = PyTree(index.contents)
     wrappers = flow.registrar_wrappers()
-    markers = (*_PY_MARKERS, *(name.encode() + b"(" for name in sorted(wrappers)))
+    direct = flow.direct_wrappers()
+    markers = (
+        *_PY_MARKERS,
+        *(name.encode() + b"(" for name in sorted(wrappers)),
+        *(name.encode() for name in sorted(direct)),
+    )
     for path in files:
         key, data = str(path), index.contents.get(str(path), b"")
         if path.suffix in CPP_SUFFIXES and any(marker in data for marker in _CPP_MARKERS):
@@ -310,7 +315,7 @@ def _collect(files: list[Path], index: _Index) -> tuple[_Collected, int]:
             )
         elif path.suffix == ".py" and any(marker in data for marker in markers):
             parsed += 1
-            _merge_python(collected, extract_python(data, key, flow, wrappers))
+            _merge_python(collected, extract_python(data, key, flow, wrappers, direct))
         elif path.suffix in PATCH_SUFFIXES and any(marker in data for marker in _PY_MARKERS):
             parsed += 1
             for inner, text in added_python(data.decode("utf-8", "replace")):
@@ -397,12 +402,13 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
     if not calls:
         return
     bindings: dict[str, str] = {}
-    for path, data in index.contents.items():
-        if Path(path).suffix in CPP_SUFFIXES and b"PYBIND11_MODULE" in data:
-            bindings.update(index.parse(path).pybind)
+    if any(not call.target for _, call in calls):
+        for path, data in index.contents.items():
+            if Path(path).suffix in CPP_SUFFIXES and b"PYBIND11_MODULE" in data:
+                bindings.update(index.parse(path).pybind)
     for info, call in calls:
-        target = bindings.get(call.function)
-        for fn in index.lookup(target) if target else []:
+        target = call.target or bindings.get(call.function)
+        for fn in _exported(index, target) if target else []:
             names = [name for name, _ in fn.params]
             passed = dict(enumerate(call.args))
             passed.update((names.index(k), p) for k, p in call.keywords if k in names)
@@ -418,6 +424,14 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
                 info.writes.append(
                     WriteEvidence(param, "extension-call", text, call.location, proof.confidence)
                 )
+
+
+def _exported(index: _Index, target: str) -> list[FunctionNode]:
+    """The C++ functions a name exported to Python runs: `fn`, or `Kernel::run` (a member of
+    that class only)."""
+    owner, _, name = target.rpartition("::")
+    found = index.lookup(name)
+    return [fn for fn in found if fn.owner == owner.rpartition("::")[2]] if owner else found
 
 
 _OP_CALL_ROUNDS = 4  # ops calling ops calling ops: evidence travels one call per round

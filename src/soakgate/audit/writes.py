@@ -33,7 +33,7 @@ from soakgate.audit.cpp_flow import (
     same_object_call,
     strongest,
 )
-from soakgate.audit.cpp_launch import LAUNCHERS, address_table, launch_arguments
+from soakgate.audit.cpp_launch import LAUNCHERS, address_table, kernel_of, launch_arguments
 from soakgate.audit.cpp_names import (
     CASTS,
     LIBRARY_WRITERS,
@@ -85,7 +85,7 @@ def initial_aliases(params: list[tuple[str, str]]) -> dict[str, Alias]:
         if not name:
             continue
         # `Variable` is `torch::autograd::Variable`, a Tensor (autograd Functions' forward)
-        if re.search(r"\b(?:Tensor|Variable)\b", type_text) and "*" not in type_text:
+        if re.search(r"\b(?:Tensor|Variable|TensorView)\b", type_text) and "*" not in type_text:
             aliases[name] = Alias((index,), "tensor")
         elif "*" in type_text or "ccessor" in type_text or re.search(r"\bGM_ADDR\b", type_text):
             aliases[name] = Alias((index,), "pointer", _is_const_pointer(type_text))
@@ -550,6 +550,15 @@ class _Analyzer(CallFlow):
         if function is None or arguments is None:
             return
         args = [a for a in arguments.named_children if a.type != "comment"]
+        kernel = kernel_of(args[0]) if function.type == "call_expression" and args else None
+        kernels = [k for k in self._called(kernel) if self.context.functions(k)] if kernel else []
+        if kernels:
+            # a launcher object called with the kernel and its arguments (SGLang's JIT kernels:
+            # `LaunchKernel(grid, block, device)(kernel<T>, in, out, n)`)
+            launched = [self.alias_of(a) for a in args[1:]]
+            for target in kernels:
+                self._pass_to(target, node, args[1:], launched)
+            return
         if function.type == "field_expression":
             if self._method_call(node, function, args):
                 return
