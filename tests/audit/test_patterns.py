@@ -519,6 +519,10 @@ def test_ops_of_a_projects_own_registrar_are_found_and_followed_into_their_kerne
     # run-time compiled CUDA: a member of the named class, a free function template
     assert set(_written(ops["sglang::store_cache"])) == {"k_cache"}
     assert set(_written(ops["sglang::quant_rows"])) == {"q", "scale"}
+    # a parameters struct (designated initializers, a `static constexpr` member kernel, a
+    # structured binding, pointers moved by a helper, either of two fields stored through),
+    # exported under an alias template of the class
+    assert set(_written(ops["sglang::qknorm_rows"])) == {"q", "k"}
     # a registrar that names its own library (`target_lib=`) puts the op there; Helion's
     # `hl.store(out, index, value)` writes `out`
     assert "sglang::scale_rows" not in ops

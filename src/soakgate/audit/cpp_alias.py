@@ -99,6 +99,9 @@ class Alias:
     """For a pointer read from field `field` of struct parameter `params[0]`."""
     partial: bool = False
     """The name may also hold a fresh value on another path (`c = has ? c_in : empty(...)`)."""
+    other_fields: tuple[str, ...] = ()
+    """More fields of the same struct parameter it may be read from, on other paths
+    (`p = first ? params.q : params.k`)."""
 
     @property
     def param(self) -> int:
@@ -108,9 +111,13 @@ class Alias:
     def merged(self, other: Alias) -> Alias:
         """May-alias union of two aliases of a name (assigned on different paths)."""
         params = tuple(dict.fromkeys(self.params + other.params))
+        fields = (self.field, *self.other_fields, other.field, *other.other_fields)
+        named = tuple(dict.fromkeys(f for f in fields if f is not None and f != self.field))
+        same_struct = self.field is not None and other.field is not None
         return replace(
             self,
             params=params,
+            other_fields=named if same_struct and self.params == other.params else (),
             const=self.const and other.const,
             mutable_ptr=self.mutable_ptr or other.mutable_ptr,
             partial=self.partial or other.partial,

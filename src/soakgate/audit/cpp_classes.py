@@ -84,9 +84,11 @@ def class_node(node: Node, path: str, lines: Expanded | None) -> ClassNode | Non
                 call = fn
             elif fn is not None:
                 methods[fn.name] = fn
-    if call is None and not ctors and not methods and not declares_methods and not _bases(node):
-        return None  # plain data (the fields of a class with methods defined out of line
-        # are what those methods see as `this->field`)
+    plain = call is None and not ctors and not methods and not declares_methods
+    if plain and not _bases(node) and not fields:
+        return None  # nothing to follow (the fields of a class with methods defined out of
+        # line are what those methods see as `this->field`; a plain struct's fields, in order,
+        # are what an aggregate or structured binding of it names)
     params, inits = ctors[-1] if ctors else (None, {})
     for ctor_params, ctor_inits in ctors:
         _body_inits(ctor_params, ctor_inits, {f for f, _ in fields}, body, name)

@@ -83,6 +83,8 @@ class Context:
     """(picker function, caller file) -> the functions it may return (`writes`), or ()."""
     vendor: Callable[[str], VendorOp | None] = lambda name: None
     """A vendor framework's operator by type (`cpp_vendor`), for `EXEC_NPU_CMD(aclnnX, ...)`."""
+    passthrough: dict[str, int | None] = field(default_factory=dict)
+    """Function name -> the parameter every definition returns (offset), or None (`writes`)."""
 
 
 class CallFlow(AliasResolver):
@@ -115,7 +117,8 @@ class CallFlow(AliasResolver):
             name = self.fn.params[param][0] if 0 <= param < len(self.fn.params) else "?"
             proof = WriteEvidence(name, kind, expression, self.location(node), conf)
             if alias.field is not None:
-                self.result.field_writes.setdefault((param, alias.field), []).append(proof)
+                for field_name in (alias.field, *alias.other_fields):
+                    self.result.field_writes.setdefault((param, field_name), []).append(proof)
             elif alias.kind == "indirect":
                 self.result.indirect.setdefault(param, []).append(proof)
             elif alias.kind in {"tensor", "pointer"}:
@@ -246,19 +249,20 @@ class CallFlow(AliasResolver):
                 continue
             holder = args[position]
             owner = aliases[position]
-            text = f"{call_text} -> {proofs[0].expression}"
+            proof = strongest(proofs)  # the callee's surest store through that field
+            text = f"{call_text} -> {proof.expression}"
             if owner is not None and owner.kind == "struct":
                 self.evidence(
                     Alias(owner.params, "pointer", field=name),
                     "field-store",
                     node,
-                    proofs[0].confidence,
+                    proof.confidence,
                     text,
                 )
             elif holder.type == "identifier":
                 carried = self.structs.get(text_of(holder), {}).get(name)
                 if carried is not None and not carried.const:
-                    self.evidence(carried, "field-store", node, proofs[0].confidence, text)
+                    self.evidence(carried, "field-store", node, proof.confidence, text)
 
     def _member_flow(
         self, name: str, proofs: list[WriteEvidence], node: Node, call_text: str

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 CPP_SUFFIXES = frozenset({".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".hh", ".sycl"})
 _LAUNCH = re.compile(rb"<<<.*?>>>", re.DOTALL)
-_CUDA_WORDS = re.compile(rb"\b(?:__global__|__device__|__host__|__forceinline__|__noinline__)\b")
+_CUDA_WORDS = re.compile(
+    rb"\b(?:__global__|__device__|__host__|__forceinline__|__noinline__|__grid_constant__)\b"
+)  # `__grid_constant__`: a kernel parameter's qualifier (`const __grid_constant__ P params`)
 _LAUNCH_BOUNDS = re.compile(rb"__launch_bounds__\s*\([^)]*\)")
 # `typename Traits::BlockStoreT(tmp).Store(...)` is an expression the grammar reads as a
 # declaration; without the keyword it parses as the call it is.

@@ -30,6 +30,7 @@ from soakgate.audit.py_flow import (
     DIRECT_REGISTRAR,
     DirectWrapper,
     PyTree,
+    mentions_op_paths,
     op_called,
     op_namespaces,
     through_op_namespace,
@@ -165,7 +166,9 @@ class _Extractor(ast.NodeVisitor):
                 self._note_loaded_module(item.targets[0], item.value)
             if isinstance(item, ast.Import | ast.ImportFrom):
                 self._note_module(item)
-        self.op_modules = op_namespaces(node)
+        if mentions_op_paths(self.source):
+            parsed = self.flow.module(self.path) if self.flow is not None else None
+            self.op_modules = parsed.op_modules if parsed is not None else op_namespaces(node)
         self.generic_visit(node)
         if self.op_modules or b"torch.ops" in self.source:  # else no call can reach an op
             self.out.buffers = fresh_buffers(node, self.path, self.op_called)

@@ -360,7 +360,8 @@ class PyTree:
         if name not in self._unique_methods:
             found: list[Function] = []
             rivals = 0  # module-level functions of that name (or files that do not parse)
-            for path in self._paths_defining(name):
+            sites = self._paths_defining(name)  # one per `def`/`class` of that name
+            for path in sites if len(sites) == 1 else ():
                 module = self.module(path)
                 if module is None or name in module.functions:
                     rivals += 1
@@ -581,7 +582,7 @@ def _parse(data: bytes, path: str) -> _Module | None:
         tree = ast.parse(data, filename=path)
     except (SyntaxError, ValueError):
         return None
-    module = _Module(tree, op_modules=op_namespaces(tree))
+    module = _Module(tree, op_modules=op_namespaces(tree) if mentions_op_paths(data) else {})
     for item in tree.body:
         if isinstance(item, ast.FunctionDef):
             module.functions[item.name] = item
@@ -1129,6 +1130,12 @@ class _Body:
 def _through(passed: Mapping[str, frozenset[str]], names: frozenset[str]) -> frozenset[str]:
     """A callee's parameters `names`, as the caller's parameters its arguments bound to them."""
     return frozenset().union(*(passed.get(name, frozenset()) for name in names))
+
+
+def mentions_op_paths(source: bytes) -> bool:
+    """Whether a file can bind a name to a `torch.ops` path at all (`op_namespaces` is {}
+    otherwise: a cheap test before walking its whole tree)."""
+    return b"torch.ops" in source or (b"from torch import" in source and b"ops" in source)
 
 
 def op_namespaces(tree: ast.Module) -> dict[str, str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from soakgate.audit.build_names import MACRO, Extension, build_files, extension_name, extensions
+from soakgate.audit.cpp_flow import strongest
 from soakgate.audit.cpp_infer import infer_schema
 from soakgate.audit.cpp_macros import Macro, collect_macros, expand, needed_macros
 from soakgate.audit.cpp_reach import Reach, include_reach, pick
@@ -419,7 +420,7 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
                 param = passed.get(position)
                 if param is None:
                     continue
-                proof = proofs[0]
+                proof = strongest(proofs)  # its surest proof of that argument
                 text = f"{call.expression[:60]} -> {proof.expression}"
                 info.writes.append(
                     WriteEvidence(param, "extension-call", text, call.location, proof.confidence)
@@ -428,10 +429,24 @@ def _follow_extensions(index: _Index, impls: list[ImplInfo]) -> None:
 
 def _exported(index: _Index, target: str) -> list[FunctionNode]:
     """The C++ functions a name exported to Python runs: `fn`, or `Kernel::run` (a member of
-    that class only)."""
+    that class only, or of the classes an alias template `using Kernel = ...` picks from:
+    `std::conditional_t<cta, KernelCTA<...>, KernelWarp<...>>`)."""
     owner, _, name = target.rpartition("::")
     found = index.lookup(name)
-    return [fn for fn in found if fn.owner == owner.rpartition("::")[2]] if owner else found
+    if not owner:
+        return found
+    owner = owner.rpartition("::")[2]
+    members = [fn for fn in found if fn.owner == owner]
+    if members:
+        return members
+    aliased = re.compile(rf"\busing\s+{re.escape(owner)}\s*=\s*([^;]*);".encode())
+    picked: set[str] = set()
+    for path, data in index.contents.items():
+        if Path(path).suffix not in CPP_SUFFIXES or owner.encode() not in data:
+            continue
+        for match in aliased.finditer(data):
+            picked.update(w.decode() for w in re.findall(rb"[A-Za-z_]\w*", match.group(1)))
+    return [fn for fn in found if fn.owner and fn.owner in picked]
 
 
 _OP_CALL_ROUNDS = 4  # ops calling ops calling ops: evidence travels one call per round

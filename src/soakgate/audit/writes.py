@@ -71,6 +71,29 @@ def _is_const_pointer(type_text: str) -> bool:
     )
 
 
+def _moved_param(value: Node | None, pointers: list[str], fn: FunctionNode) -> int | None:
+    """The position of the pointer parameter `value` is (through casts, parentheses and
+    `+ offset`), else None."""
+    while value is not None:
+        if value.type in {"parenthesized_expression", "cast_expression"}:
+            value = value.child_by_field_name("value") or (
+                value.named_children[-1] if value.named_children else None
+            )
+        elif (
+            value.type == "call_expression"
+            and callee(value.child_by_field_name("function") or value) in CASTS
+        ):
+            arguments = value.child_by_field_name("arguments")
+            value = arguments.named_children[0] if arguments and arguments.named_children else None
+        elif value.type == "binary_expression":
+            value = value.child_by_field_name("left")
+        elif value.type == "identifier" and text_of(value) in pointers:
+            return [p for p, _ in fn.params].index(text_of(value))
+        else:
+            return None
+    return None
+
+
 def _type_name(declaration: str, name: str) -> str:
     """`const paged_kv_t<T, I>& kv` -> `paged_kv_t`."""
     head = declaration.rsplit(name, 1)[0] if name else declaration
@@ -212,8 +235,13 @@ class _Analyzer(CallFlow):
 
     def _declare(self, node: Node) -> None:
         value = node.child_by_field_name("value")
-        name = declared_name(node.child_by_field_name("declarator"))
+        declarator = node.child_by_field_name("declarator")
+        if value is not None and self._unpack(declarator, value):
+            return
+        name = declared_name(declarator)
         if value is None or name is None:
+            return
+        if self._designated(node, name, value):
             return
         if value.type == "lambda_expression":
             self._note_lambda(name, value)
@@ -237,6 +265,80 @@ class _Analyzer(CallFlow):
         if alias.kind == "address" and "*" in head.split("=")[0]:
             alias = replace(alias, kind="pointer")
         self.aliases[name] = replace(alias, const=pointee_const(head, alias))
+
+    def _designated(self, node: Node, name: str, value: Node) -> bool:
+        """`auto params = Params{.k = k.data_ptr(), .out = out.data_ptr(), .n = n};` (also
+        `Params p{.k = ...}` / `= {.k = ...}`): a local struct whose fields carry those
+        pointers, as if each were assigned (`params.out = ...`)."""
+        kind: Node | None = None
+        listed: Node | None = value
+        if value.type == "compound_literal_expression":
+            kind, listed = value.child_by_field_name("type"), value.child_by_field_name("value")
+        elif value.type == "initializer_list" and node.parent is not None:
+            kind = node.parent.child_by_field_name("type")
+        if kind is None or listed is None or listed.type != "initializer_list":
+            return False
+        items = [c for c in listed.named_children if c.type != "comment"]
+        pairs: list[tuple[str, Node]] = []
+        for item in items:
+            designator = item.child_by_field_name("designator") or (
+                item.named_children[0] if item.type == "initializer_pair" else None
+            )
+            inner = item.child_by_field_name("value")
+            if item.type == "initializer_pair" and designator is not None and inner is not None:
+                pairs.append((text_of(designator).lstrip(".").strip(), inner))
+        struct = callee(kind)
+        if not pairs:  # `{a, b}` in field order stays a list of the pointers it holds, which
+            return False  # a call the tree does not have sees as pointers handed to it
+        carried = {f: a for f, v in pairs if (a := self.alias_of(v)) is not None}
+        if not carried:
+            return False
+        self.structs[name] = carried
+        self.struct_types[name] = struct
+        self.aliases.pop(name, None)
+        return True
+
+    def _aggregate_fields(self, struct: str) -> list[str]:
+        """The data members of a plain struct of the tree, in declaration order."""
+        for cls in self.context.classes(struct):
+            if cls.fields and cls.ctor_params is None:
+                return [f for f, declared in cls.fields if f and "static" not in declared]
+        return []
+
+    def _unpack(self, declarator: Node | None, value: Node) -> bool:
+        """`const auto& [src, dst, n] = params;`: each name is the struct's field at its
+        position (a parameter struct's field, or what a local struct's field carries)."""
+        while declarator is not None and declarator.type == "reference_declarator":
+            declarator = next((c for c in declarator.named_children if c.type != "comment"), None)
+        if declarator is None or declarator.type != "structured_binding_declarator":
+            return False
+        names = [text_of(c) for c in declarator.named_children if c.type == "identifier"]
+        for bound in names:
+            self.aliases.pop(bound, None)
+        if value.type != "identifier":
+            return True
+        source = text_of(value)
+        owner = self.aliases.get(source)
+        if source in self.structs:
+            fields = self._aggregate_fields(self.struct_types.get(source, ""))
+            carried = self.structs[source]
+            for bound, field_name in zip(names, fields, strict=False):
+                if field_name in carried:
+                    self.aliases[bound] = carried[field_name]
+        elif owner is not None and owner.kind == "struct" and len(owner.params) == 1:
+            declared = self.fn.params[owner.params[0]][1] if owner.params[0] >= 0 else ""
+            struct = _type_name(declared, self.fn.params[owner.params[0]][0])
+            for cls in self.context.classes(struct):
+                if cls.fields and cls.ctor_params is None:
+                    members = [(f, d) for f, d in cls.fields if f and "static" not in d]
+                    for bound, (field_name, text) in zip(names, members, strict=False):
+                        if "*" in text:
+                            const = _is_const_pointer(text.split(field_name, 1)[0])
+                            self.aliases[bound] = Alias(
+                                owner.params, "pointer", const, field=field_name
+                            )
+                    break
+        return True
 
     def _construct(self, node: Node, value: Node) -> bool:
         """`Functor<T> kfn(out_ptr, in_ptr);` builds a functor: follow it like `Functor(...)`."""
@@ -326,6 +428,52 @@ class _Analyzer(CallFlow):
         if name in self.fn_choices:
             return self.fn_choices[name]
         return (self.fn_aliases.get(name, name),)
+
+    def _call_alias(self, call: Node) -> Alias | None:
+        found = super()._call_alias(call)
+        function = call.child_by_field_name("function")
+        arguments = call.child_by_field_name("arguments")
+        if found is not None or function is None or arguments is None:
+            return found
+        if function.type not in {"identifier", "qualified_identifier", "template_function"}:
+            return None
+        position = self._passed_through(callee(function))
+        args = [a for a in arguments.named_children if a.type != "comment"]
+        return (
+            self.alias_of(args[position]) if position is not None and position < len(args) else None
+        )
+
+    def _passed_through(self, name: str) -> int | None:
+        """The pointer parameter a function of the tree returns, moved (`offset(ptr, n)`
+        returning `static_cast<T*>(ptr) + n`), where every definition of that name returns the
+        same one."""
+        if name not in self.context.passthrough:
+            positions = set()
+            for fn in self.context.functions(name):
+                names = [p for p, declared in fn.params if "*" in declared]
+                for node in walk(fn.body):
+                    if node.type == "return_statement":
+                        value = next((c for c in node.named_children if c.type != "comment"), None)
+                        positions.add(_moved_param(value, names, fn))
+            known = positions - {None}
+            self.context.passthrough[name] = (
+                known.pop() if positions == known and len(known) == 1 else None
+            )
+        return self.context.passthrough[name]
+
+    def _member_function(self, name: str) -> str | None:
+        """`kernel` inside a class holding `static constexpr auto kernel = k<T, 2>;` (also a
+        member variable template, `template <int S> static constexpr auto kernel = k<S>;`):
+        `k`, where it is a function of the tree. Read from the class body this method is in."""
+        body: Node | None = self.fn.body
+        while body is not None and body.type != "field_declaration_list":
+            body = body.parent
+        if body is None:
+            return None
+        pattern = rf"\bstatic\s+constexpr\s+auto\s+{re.escape(name)}\s*=\s*&?\s*([A-Za-z_][\w:]*)"
+        found = re.search(pattern, text_of(body))
+        target = found.group(1).rsplit("::", 1)[-1] if found else None
+        return target if target and self.context.functions(target) else None
 
     def _picked_function(self, call: Node) -> tuple[str, ...]:
         """`kernel = pick_kernel<T>(m)` where the tree's picker returns instances of functions
@@ -551,7 +699,12 @@ class _Analyzer(CallFlow):
             return
         args = [a for a in arguments.named_children if a.type != "comment"]
         kernel = kernel_of(args[0]) if function.type == "call_expression" and args else None
-        kernels = [k for k in self._called(kernel) if self.context.functions(k)] if kernel else []
+        named = self._called(kernel) if kernel else ()
+        if self.fn.owner:  # a picker may hand back a member variable naming the kernel
+            named = tuple(
+                k if self.context.functions(k) else (self._member_function(k) or k) for k in named
+            )
+        kernels = [k for k in named if self.context.functions(k)]
         if kernels:
             # a launcher object called with the kernel and its arguments (SGLang's JIT kernels:
             # `LaunchKernel(grid, block, device)(kernel<T>, in, out, n)`)
