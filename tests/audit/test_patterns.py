@@ -523,6 +523,8 @@ def test_ops_of_a_projects_own_registrar_are_found_and_followed_into_their_kerne
     # structured binding, pointers moved by a helper, either of two fields stored through),
     # exported under an alias template of the class
     assert set(_written(ops["sglang::qknorm_rows"])) == {"q", "k"}
+    # its kernel picked from a member variable template, through either of two picker calls
+    assert set(_written(ops["sglang::scatter_rows"])) == {"out"}
     # a registrar that names its own library (`target_lib=`) puts the op there; Helion's
     # `hl.store(out, index, value)` writes `out`
     assert "sglang::scale_rows" not in ops

@@ -394,7 +394,13 @@ class _Analyzer(CallFlow):
                 }:
                     self.fn_aliases[name] = callee(operand)
                     return
-        if value.type == "call_expression":  # maybe a picker: resolved if `name` is called
+        if value.type == "call_expression" or (  # maybe a picker (or either of two)
+            value.type == "conditional_expression"
+            and all(
+                (b := value.child_by_field_name(f)) is not None and b.type == "call_expression"
+                for f in ("consequence", "alternative")
+            )
+        ):  # resolved if `name` is called
             self.pickers[name] = value
 
     def _autograd_apply(self, node: Node, function: Node, args: list[Node]) -> bool:
@@ -478,7 +484,12 @@ class _Analyzer(CallFlow):
     def _picked_function(self, call: Node) -> tuple[str, ...]:
         """`kernel = pick_kernel<T>(m)` where the tree's picker returns instances of functions
         (`return gemm_kernel<true, 2>;`, or a local it assigned them to): `kernel(...)` calls
-        one of them. Empty when the picker returns anything else."""
+        one of them (`use32 ? pick<int>(m) : pick<long>(m)`: either's). Empty when the
+        picker returns anything else."""
+        if call.type == "conditional_expression":
+            branches = [call.child_by_field_name(f) for f in ("consequence", "alternative")]
+            picked = [self._picked_function(b) for b in branches if b is not None]
+            return tuple(sorted(set().union(*picked))) if all(picked) else ()
         function = call.child_by_field_name("function")
         kinds = {"identifier", "qualified_identifier", "template_function"}
         if function is None or function.type not in kinds:
@@ -502,7 +513,13 @@ class _Analyzer(CallFlow):
                     if name is None:
                         return ()
                     names.add(name)
-        # A name the tree does not define (a default kernel made by a macro) adds nothing.
+        # A member variable naming a kernel (`static constexpr auto store_kernel = k<S, T>;`)
+        # is that kernel; a name the tree does not define (a default kernel made by a macro)
+        # adds nothing.
+        if self.fn.owner:
+            names = {
+                n if self.context.functions(n) else self._member_function(n) or n for n in names
+            }
         return tuple(sorted(n for n in names if self.context.functions(n)))
 
     def _assign(self, node: Node) -> None:
