@@ -110,7 +110,7 @@ class _Extractor(ast.NodeVisitor):
         self.out = PyFile()
         self.unused_calls: set[int] = set()
         self.op_modules: dict[str, str] = {}
-        """Module-level names bound to `torch.ops`, a namespace or an op (`op_namespaces`)."""
+        """Names this file binds to `torch.ops`, a namespace or an op (`op_namespaces`)."""
         self.constants: Env = {}
         """Module-level string constants, for op names built from them (`f"{NS}::op"`)."""
         self.modules: set[str] = set()
