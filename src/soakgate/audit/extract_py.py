@@ -485,7 +485,7 @@ def analyse_python_impl(
 
     loaders = flow.jit_loaders(path) if flow is not None else {}
     compiled: dict[str, dict[str, str]] = {}  # locals holding a module compiled at run time
-    for node in ast.walk(fn):
+    for node in ast.walk(fn) if loaders else ():
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             loader = loaders.get(_dotted(node.value.func))
             for target in node.targets if loader else ():

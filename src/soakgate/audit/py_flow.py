@@ -104,9 +104,9 @@ TRITON_STORES = frozenset(
 _DEFINED = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
 Aliases = dict[str, frozenset[str]]
 _Analysis = tuple[dict[str, str], frozenset[str], list[OpCall]]
+"""A function's writes (parameter -> how), the parameters it may return, the ops it calls."""
 Flags = frozenset[tuple[str, bool]]
 """A function's parameters a call passes a constant `True` / `False`."""
-"""A function's writes (parameter -> how), the parameters it may return, the ops it calls."""
 _Add = Callable[[frozenset[str], "ast.AST | str"], None]
 _COMPREHENSIONS = (ast.ListComp, ast.GeneratorExp, ast.SetComp)
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
@@ -134,7 +134,7 @@ class _Module:
     imported: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Local name -> (module dotted name, attribute or "" for a module itself)."""
     op_modules: dict[str, str] = field(default_factory=dict)
-    """Module-level names bound to an op namespace (`ops = torch.ops._C` -> `torch.ops._C`)."""
+    """Names the file binds to a `torch.ops` path (`ops = torch.ops._C` -> `torch.ops._C`)."""
 
 
 DIRECT_REGISTRAR = "direct_register_custom_op"
@@ -167,17 +167,8 @@ def _direct_namespace(tree: ast.Module) -> str | None:
     defines = any(
         isinstance(item, ast.FunctionDef) and item.name == DIRECT_REGISTRAR for item in tree.body
     )
-    for item in tree.body if defines else ():
-        if (
-            isinstance(item, ast.Assign)
-            and isinstance(item.value, ast.Call)
-            and _dotted(item.value.func).endswith("Library")
-            and item.value.args
-            and isinstance(item.value.args[0], ast.Constant)
-            and item.value.args[0].value in DIRECT_LIBRARIES.values()
-        ):
-            return str(item.value.args[0].value)
-    return None
+    own = [ns for ns in _libraries(tree).values() if ns in DIRECT_LIBRARIES.values()]
+    return own[0] if defines and own else None
 
 
 def _cpp_name(node: ast.expr) -> str:
@@ -251,10 +242,11 @@ class PyTree:
         self._tails: dict[str, list[str]] | None = None
         """Module path tails (`pkg/m`, `m`) -> files, for resolving imports."""
         self._analysed: dict[tuple[int, Flags], _Analysis] = {}
+        """(function node, flags) -> (parameters it writes and how, parameters it may return,
+        ops it calls)."""
+        self._active: set[int] = set()
         self._unique_methods: dict[str, Function | None] = {}
         self._steering: dict[int, frozenset[str]] = {}
-        """Function node -> (parameters it writes and how, parameters it may return)."""
-        self._active: set[int] = set()
 
     # --- modules and names -------------------------------------------------------------------
 
@@ -444,6 +436,7 @@ class PyTree:
             namespace = _direct_namespace(module.tree) if module is not None else None
             if module is None or namespace is None:
                 continue
+            libraries = _libraries(module.tree)
             for name, node in module.functions.items():
                 takes = {a.arg for a in (*node.args.args, *node.args.kwonlyargs)}
                 if name == DIRECT_REGISTRAR or "mutates_args" not in takes:
@@ -458,7 +451,8 @@ class PyTree:
                     for inner in ast.walk(root)
                     if isinstance(inner, ast.Call) and _last(inner.func) == DIRECT_REGISTRAR
                 ]
-                libraries = _libraries(module.tree)
+                positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+                at = positional.index("op_name") if "op_name" in positional else None
                 for call in calls:
                     given = {kw.arg: kw.value for kw in call.keywords if kw.arg}
                     target = given.get("target_lib")
@@ -466,8 +460,6 @@ class PyTree:
                     # op goes; one this module does not define is not guessed
                     where = namespace if target is None else libraries.get(_last(target))
                     fake = "fake_impl" in given and not _is_none(given["fake_impl"])
-                    positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
-                    at = positional.index("op_name") if "op_name" in positional else None
                     if where is not None:
                         found[name] = DirectWrapper(where, fake, at)
         return found
@@ -1095,16 +1087,11 @@ class _Body:
     def _distributed(self, dotted: str) -> bool:
         """`torch.distributed.f`, or `f` on a name bound to `torch.distributed` (`import
         torch.distributed as dist`, `from torch import distributed`) or imported from it."""
-        prefix, _, _ = dotted.rpartition(".")
+        head, _, rest = dotted.partition(".")
         module = self.tree.module(self.fn.path)
-        imported = module.imported if module is not None else {}
-        if prefix:
-            source, attribute = imported.get(prefix.split(".")[0], ("", ""))
-            root = ".".join(p for p in (source, attribute) if p)
-            path = root + prefix[len(prefix.split(".")[0]) :] if root else prefix
-            return path == "torch.distributed"
-        source, _ = imported.get(dotted, ("", ""))
-        return source == "torch.distributed"
+        source, attribute = (module.imported if module is not None else {}).get(head, (head, ""))
+        full = ".".join(part for part in (source, attribute, rest) if part)
+        return full.rpartition(".")[0] == "torch.distributed"
 
     def _through_op_module(self, dotted: str) -> str:
         """`ops.rms_norm` after the module's `ops = torch.ops._C`: `torch.ops._C.rms_norm`

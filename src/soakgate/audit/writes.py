@@ -33,7 +33,13 @@ from soakgate.audit.cpp_flow import (
     same_object_call,
     strongest,
 )
-from soakgate.audit.cpp_launch import LAUNCHERS, address_table, kernel_of, launch_arguments
+from soakgate.audit.cpp_launch import (
+    LAUNCHERS,
+    address_table,
+    kernel_of,
+    launch_arguments,
+    strip_casts,
+)
 from soakgate.audit.cpp_names import (
     CASTS,
     LIBRARY_WRITERS,
@@ -74,24 +80,12 @@ def _is_const_pointer(type_text: str) -> bool:
 def _moved_param(value: Node | None, pointers: list[str], fn: FunctionNode) -> int | None:
     """The position of the pointer parameter `value` is (through casts, parentheses and
     `+ offset`), else None."""
-    while value is not None:
-        if value.type in {"parenthesized_expression", "cast_expression"}:
-            value = value.child_by_field_name("value") or (
-                value.named_children[-1] if value.named_children else None
-            )
-        elif (
-            value.type == "call_expression"
-            and callee(value.child_by_field_name("function") or value) in CASTS
-        ):
-            arguments = value.child_by_field_name("arguments")
-            value = arguments.named_children[0] if arguments and arguments.named_children else None
-        elif value.type == "binary_expression":
-            value = value.child_by_field_name("left")
-        elif value.type == "identifier" and text_of(value) in pointers:
-            return [p for p, _ in fn.params].index(text_of(value))
-        else:
-            return None
-    return None
+    value = strip_casts(value)
+    while value is not None and value.type == "binary_expression":
+        value = strip_casts(value.child_by_field_name("left"))
+    if value is None or value.type != "identifier" or text_of(value) not in pointers:
+        return None
+    return [p for p, _ in fn.params].index(text_of(value))
 
 
 def _type_name(declaration: str, name: str) -> str:
@@ -298,11 +292,14 @@ class _Analyzer(CallFlow):
         self.aliases.pop(name, None)
         return True
 
-    def _aggregate_fields(self, struct: str) -> list[str]:
-        """The data members of a plain struct of the tree, in declaration order."""
+    def _aggregate_fields(self, struct: str) -> list[tuple[str, str]]:
+        """The data members of a plain struct of the tree, in declaration order: (name,
+        declaration)."""
         for cls in self.context.classes(struct):
             if cls.fields and cls.ctor_params is None:
-                return [f for f, declared in cls.fields if f and "static" not in declared]
+                return [
+                    (f, declared) for f, declared in cls.fields if f and "static" not in declared
+                ]
         return []
 
     def _unpack(self, declarator: Node | None, value: Node) -> bool:
@@ -322,22 +319,17 @@ class _Analyzer(CallFlow):
         if source in self.structs:
             fields = self._aggregate_fields(self.struct_types.get(source, ""))
             carried = self.structs[source]
-            for bound, field_name in zip(names, fields, strict=False):
+            for bound, (field_name, _) in zip(names, fields, strict=False):
                 if field_name in carried:
                     self.aliases[bound] = carried[field_name]
         elif owner is not None and owner.kind == "struct" and len(owner.params) == 1:
             declared = self.fn.params[owner.params[0]][1] if owner.params[0] >= 0 else ""
             struct = _type_name(declared, self.fn.params[owner.params[0]][0])
-            for cls in self.context.classes(struct):
-                if cls.fields and cls.ctor_params is None:
-                    members = [(f, d) for f, d in cls.fields if f and "static" not in d]
-                    for bound, (field_name, text) in zip(names, members, strict=False):
-                        if "*" in text:
-                            const = _is_const_pointer(text.split(field_name, 1)[0])
-                            self.aliases[bound] = Alias(
-                                owner.params, "pointer", const, field=field_name
-                            )
-                    break
+            members = self._aggregate_fields(struct)
+            for bound, (field_name, text) in zip(names, members, strict=False):
+                if "*" in text:
+                    const = _is_const_pointer(text.split(field_name, 1)[0])
+                    self.aliases[bound] = Alias(owner.params, "pointer", const, field=field_name)
         return True
 
     def _construct(self, node: Node, value: Node) -> bool:
@@ -467,6 +459,13 @@ class _Analyzer(CallFlow):
             )
         return self.context.passthrough[name]
 
+    def _kernel_named(self, name: str) -> str:
+        """The function `name` stands for: itself, or in a method the one a member variable of
+        its class names (`_member_function`; a picker may hand such a member back)."""
+        if self.context.functions(name) or not self.fn.owner:
+            return name
+        return self._member_function(name) or name
+
     def _member_function(self, name: str) -> str | None:
         """`kernel` inside a class holding `static constexpr auto kernel = k<T, 2>;` (also a
         member variable template, `template <int S> static constexpr auto kernel = k<S>;`):
@@ -516,10 +515,7 @@ class _Analyzer(CallFlow):
         # A member variable naming a kernel (`static constexpr auto store_kernel = k<S, T>;`)
         # is that kernel; a name the tree does not define (a default kernel made by a macro)
         # adds nothing.
-        if self.fn.owner:
-            names = {
-                n if self.context.functions(n) else self._member_function(n) or n for n in names
-            }
+        names = {self._kernel_named(n) for n in names}
         return tuple(sorted(n for n in names if self.context.functions(n)))
 
     def _assign(self, node: Node) -> None:
@@ -716,11 +712,7 @@ class _Analyzer(CallFlow):
             return
         args = [a for a in arguments.named_children if a.type != "comment"]
         kernel = kernel_of(args[0]) if function.type == "call_expression" and args else None
-        named = self._called(kernel) if kernel else ()
-        if self.fn.owner:  # a picker may hand back a member variable naming the kernel
-            named = tuple(
-                k if self.context.functions(k) else (self._member_function(k) or k) for k in named
-            )
+        named = [self._kernel_named(k) for k in self._called(kernel)] if kernel else []
         kernels = [k for k in named if self.context.functions(k)]
         if kernels:
             # a launcher object called with the kernel and its arguments (SGLang's JIT kernels:
