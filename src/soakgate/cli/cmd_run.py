@@ -486,9 +486,9 @@ def main(args: argparse.Namespace) -> int:
     if labels and args.label == "default":
         config.label = " vs ".join(dict.fromkeys(labels.values()))
     observers = live_report(args)
-    metrics = start_metrics(args)  # a port in use is refused here, before any load
-    if metrics is not None:  # every unit's series from the first scrape, at 0
-        metrics.expect((labels.get(t.name, config.label), t.name) for t in config.targets)
+    # a port in use is refused here, before any load; every unit's series from the first scrape
+    units = [(labels.get(t.name, config.label), t.name) for t in config.targets]
+    metrics = start_metrics(args, units=units)
     try:
         result = execute(config, args.quiet, [*observers, *([metrics] if metrics else [])],
                          args.progress_every)  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from soakgate.cli.args import duration
@@ -50,9 +51,13 @@ def add_progress_argument(parser: argparse.ArgumentParser, always: bool = False)
     )  # fmt: skip
 
 
-def start_metrics(args: argparse.Namespace, guarded: bool = False) -> Any:
+def start_metrics(
+    args: argparse.Namespace, guarded: bool = False, units: Iterable[tuple[str, str]] = ()
+) -> Any:
     """The started LiveMetrics observer (None without --metrics-port); a port in use is a
-    UsageError, raised before any load is sent. `guarded`: a campaign (guard faults too)."""
+    UsageError, raised before any load is sent. `guarded`: a campaign (guard faults too).
+    `units`: the (label, target) pairs the soak will send to, expected before the address is
+    announced, so that the first scrape a reader of that line makes serves each of them."""
     from soakgate.errors import UsageError
 
     if args.metrics_port is None:
@@ -63,6 +68,7 @@ def start_metrics(args: argparse.Namespace, guarded: bool = False) -> Any:
 
     metrics = LiveMetrics(args.metrics_host, args.metrics_port, guarded)
     url = metrics.start()
+    metrics.expect(units)
     print(f"soakgate: serving metrics at {url}", file=sys.stderr, flush=True)
     return metrics
 
