@@ -66,7 +66,11 @@ VIEW_METHODS = frozenset(
 # Methods that copy a tensor: the copy holds the same values, which matters for address tables.
 COPY_METHODS = frozenset({"to", "cuda", "cpu", "clone", "contiguous", "xpu"})
 # Functions whose result wraps (aliases) the memory of their first argument.
-WRAPPERS = frozenset({"from_blob", "make_tensor", "make_gmem_ptr", "make_smem_ptr", "get"})
+# (ck_tile's `make_buffer_view<global>(p, n)` and `make_naive_tensor_view<global>(p, ...)` too.)
+WRAPPERS = frozenset(
+    {"from_blob", "make_tensor", "make_gmem_ptr", "make_smem_ptr", "get", "make_buffer_view"}
+    | {"make_naive_tensor_view"}
+)
 _ACCESSOR = re.compile(r"(?:Tensor|Packed)\w*Accessor\w*$")
 
 

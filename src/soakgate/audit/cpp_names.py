@@ -101,6 +101,9 @@ LIBRARY_WRITERS: dict[str, tuple[int, ...]] = {
 METHOD_WRITERS = frozenset(
     {"Store", "store", "copy_to", "store_aligned", "save", "cast_store", "store_global"}
 )
+# Methods of an object wrapping a pointer that store through it (ck_tile's buffer view:
+# `buf.template set(i, 0, true, v)`, `buf.update(...)`; its `get` reads).
+VIEW_WRITERS = frozenset({"set", "update", "atomic_add", "atomic_max"})
 # Calls that only read through a pointer, or only look at it: never evidence of a write.
 READERS = frozenset(
     [

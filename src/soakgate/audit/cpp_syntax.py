@@ -27,6 +27,9 @@ _LAUNCH_BOUNDS = re.compile(rb"__launch_bounds__\s*\([^)]*\)")
 # `typename Traits::BlockStoreT(tmp).Store(...)` is an expression the grammar reads as a
 # declaration; without the keyword it parses as the call it is.
 _TYPENAME_CALL = re.compile(rb"\btypename(?=\s+[\w:]+\s*\()")
+# `buf.template set(i, 0, true, v)`, `p->template get<T>()`: the disambiguator before a member
+# template's name, which the grammar's error recovery turns into a call of `buf` itself.
+_MEMBER_TEMPLATE = re.compile(rb"(?:(?<=\.)|(?<=->))\s*\btemplate\b(?=\s+[A-Za-z_])")
 
 
 @dataclass(slots=True)
@@ -71,6 +74,8 @@ def preprocess(source: bytes) -> bytes:
     source = _LAUNCH.sub(_blank, source)
     source = _LAUNCH_BOUNDS.sub(_blank, source)
     source = _TYPENAME_CALL.sub(_blank, source)
+    if b"template" in source:
+        source = _MEMBER_TEMPLATE.sub(_blank, source)
     return _CUDA_WORDS.sub(_blank, source)
 
 

@@ -254,6 +254,21 @@ def _registered_op(node: Node, function: Node, path: str, out: CppFile) -> None:
         out.impls.append(RawImpl(_op_key(schema), namespace, None, fn_name, None, location))
 
 
+def _expanded_binding(node: Node, path: str, out: CppFile) -> None:
+    """`m.def(...)` that only the project's macros expanded show (AITER's `PYBIND11_MODULE(...)
+    { ACTIVATION_PYBIND; }`, its `m.def`s in a header's `#define`): pybind11 bindings are read
+    from the expanded copy too (nothing `--fix` edits; TORCH_LIBRARY blocks are kept
+    unexpanded and read from the source as written)."""
+    function = node.child_by_field_name("function")
+    arguments = node.child_by_field_name("arguments")
+    if function is None or function.type != "field_expression" or arguments is None:
+        return
+    args = [a for a in arguments.named_children if a.type != "comment"]
+    method = text_of(function.child_by_field_name("field") or function)
+    if method == "def" and args and _enclosing_library(node) is None:
+        _pybind_def(node, method, args, path, out)
+
+
 def _pybind_def(node: Node, method: str, args: list[Node], path: str, out: CppFile) -> None:
     """`m.def("fwd", &mha_fwd, "doc")` in `PYBIND11_MODULE(...)`: Python's `_ext.fwd` is C++'s
     `mha_fwd` (custom ops that call it are followed into it)."""
@@ -302,6 +317,8 @@ def _walk_tree(source: bytes, path: str, out: CppFile, lines: Expanded | None, d
         kind = node.type
         if kind == "call_expression" and defs:
             _handle_call(node, path, out)
+        elif kind == "call_expression" and lines is not None:
+            _expanded_binding(node, path, out)
         elif kind == "function_definition" and (fn := function_node(node, path, lines)):
             out.functions.append(fn)
         elif kind in {"class_specifier", "struct_specifier"} and (

@@ -121,6 +121,8 @@ class _Extractor(ast.NodeVisitor):
         self.direct_wrappers = dict(direct_wrappers or {})
         """The tree's functions that register the function they are given through
         `direct_register_custom_op` (`PyTree.direct_wrappers`)."""
+        self.enclosing: list[set[str]] = []
+        """Parameters of the functions the visit is inside (innermost last)."""
         self.registrars: dict[str, str] = {name: "custom_op" for name in wrappers}
         """Local names bound to a torch.library registrar (`_op = torch.library.custom_op`), and
         the tree's own decorators that call `custom_op` with their argument (`@cute_op(...)`)."""
@@ -217,6 +219,8 @@ class _Extractor(ast.NodeVisitor):
             wrapper = self.direct_wrappers.get(
                 _last_name(decorator.func if isinstance(decorator, ast.Call) else decorator)
             )
+            if wrapper is not None and self._hands_on(decorator):
+                continue  # registers the function an enclosing decorator is given, not `node`
             if wrapper is not None:
                 call = decorator if isinstance(decorator, ast.Call) else None
                 self.wrapped_registration(call, node, self.path, wrapper)
@@ -226,7 +230,19 @@ class _Extractor(ast.NodeVisitor):
                 target = self.custom_ops.get(_dotted(decorator.value))
                 if target:
                     self.out.fakes.add(target)
+        arguments = node.args
+        self.enclosing.append({a.arg for a in (*arguments.posonlyargs, *arguments.args)})
         self.generic_visit(node)
+        self.enclosing.pop()
+
+    def _hands_on(self, decorator: ast.expr) -> bool:
+        """`@registrar(..., calling_func_=func)` inside `def decorator(func)`: the registrar is
+        handed the enclosing function's argument (AITER's `compile_ops`), and registers that."""
+        if not isinstance(decorator, ast.Call) or not self.enclosing:
+            return False
+        given = [*decorator.args, *(kw.value for kw in decorator.keywords)]
+        names = set().union(*self.enclosing)
+        return any(isinstance(a, ast.Name) and a.id in names for a in given)
 
     def visit_Call(self, node: ast.Call) -> None:
         method = self.registrar_of(node)
@@ -350,7 +366,17 @@ class _Extractor(ast.NodeVisitor):
             return
         qualname = f"{wrapper.namespace}::{names[0] if names else fn.name}"
         anchor = call if call is not None else fn
-        self.custom_op(anchor, fn, qualname, keywords.get("mutates_args"), path)
+        mutates = keywords.get("mutates_args")
+        if mutates is None and wrapper.unknown:
+            mutates = ast.Constant("unknown")  # the registrar's default: every tensor written
+        export = None
+        if wrapper.export is not None:
+            param, position = wrapper.export
+            if call is not None and position is not None and len(call.args) > position:
+                keywords.setdefault(param, call.args[position])
+            given = strings(keywords[param], self.constants) if param in keywords else [fn.name]
+            export = given[0] if len(given) == 1 else None
+        self.custom_op(anchor, fn, qualname, mutates, path, export)
         if wrapper.fake or any(k in keywords for k in ("fake_impl", "out_shape")):
             self.out.fakes.add(qualname)
 
@@ -361,9 +387,12 @@ class _Extractor(ast.NodeVisitor):
         qualname: str,
         mutates: ast.expr | None = None,
         path: str | None = None,
+        export: str | None = None,
     ) -> None:
         """`fn` registered as `qualname` by `torch.library.custom_op` or one of the registrars
-        that infer its schema the same way (`fn` defined in `path`, this file by default)."""
+        that infer its schema the same way (`fn` defined in `path`, this file by default;
+        `export`: the registrar runs the compiled extension's function of that name with the
+        op's arguments in order, `fn` being a typed stub)."""
         keywords = call.keywords if isinstance(call, ast.Call) else []
         if mutates is None:
             mutates = next((kw.value for kw in keywords if kw.arg == "mutates_args"), None)
@@ -395,6 +424,12 @@ class _Extractor(ast.NodeVisitor):
             OpDef(qualname, schema, where, "custom_op", pieces=pieces, mutates=literal)
         )
         info = analyse_python_impl(fn, path or self.path, None, self.modules, self.flow)
+        if export:
+            params = tuple(a.arg for a in (*fn.args.posonlyargs, *fn.args.args))
+            where = Location(path or self.path, fn.lineno)
+            info.extension_calls.append(
+                ExtensionCall(export, params, (), where, f"{export}({', '.join(params)})")
+            )
         self.out.impls.append((qualname, info))
 
     def op_called(self, call: ast.Call) -> str | None:

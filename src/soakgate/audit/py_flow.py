@@ -153,6 +153,13 @@ class DirectWrapper:
     name_at: int | None = None
     """The position of its `op_name` parameter, where it can be passed by position
     (`@register_kernel("name", ...)`)."""
+    unknown: bool = False
+    """Given no `mutates_args`, its registrar declares every argument written (a default of
+    `"unknown"`, as `torch.library.infer_schema` reads it)."""
+    export: tuple[str, int | None] | None = None
+    """The op runs the function of a compiled extension named like the decorated function
+    (AITER's `compile_ops`: `getattr(module, name)(*args, **kwargs)`), with the op's arguments
+    in order; unless its parameter here (`fc_name`, and its position) names another."""
 
 
 def _direct_namespace(tree: ast.Module) -> str | None:
@@ -189,6 +196,102 @@ def _cpp_name(node: ast.expr) -> str:
                 break
         text = text[:start] + text[end + 1 :]
     return text if re.fullmatch(r"[A-Za-z_]\w*(::[A-Za-z_]\w*)*", text) else ""
+
+
+_FAKE_CALLS = frozenset({"_register_fake", "register_fake", "impl_abstract"})
+_STACK_DEPTH = 3  # a registrar applied by a decorator applied by a decorator ...
+
+
+def _library_namespaces(tree: ast.Module) -> set[str]:
+    """Namespaces of every `Library("ns", ...)` the module builds (also inside a function)."""
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and _dotted(node.func).endswith("Library")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
+def _default_of(node: ast.FunctionDef, name: str) -> ast.expr | None:
+    """The default of parameter `name` (an `ast.Constant(None)` where it has none), or None
+    when the function does not take it."""
+    positional = [*node.args.posonlyargs, *node.args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(node.args.defaults))
+    pairs = [*zip(positional, [*defaults, *node.args.defaults], strict=True)]
+    pairs += zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)
+    for arg, default in pairs:
+        if arg.arg == name:
+            return default if default is not None else ast.Constant(None)
+    return None
+
+
+def _stacked(node: ast.FunctionDef, found: Mapping[str, DirectWrapper]) -> DirectWrapper | None:
+    """`node` as a decorator factory over one of `found`: a nested `def decorator(func)` in
+    which a registrar of `found` is applied with `func` among its arguments (a decorator
+    `@registrar(..., calling_func_=func)` on a function nested in it, or a call)."""
+    for inner in ast.walk(node):
+        if inner is node or not isinstance(inner, ast.FunctionDef) or len(inner.args.args) != 1:
+            continue
+        func = inner.args.args[0].arg
+        for call in ast.walk(inner):
+            if not isinstance(call, ast.Call) or (base := found.get(_last(call.func))) is None:
+                continue
+            given = [*call.args, *(kw.value for kw in call.keywords)]
+            if not any(isinstance(a, ast.Name) and a.id == func for a in given):
+                continue
+            declares = any(kw.arg == "mutates_args" for kw in call.keywords)
+            unknown = base.unknown and not declares
+            return DirectWrapper(base.namespace, base.fake, None, unknown, _export(node, func))
+    return None
+
+
+def _export(node: ast.FunctionDef, func: str) -> tuple[str, int | None] | None:
+    """Whether the factory runs, with the arguments it is given, a module's function looked up
+    by the decorated function's name (`op = getattr(module, load_name)`; `op(*args)`), and its
+    parameter that names another (`load_name = fc_name`), with that parameter's position."""
+    params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+    sources: dict[str, list[ast.expr]] = {}
+    for item in ast.walk(node):
+        if isinstance(item, ast.Assign) and len(item.targets) == 1:
+            target = item.targets[0]
+            if isinstance(target, ast.Name):
+                sources.setdefault(target.id, []).append(item.value)
+    looked_up: set[str] = set()
+    override: str | None = None
+    for name, values in sources.items():
+        for value in values:
+            if not (
+                isinstance(value, ast.Call)
+                and _last(value.func) == "getattr"
+                and len(value.args) == 2
+                and isinstance(value.args[1], ast.Name)
+            ):
+                continue
+            origins = sources.get(value.args[1].id, [])
+            by_name = any(
+                isinstance(o, ast.Attribute) and o.attr == "__name__" and _last(o.value) == func
+                for o in origins
+            )
+            if by_name:
+                looked_up.add(name)
+                named = [o.id for o in origins if isinstance(o, ast.Name) and o.id in params]
+                override = named[0] if named else override
+    runs = any(
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id in looked_up
+        and any(isinstance(a, ast.Starred) for a in call.args)
+        for call in ast.walk(node)
+    )
+    if not runs:
+        return None
+    positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    if override is None:
+        return ("", None)
+    return (override, positional.index(override) if override in positional else None)
 
 
 def _libraries(tree: ast.Module) -> dict[str, str]:
@@ -462,7 +565,55 @@ class PyTree:
                     fake = "fake_impl" in given and not _is_none(given["fake_impl"])
                     if where is not None:
                         found[name] = DirectWrapper(where, fake, at)
+        found.update(self._defining_wrappers())
+        self._stacked_wrappers(found)
         return found
+
+    def _defining_wrappers(self) -> dict[str, DirectWrapper]:
+        """Functions taking `mutates_args` that define an op named after a function on their
+        module's `Library` (AITER's `torch_compile_guard`: `lib.define(f"aiter::{name}" +
+        schema)`, `name = calling_func.__name__`, the schema inferred from its signature)."""
+        found: dict[str, DirectWrapper] = {}
+        for path, data in self._sources.items():
+            if b".define(" not in data or b"__name__" not in data or b"Library(" not in data:
+                continue
+            module = self.module(path)
+            spaces = _library_namespaces(module.tree) if module is not None else set()
+            if module is None or len(spaces) != 1:
+                continue
+            for name, node in module.functions.items():
+                default = _default_of(node, "mutates_args")
+                if default is None:
+                    continue
+                calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
+                if any(
+                    _last(c.func) == "define" and c.args and not isinstance(c.args[0], ast.Constant)
+                    for c in calls
+                ) and any(
+                    isinstance(a, ast.Attribute) and a.attr == "__name__" for a in ast.walk(node)
+                ):
+                    fake = any(_last(c.func) in _FAKE_CALLS for c in calls)
+                    unknown = isinstance(default, ast.Constant) and default.value == "unknown"
+                    found[name] = DirectWrapper(next(iter(spaces)), fake, None, unknown)
+        return found
+
+    def _stacked_wrappers(self, found: dict[str, DirectWrapper]) -> None:
+        """Add decorator factories that apply one of `found` to the function they decorate
+        (AITER's `compile_ops`: `@torch_compile_guard(..., calling_func_=func)` on a nested
+        wrapper): they register that function as well, in the same namespace."""
+        for _ in range(_STACK_DEPTH):
+            added = False
+            names = [n.encode() for n in found]
+            for path, data in self._sources.items():
+                if not any(n in data for n in names):
+                    continue
+                module = self.module(path)
+                for name, node in module.functions.items() if module is not None else ():
+                    if name not in found and (wrapper := _stacked(node, found)) is not None:
+                        found[name] = wrapper
+                        added = True
+            if not added:
+                return
 
     def jit_loaders(self, path: str) -> dict[str, dict[str, str]]:
         """Functions of a file that return a module compiled at run time from the tree's

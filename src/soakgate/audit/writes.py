@@ -48,6 +48,7 @@ from soakgate.audit.cpp_names import (
     NULLS,
     POINTER_WRITERS,
     READERS,
+    VIEW_WRITERS,
     assignment_target,
     callee,
     declared_name,
@@ -840,6 +841,15 @@ class _Analyzer(CallFlow):
             and holder.type == "identifier"
             and self._object_method(text_of(holder), method, node, args)
         ):
+            return True
+        if (
+            method in VIEW_WRITERS
+            and target is not None
+            and target.kind == "pointer"
+            and not target.const
+            and "->" not in text_of(function)
+        ):  # a view object made from the pointer (`make_buffer_view(p, n).set(...)`)
+            self.evidence(target, "vector-store", node, Confidence.HIGH)
             return True
         if target is not None and target.kind == "tensor":
             if method.endswith("_") and method not in NON_WRITING_INPLACE:
