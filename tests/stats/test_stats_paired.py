@@ -84,6 +84,25 @@ def test_a_shared_drift_is_decided_on_the_pairing() -> None:
     assert by_share >= 6 and len(decided) >= 8 and decided.count("differ") >= 7
 
 
+def test_a_real_difference_under_a_shared_drift_is_not_read_as_correlation() -> None:
+    """About B's share at *equal* rates, B's excess in each window is its real surplus times
+    the window's failures, which a shared drift makes rise and fall together: the share test's
+    correlation check judged there kept the pairing out of exactly the pairs it is for. Judged
+    about B's fitted share (as the dispersion check is), 40 seeded pairs at 2x under shared
+    phases: the share test decides 30 and 34 are DIFFER (the check about equal rates: 13 and
+    17)."""
+    share, differ = 0, 0
+    for seed in range(300, 340):
+        a, b = _arms(seed, shared=True, ratio=2.0)
+        verdict = _verdict(a, b, seed=seed)
+        share += verdict.test == "paired_share"
+        differ += verdict.differ
+        if verdict.paired is not None and verdict.test == "paired_share":
+            assert verdict.paired.share_residual_p > verdict.paired.level
+            assert f"p={verdict.paired.share_residual_p:.3g}" in verdict.reason
+    assert share >= 24 and differ >= 27
+
+
 def _independent(seed: int, n: int, ratio: float, clump: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Two arms failing independently at 0.2% (B at `ratio` times); with `clump` > 1, A's
     failures come `clump` at a time (its own bursts, the same rate)."""
@@ -153,6 +172,11 @@ def test_the_reason_says_which_check_kept_the_pairing_out() -> None:
     correlated = replace(base, residual_p=0.01)
     assert "differences are correlated between stretches too (p=0.01" in _unpaired_note(correlated)
     assert "too few" in _unpaired_note(replace(base, failures=40))
+    # 81-120 failures: at 13,000 per arm mostly pairs one arm's clumps made (issue 26 item 4)
+    sparse = replace(base, failures=110, dispersion_p=0.5)
+    assert "110 failures in all are too few" in _unpaired_note(sparse)
+    assert "(the pairing needs 121)" in _unpaired_note(sparse)
+    assert not sparse.share_usable and replace(sparse, failures=121).share_usable
     assert replace(base, dispersion_p=0.5).share_usable and not base.share_usable
 
 

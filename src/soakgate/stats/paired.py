@@ -14,11 +14,17 @@ batches for the t). Then, first:
 
 **The share test** (`_share_test`), wherever
 
-1. the pair holds more than 80 failures in the common span (`MIN_FAILURES`);
+1. the pair holds more than 120 failures in the common span (`MIN_FAILURES`);
 2. the differences show no correlation between stretches: B's excess over its share of each of
-   the 40 stretches under "same rate", against two exact nulls (B's failures in every stretch
-   drawn again from Binomial(stretch total, share), and the stretches shuffled), at the level of
-   the one-run check (`dependence.check_level`);
+   the 40 stretches, against two exact nulls (B's failures in every stretch drawn again from
+   Binomial(stretch total, share), and the stretches shuffled), at the level of the one-run
+   check (`dependence.check_level`). The share is taken at the fitted rate ratio (the centre
+   step 3 uses too) where the pair holds 160 failures or more (`DENSE_FAILURES`, where the
+   check reaches its own level), else under "same rate" (as the batches' t below is gated).
+   About "same rate", a real difference reads as correlation under a shared drift: B's surplus
+   in a stretch is proportional to the stretch's failures, which the drift moves together; at
+   sparse counts, though, the fitted centre also absorbs one arm's long regime, which the
+   check then cannot see;
 3. B's share is binomial: Pearson's X2 of B's failures about its share at the fitted rate ratio,
    over the 40 stretches and over the 12 batches, each with p > `DISPERSION_LEVEL` (0.1). One
    arm's own clumps (bursts, resets) make B's share of a stretch swing more than a coin's;
@@ -35,6 +41,19 @@ times the stretch's requests) rise and fall *together* (a one-sided permutation 
 cross-product at `CROSS_LEVEL`): a t over the 12 batches' excesses (11 degrees of freedom), whose
 variance is estimated, so it holds where the share disperses. Otherwise the verdict stays the
 one-run verdict (INDETERMINATE where it withheld, with the reason the pairing was not used).
+
+Step 2 about the fitted share (2026-12-07, issue 26 item 4): the share test's step 2 had been
+judged, like the batches' t's, about "same rate". Chosen on a scratch run of five processes
+(seed 42300, 1,000 pairs), then run on the whole battery (`bench/bench_paired.py`'s cells, seed
+43300, 2,000 pairs per cell) beside the rule before on the same pairs: under a shared drift at
+40,000 per arm power at 1.5x 65.2 -> 67.7%, but at 13,000 per arm equal arms under long on/off
+regimes DIFFERed 5.3% against 4.1% before (pairs with more than 80 failures there are those one
+arm's loud regime made). Only from 160 failures on, as now: 65.2 -> 67.2% under the shared
+drift, 13,000 per arm unchanged, every equal-rate cell within 0.2 points of the rule before.
+A run of that code on fresh seeds (44300) then put equal arms under resets every ~5,000
+requests at 13,000 per arm at 7.1%, before the change as after it: the pairing now needs 121
+failures (`MIN_FAILURES`, was 81); on the next fresh seeds (46300) 5.9% (6.5% before), the
+shared drift at 40,000 per arm 65.0% (64.4% before). BENCHMARKS.md section 12 has the runs.
 
 The share test (2026-12-06, issue 26 item 4): chosen on a scratch exploration (400 pairs per
 cell, the whole battery, seeds of their own) among variants of the dispersion check (scales,
@@ -88,6 +107,7 @@ from soakgate.stats._sampling import monte_carlo_p
 from soakgate.stats.dependence import (
     CHECK_BINS,
     CHECK_LAGS,
+    DENSE_FAILURES,
     SPARSE_FAILURES,
     _autocorrelation_sum,
     check_level,
@@ -99,7 +119,10 @@ BoolArray = npt.NDArray[np.bool_]
 WINDOWS = 120  # equal windows of wall-clock time over the common span: 40 stretches, 12 batches
 OVERLAP = 0.9  # share of each arm's requests that must end inside the common span
 CROSS_LEVEL = 0.3  # the arms' counts must move together at this one-sided permutation level
-MIN_FAILURES = SPARSE_FAILURES + 1  # fewer in the pair: the differences' check sees too little
+MIN_FAILURES = (SPARSE_FAILURES + DENSE_FAILURES) // 2 + 1
+"""Fewer failures in the pair (120 or fewer): the differences' checks see too little. At
+13,000 requests per arm the pairs holding 81-120 failures are mostly those one arm's clumps
+made (resets every ~5,000 requests), where the pairing added false alarms and no power."""
 PERMUTATIONS = 199
 DISPERSION_LEVEL = 0.1
 """B's share of the failures must not disperse beyond binomial at this level (Pearson's X2
@@ -134,14 +157,20 @@ class PairedCheck:
     fitted share: 1 where the share is binomial, more where one arm's failures clump."""
     dispersion_p: float = 0.0
     """The smaller p of the dispersion tests over the 40 stretches and over the 12 batches."""
+    share_residual_p: float = 1.0
+    """The share test's own gate: `residual_p` of B's excess over its share at the fitted rate
+    ratio (the dispersion check's centre) where the pair holds `DENSE_FAILURES` or more
+    failures, else `residual_p` itself. About "same rate", a real difference between the arms,
+    scaled by a drift both share, reads as correlation between stretches."""
 
     @property
     def share_usable(self) -> bool:
-        """The share test may decide: enough failures, the differences do not correlate between
-        stretches, and B's share of each stretch's (and batch's) failures is binomial."""
+        """The share test may decide: enough failures, the differences about B's fitted share do
+        not correlate between stretches, and B's share of each stretch's (and batch's) failures
+        is binomial."""
         return (
             self.failures >= MIN_FAILURES
-            and self.residual_p > self.level
+            and self.share_residual_p > self.level
             and self.dispersion_p > DISPERSION_LEVEL
         )
 
@@ -319,6 +348,12 @@ def paired_test(
     failures = float(fails_a.sum() + fails_b.sum())
     share = _share(stretches[1], stretches[3], 1.0)  # B's share under "same rate" (see above)
     residual_p = _residual_p(stretches[0] + stretches[2], share, stretches[2], rng)
+    share_residual_p = residual_p
+    rate_a, rate_b = (float(stretches[i].sum() / stretches[i + 1].sum()) for i in (0, 2))
+    if failures >= DENSE_FAILURES and rate_a > 0 and rate_b > 0:
+        # the share test's gate, about B's share at the fitted ratio (not at sparse counts)
+        fitted = _share(stretches[1], stretches[3], rate_b / rate_a)
+        share_residual_p = _residual_p(stretches[0] + stretches[2], fitted, stretches[2], rng)
     batches = [_coarse(x, BATCHES) for x in (fails_a, reqs_a, fails_b, reqs_b)]
     statistic, p_value, effect = _batch_t(*batches)
     dispersion, dispersion_p, dispersion_df = _dispersion(*stretches)
@@ -326,7 +361,7 @@ def paired_test(
     check = PairedCheck(
         cross_p, residual_p, check_level(int(failures)),
         (int(reqs_a.sum()), int(reqs_b.sum())), span[1] - span[0], effect, int(failures),
-        dispersion, dispersion_p,
+        dispersion, dispersion_p, share_residual_p,
     )  # fmt: skip
     note = f"{BATCHES} windows of ~{check.span_s / BATCHES:,.1f} s, B's excess over its share"
     return Pairing(

@@ -214,16 +214,27 @@ def _unpaired_note(paired: PairedCheck) -> str:
             f"check the window-by-window differences for dependence (the pairing needs "
             f"{MIN_FAILURES})"
         )
-    if paired.residual_p <= paired.level:
-        return (
-            f". The arms ran side by side, but their window-by-window differences are "
-            f"correlated between stretches too (p={paired.residual_p:.3g} <= {paired.level:.2g})"
+    reasons = []
+    correlated = min(paired.residual_p, paired.share_residual_p)
+    if correlated <= paired.level:
+        reasons.append(
+            f"their window-by-window differences are correlated between stretches too "
+            f"(p={correlated:.3g} <= {paired.level:.2g})"
+        )
+    if paired.dispersion_p <= DISPERSION_LEVEL:
+        reasons.append(
+            f"B's share of the failures disperses beyond binomial (p={paired.dispersion_p:.3g} "
+            f"<= {DISPERSION_LEVEL:g}: one arm's failures clump)"
+        )
+    if paired.cross_p > CROSS_LEVEL:
+        reasons.append(
+            f"the arms' counts do not move together (cross-correlation p={paired.cross_p:.3g} "
+            f"> {CROSS_LEVEL:g})"
         )
     return (
-        f". The arms ran side by side, but B's share of the failures disperses beyond binomial "
-        f"(p={paired.dispersion_p:.3g} <= {DISPERSION_LEVEL:g}: one arm's failures clump) and "
-        f"the arms' counts do not move together (cross-correlation p={paired.cross_p:.3g} > "
-        f"{CROSS_LEVEL:g}), so comparing them window by window would not be valid either"
+        ". The arms ran side by side, but "
+        + ", and ".join(reasons)
+        + ", so comparing them window by window would not be valid either"
     )
 
 
@@ -238,8 +249,9 @@ def _share_verdict(
         f"its share of their requests (whatever rate both arms shared, it cancels); "
         f"{result.note}: t({result.df:g}) = {result.statistic:.3g}, p={result.p_value:.4g} vs "
         f"alpha {alpha:g}. The share is binomial (dispersion {found.dispersion:.2f}, p="
-        f"{found.dispersion_p:.3g} > {DISPERSION_LEVEL:g}) and not correlated between stretches "
-        f"(permutation p={found.residual_p:.3g} > {found.level:.2g})"
+        f"{found.dispersion_p:.3g} > {DISPERSION_LEVEL:g}) and, about its fitted share, not "
+        f"correlated between stretches (permutation p={found.share_residual_p:.3g} > "
+        f"{found.level:.2g})"
     )
     return _decided_paired(a, b, alpha, (check, spread), found, result, found.dispersion, reason)
 
