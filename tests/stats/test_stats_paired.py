@@ -100,6 +100,7 @@ def test_a_real_difference_under_a_shared_drift_is_not_read_as_correlation() -> 
         if verdict.paired is not None and verdict.test == "paired_share":
             assert verdict.paired.share_residual_p > verdict.paired.level
             assert f"p={verdict.paired.share_residual_p:.3g}" in verdict.reason
+            assert f"about {verdict.paired.share_centre}, not correlated" in verdict.reason
     assert share >= 24 and differ >= 27
 
 
@@ -177,6 +178,9 @@ def test_the_reason_says_which_check_kept_the_pairing_out() -> None:
     assert "110 failures in all are too few" in _unpaired_note(sparse)
     assert "(the pairing needs 121)" in _unpaired_note(sparse)
     assert not sparse.share_usable and replace(sparse, failures=121).share_usable
+    # the share test's correlation check: about B's fitted share only from 160 failures on
+    assert replace(sparse, failures=159).share_centre == "its share at equal rates"
+    assert replace(sparse, failures=160).share_centre == "its fitted share"
     assert replace(base, dispersion_p=0.5).share_usable and not base.share_usable
 
 

@@ -159,21 +159,29 @@ def _callee_name_text(text: str) -> str:
     return text.split("<", 1)[0].rsplit("::", 1)[-1].strip()
 
 
-def _handle_call(node: Node, path: str, out: CppFile) -> None:
+def _method_call(node: Node) -> tuple[Node, str, list[Node]] | None:
+    """(`obj.method`, the method's name, the arguments but comments) of a call on an object;
+    None for any other call."""
     function = node.child_by_field_name("function")
     if function is None or function.type != "field_expression":
-        return
+        return None
     method = text_of(function.child_by_field_name("field") or function)
+    arguments = node.child_by_field_name("arguments")
+    named = arguments.named_children if arguments is not None else []
+    return function, method, [a for a in named if a.type != "comment"]
+
+
+def _handle_call(node: Node, path: str, out: CppFile) -> None:
+    parts = _method_call(node)
+    if parts is None:
+        return
+    function, method, args = parts
     if method == "op":
         _registered_op(node, function, path, out)
         return
-    if method not in {"def", "impl"}:
+    if method not in {"def", "impl"} or not args:
         return
     library = _enclosing_library(node)
-    arguments = node.child_by_field_name("arguments")
-    if arguments is None or not arguments.named_children:
-        return
-    args = [a for a in arguments.named_children if a.type != "comment"]
     if library is None:
         _pybind_def(node, method, args, path, out)
         return
@@ -259,14 +267,9 @@ def _expanded_binding(node: Node, path: str, out: CppFile) -> None:
     { ACTIVATION_PYBIND; }`, its `m.def`s in a header's `#define`): pybind11 bindings are read
     from the expanded copy too (nothing `--fix` edits; TORCH_LIBRARY blocks are kept
     unexpanded and read from the source as written)."""
-    function = node.child_by_field_name("function")
-    arguments = node.child_by_field_name("arguments")
-    if function is None or function.type != "field_expression" or arguments is None:
-        return
-    args = [a for a in arguments.named_children if a.type != "comment"]
-    method = text_of(function.child_by_field_name("field") or function)
-    if method == "def" and args and _enclosing_library(node) is None:
-        _pybind_def(node, method, args, path, out)
+    parts = _method_call(node)
+    if parts is not None and parts[1] == "def" and parts[2] and _enclosing_library(node) is None:
+        _pybind_def(node, "def", parts[2], path, out)
 
 
 def _pybind_def(node: Node, method: str, args: list[Node], path: str, out: CppFile) -> None:

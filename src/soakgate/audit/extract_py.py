@@ -30,6 +30,7 @@ from soakgate.audit.py_flow import (
     DIRECT_REGISTRAR,
     DirectWrapper,
     PyTree,
+    library_namespace,
     mentions_op_paths,
     op_called,
     op_namespaces,
@@ -204,12 +205,10 @@ class _Extractor(ast.NodeVisitor):
         return self.registrars.get(dotted, dotted.rsplit(".", 1)[-1])
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        call = node.value
-        if isinstance(call, ast.Call) and _dotted(call.func).endswith("Library"):
-            namespace = _const_str(call.args[0]) if call.args else None
+        namespace = library_namespace(node.value)
+        if namespace is not None:
             for target in node.targets:
-                if namespace is not None:
-                    self.libraries[_dotted(target)] = namespace
+                self.libraries[_dotted(target)] = namespace
             if namespace in DIRECT_LIBRARIES.values() and self.direct_namespace is None:
                 self.direct_namespace = namespace  # the module defines its own registrar
         self.generic_visit(node)

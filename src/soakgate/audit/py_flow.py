@@ -202,17 +202,22 @@ _FAKE_CALLS = frozenset({"_register_fake", "register_fake", "impl_abstract"})
 _STACK_DEPTH = 3  # a registrar applied by a decorator applied by a decorator ...
 
 
-def _library_namespaces(tree: ast.Module) -> set[str]:
-    """Namespaces of every `Library("ns", ...)` the module builds (also inside a function)."""
-    return {
-        node.args[0].value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
+def library_namespace(node: ast.AST) -> str | None:
+    """The namespace a `Library("ns", ...)` call builds; None for anything else."""
+    if (
+        isinstance(node, ast.Call)
         and _dotted(node.func).endswith("Library")
         and node.args
         and isinstance(node.args[0], ast.Constant)
         and isinstance(node.args[0].value, str)
-    }
+    ):
+        return node.args[0].value
+    return None
+
+
+def _library_namespaces(tree: ast.Module) -> set[str]:
+    """Namespaces of every `Library("ns", ...)` the module builds (also inside a function)."""
+    return {ns for node in ast.walk(tree) if (ns := library_namespace(node)) is not None}
 
 
 def _default_of(node: ast.FunctionDef, name: str) -> ast.expr | None:
@@ -302,13 +307,9 @@ def _libraries(tree: ast.Module) -> dict[str, str]:
             isinstance(item, ast.Assign)
             and len(item.targets) == 1
             and isinstance(item.targets[0], ast.Name)
-            and isinstance(item.value, ast.Call)
-            and _dotted(item.value.func).endswith("Library")
-            and item.value.args
-            and isinstance(item.value.args[0], ast.Constant)
-            and isinstance(item.value.args[0].value, str)
+            and (namespace := library_namespace(item.value)) is not None
         ):
-            found[item.targets[0].id] = item.value.args[0].value
+            found[item.targets[0].id] = namespace
     return found
 
 

@@ -164,6 +164,12 @@ class PairedCheck:
     scaled by a drift both share, reads as correlation between stretches."""
 
     @property
+    def share_centre(self) -> str:
+        """About which share `share_residual_p` was judged (where the share test decided, both
+        arms failed at least once: the fitted ratio exists)."""
+        return "its fitted share" if self.failures >= DENSE_FAILURES else "its share at equal rates"
+
+    @property
     def share_usable(self) -> bool:
         """The share test may decide: enough failures, the differences about B's fitted share do
         not correlate between stretches, and B's share of each stretch's (and batch's) failures

@@ -249,8 +249,8 @@ def _share_verdict(
         f"its share of their requests (whatever rate both arms shared, it cancels); "
         f"{result.note}: t({result.df:g}) = {result.statistic:.3g}, p={result.p_value:.4g} vs "
         f"alpha {alpha:g}. The share is binomial (dispersion {found.dispersion:.2f}, p="
-        f"{found.dispersion_p:.3g} > {DISPERSION_LEVEL:g}) and, about its fitted share, not "
-        f"correlated between stretches (permutation p={found.share_residual_p:.3g} > "
+        f"{found.dispersion_p:.3g} > {DISPERSION_LEVEL:g}) and, about {found.share_centre}, "
+        f"not correlated between stretches (permutation p={found.share_residual_p:.3g} > "
         f"{found.level:.2g})"
     )
     return _decided_paired(a, b, alpha, (check, spread), found, result, found.dispersion, reason)
