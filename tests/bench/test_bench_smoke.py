@@ -290,6 +290,16 @@ def test_bench_paired_prints_each_process_with_and_without_the_clock() -> None:
     assert len(rows) == 2 and all(len(row) == 20 for row in rows)  # name, 6 rates "x ± y", "|"
 
 
+def test_bench_paired_runs_the_held_out_processes_on_their_own_clocks() -> None:
+    out = run_bench("bench_paired.py", "--reps", "3", "--jobs", "1", "--held-out")
+    assert "DIFFER %, each arm on its own jittered clock" in out
+    names = ("shared-spikes", "shared-prompts", "lagged-drift", "drift+resets", "cross-exciting",
+             "episodes+drift", "shared-period")  # fmt: skip
+    for name in names:
+        rows = [line.split() for line in out.splitlines() if line.strip().startswith(name + " ")]
+        assert len(rows) == 2 and all(len(row) == 20 for row in rows), (name, out)
+
+
 def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     run_bench("bench_reference_tokens.py", "--top-p", "1.0", "--calibration", "40", "--holdout",
