@@ -130,6 +130,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=RATE[0], help="false-flag rate")
     parser.add_argument("--unit-reps", type=int, default=200, help="units per row (0: none)")
     parser.add_argument("--unit-size", type=int, default=2000, help="scored generations per unit")
+    parser.add_argument(
+        "--groups", help="only these kinds of row (e.g. 'held out 3'), beside the clean holdout"
+    )
     args = parser.parse_args()
     RATE[0] = args.rate
     stems = sorted(args.dir.glob("tuning-p*-ref.npz"), reverse=True)
@@ -143,6 +146,8 @@ def main() -> None:
         held_groups = load(held) if Path(f"{held}-ref.npz").is_file() else {}
         second = args.dir / f"heldout2-p{top_p}"
         second_groups = load(second) if Path(f"{second}-ref.npz").is_file() else {}
+        third = args.dir / f"heldout3-p{top_p}"
+        third_groups = load(third) if Path(f"{third}-ref.npz").is_file() else {}
         calibration = groups.pop("calibration")
         worst = [max_surprisal(t) for t in calibration]
         before = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration])
@@ -157,6 +162,10 @@ def main() -> None:
         rows = [("tuning", "clean holdout" if n == "holdout" else n, g) for n, g in groups.items()]
         rows += [("held out", n, g) for n, g in held_groups.items()]
         rows += [("held out 2", n, g) for n, g in second_groups.items()]
+        rows += [("held out 3", n, g) for n, g in third_groups.items()]
+        if args.groups:
+            kinds = {k.strip() for k in args.groups.split(",")}
+            rows = [r for r in rows if r[0] in kinds or r[1] == "clean holdout"]
         for kind, name, generations in rows:
             n = len(generations)
             line = (f"  {name:<16} {kind:<9} {_share(flagged(generations, before), n):<29} "

@@ -25,6 +25,18 @@ verdict on the soak z and kept apart until that code was frozen:
 - `resid-noise`: every layer's output plus Gaussian noise of 5% of its RMS (a race reading
   half-written memory), every step. Its likelihood ratio is that of one draw of the noise.
 
+A third held-out set (`--held-out-3`, file `heldout3-*`), written after the two-sided unit
+verdict was frozen and run once (2026-12-07), of kinds none of the others is:
+
+- `rope-gap`: every generated token's rotary position 4 past where it is (prompt positions
+  right): a position bug between prefill and decode, every step;
+- `swapped-heads`: in layer 3 the first two attention heads' outputs swapped before `o_proj`
+  (a fused kernel's head layout wrong in one layer), every step;
+- `hardswish`: every layer's MLP activation computed as hard-swish instead of SiLU (a kernel with
+  a cheaper approximation), every step;
+- `flaky-attn`: layer 3's attention output lost on a random quarter of the forward passes (a
+  kernel dropped intermittently, as the compiled graph of the issue did); no likelihood ratio.
+
 Each generation is scored teacher-forced under the clean model; per generated token the file
 holds, under the reference at temperature 1 (what soakgate's in-process reference computes):
 its log-probability `lp`, the entropy `h` and the varentropy `v` (variance of the surprisal)
@@ -60,6 +72,11 @@ from soakgate.reference.soak import Sampling, soak_stats_torch  # noqa: E402
 
 HELD_OUT = ("wrong-norm", "attn-scale", "fp8-act")
 HELD_OUT_2 = ("lost-head", "kv-int4", "logit-sharp", "resid-noise")
+HELD_OUT_3 = ("rope-gap", "swapped-heads", "hardswish", "flaky-attn")
+NO_RATIO = ("flaky-attn",)
+"""Controls whose likelihood ratio is that of one random draw: not computed."""
+ROPE_GAP = 4
+FLAKY_SHARE = 0.25
 FIELDS = ("lp", "h", "v", "tail", "ls", "m", "w", "lq")
 FLOOR = -60.0
 """Log-probabilities below this (a token outside the nucleus: minus infinity) are stored as this."""
@@ -104,6 +121,48 @@ class Candidate(typical.Candidate):
             layer.self_attn.v_proj.register_forward_hook(self._hook("kv-int4", int4))
             layer.register_forward_hook(self._hook("resid-noise", noise))
         self.model.lm_head.register_forward_hook(self._hook("logit-sharp", lambda out: out * 1.2))
+        self._third_set(layers, width)
+
+    def _third_set(self, layers: Any, width: int) -> None:
+        """The hooks of `HELD_OUT_3`."""
+        torch = self.torch
+        functional = torch.nn.functional
+
+        def rope_gap(module: Any, args: Any, kwargs: Any) -> Any:
+            if self.mode != "rope-gap":
+                return None
+            prompt = self.from_position - typical.LATE
+            if "position_ids" in kwargs:
+                ids = kwargs["position_ids"]
+                kwargs = {**kwargs, "position_ids": ids + ROPE_GAP * (ids >= prompt)}
+            else:
+                ids = args[1]
+                args = (args[0], ids + ROPE_GAP * (ids >= prompt), *args[2:])
+            return args, kwargs
+
+        self.model.model.rotary_emb.register_forward_pre_hook(rope_gap, with_kwargs=True)
+
+        def swap_heads(module: Any, args: Any) -> Any:
+            if self.mode != "swapped-heads":
+                return None
+            first = args[0]
+            heads = (first[..., width : 2 * width], first[..., :width], first[..., 2 * width :])
+            return (torch.cat(heads, -1), *args[1:])
+
+        layers[3].self_attn.o_proj.register_forward_pre_hook(swap_heads)
+
+        def hardswish(module: Any, inputs: Any, out: Any) -> Any:
+            return functional.hardswish(inputs[0]) if self.mode == "hardswish" else out
+
+        for layer in layers:
+            layer.mlp.act_fn.register_forward_hook(hardswish)
+        self.flaky = torch.Generator(device="cpu").manual_seed(2807)
+
+        def flaky(out: Any) -> Any:
+            lost = torch.rand((), generator=self.flaky).item() < FLAKY_SHARE
+            return out * 0.0 if lost else out
+
+        layers[3].self_attn.register_forward_hook(self._hook("flaky-attn", flaky))
 
 
 def _stats(torch: Any, logp: Any, targets: Any) -> list[Any]:
@@ -202,6 +261,7 @@ def main() -> None:
                         choices=typical.CONTROLS)  # fmt: skip
     parser.add_argument("--held-out", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
     parser.add_argument("--held-out-2", nargs="*", default=list(HELD_OUT_2), choices=HELD_OUT_2)
+    parser.add_argument("--held-out-3", nargs="*", default=list(HELD_OUT_3), choices=HELD_OUT_3)
     parser.add_argument(
         "--ratios", action="store_true", help="top_p 1.0: held-out controls' likelihood ratios"
     )
@@ -224,7 +284,9 @@ def main() -> None:
         began = time.perf_counter()
         # the Neyman-Pearson ceiling of each held-out control, without a nucleus (as
         # bench_reference_typical computes it for the others)
-        ratios = (*args.held_out, *args.held_out_2) if args.ratios and top_p >= 1.0 else ()
+        chosen_ratios = (*args.held_out, *args.held_out_2, *args.held_out_3)
+        ratios = chosen_ratios if args.ratios and top_p >= 1.0 else ()
+        ratios = tuple(r for r in ratios if r not in NO_RATIO)
         found: dict[str, dict[str, list[float]]] = {}
         tuning: dict[str, Rows] = {}
         tuning["calibration"], found["calibration"] = draw(
@@ -239,11 +301,13 @@ def main() -> None:
                                           10 + i)  # fmt: skip
         held: dict[str, Rows] = {}
         second: dict[str, Rows] = {}
+        third: dict[str, Rows] = {}
         for group, names, chosen, seed in ((held, HELD_OUT, args.held_out, 40),
-                                           (second, HELD_OUT_2, args.held_out_2, 60)):  # fmt: skip
+                                           (second, HELD_OUT_2, args.held_out_2, 60),
+                                           (third, HELD_OUT_3, args.held_out_3, 80)):  # fmt: skip
             for i, control in enumerate(names):
                 if control in chosen:
-                    own = (control,) if ratios else ()
+                    own = (control,) if control in ratios else ()
                     group[control], found[control] = draw(
                         candidate, reference, args.generations, top_p, control, seed + i, own
                     )
@@ -251,7 +315,10 @@ def main() -> None:
         save(args.out / f"heldout-p{top_p}", held, found)
         if second:
             save(args.out / f"heldout2-p{top_p}", second, found)
-        drawn = sum(len(g) for g in (*tuning.values(), *held.values(), *second.values()))
+        if third:
+            save(args.out / f"heldout3-p{top_p}", third, found)
+        groups = (*tuning.values(), *held.values(), *second.values(), *third.values())
+        drawn = sum(len(g) for g in groups)
         print(f"top_p {top_p}: {drawn} generations in {time.perf_counter() - began:.0f} s",
               flush=True)  # fmt: skip
 

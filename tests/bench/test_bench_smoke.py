@@ -307,23 +307,38 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
               "--held-out-2", "lost-head", "kv-int4", "logit-sharp", "resid-noise", "--batch", "8",
               "--max-tokens", "8", "--ratios", "--out", str(tmp_path), timeout_s=600)  # fmt: skip
     assert {p.name for p in tmp_path.iterdir()} == {
-        f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout", "heldout2")
+        f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout", "heldout2", "heldout3")
         for part in ("ref", "soak")
     }  # fmt: skip
+    import numpy as np
+
+    third = ("rope-gap", "swapped-heads", "hardswish")
+    with np.load(tmp_path / "heldout3-p1.0-ref.npz") as stored:
+        # each deterministic control of the third set changes the model: its generations'
+        # likelihood ratio to the clean model is not zero (a hook that never fires would be)
+        for name in third:
+            assert np.abs(stored[f"{name}/llr-{name}"]).max() > 1e-3, name
+        assert "flaky-attn/llr-flaky-attn" not in stored.files  # one random draw: no ratio
     out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
                     "3", "--unit-size", "20")  # fmt: skip
     assert "after: worst token >" in out and "soak z >" in out, out
     rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") >= 2}
     second = {"lost-head", "kv-int4", "logit-sharp", "resid-noise"}
-    assert set(rows) == {"clean", "lost-mlp", "wrong-norm", *second}, out
+    assert set(rows) == {"clean", "lost-mlp", "wrong-norm", *second, *third, "flaky-attn"}, out
     assert "held out" in rows["wrong-norm"] and "tuning" in rows["lost-mlp"], out
     assert all("held out 2" in rows[name] for name in second), out
+    assert all("held out 3" in rows[name] for name in (*third, "flaky-attn")), out
     # the held-out controls' likelihood ratio (--ratios): the ceiling beside the two rules
-    for name in ("wrong-norm", *second):
+    for name in ("wrong-norm", *second, *third):
         assert rows[name].count("% [") == 3 and "likelihood ratio" in rows[name], out
+    assert rows["flaky-attn"].count("% [") == 2, out
     assert "unit level: 3 units of 20 scored generations" in out, out
     units = [line for line in out.splitlines() if line.count(" ± ") == 3]
-    assert len(units) == 7 and "SHIFTED: soak z (shipped)" in out, out
+    assert len(units) == 11 and "SHIFTED: soak z (shipped)" in out, out
+    only = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
+                     "2", "--unit-size", "20", "--groups", "held out 3")  # fmt: skip
+    kept = {line.split()[0] for line in only.splitlines() if line.count("% [") >= 2}
+    assert kept == {"clean", *third, "flaky-attn"}, only
     assert "us per generation without the soak values" in out, out
 
 
