@@ -159,7 +159,7 @@ class Candidate(typical.Candidate):
         self.flaky = torch.Generator(device="cpu").manual_seed(2807)
 
         def flaky(out: Any) -> Any:
-            lost = torch.rand((), generator=self.flaky).item() < FLAKY_SHARE
+            lost = torch.rand((), generator=self.flaky, device="cpu").item() < FLAKY_SHARE
             return out * 0.0 if lost else out
 
         layers[3].self_attn.register_forward_hook(self._hook("flaky-attn", flaky))
