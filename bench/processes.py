@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 Bools = npt.NDArray[np.bool_]
 Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.intp]
 Generator = Callable[[np.random.Generator, int, int, float, bool], Bools]
 PairGenerator = Callable[[np.random.Generator, int, int, float, float, bool], tuple[Bools, Bools]]
 CHUNK_CELLS = 4_000_000  # rows x requests simulated at once (bounds memory at ~32 MB of floats)
@@ -54,6 +55,18 @@ def reset_hazard(scale: int) -> Generator:
     return generate
 
 
+def offspring(
+    rng: np.random.Generator, rows: Ints, cols: Ints, mean: float, reach: int, length: int
+) -> tuple[Ints, Ints]:
+    """The children of the failures at (rows, cols): Poisson(`mean`) each, each uniformly within
+    the next `reach` requests, those falling past `length` dropped."""
+    kids = rng.poisson(mean, rows.size)
+    rows = np.repeat(rows, kids)
+    cols = np.repeat(cols, kids) + rng.integers(1, reach + 1, rows.size)
+    keep = cols < length
+    return rows[keep], cols[keep]
+
+
 def self_exciting(branching: float = 0.5, reach: int = 200) -> Generator:
     """Discrete Hawkes process: background failures at rate (1 - branching) * rate; each failure
     triggers Poisson(branching) more, each uniformly within the next `reach` requests."""
@@ -65,11 +78,7 @@ def self_exciting(branching: float = 0.5, reach: int = 200) -> Generator:
         rows, cols = np.nonzero(background)
         out = background
         while rows.size:
-            children = rng.poisson(branching, rows.size)
-            rows = np.repeat(rows, children)
-            cols = np.repeat(cols, children) + rng.integers(1, reach + 1, rows.size)
-            keep = cols < length
-            rows, cols = rows[keep], cols[keep]
+            rows, cols = offspring(rng, rows, cols, branching, reach, length)
             out[rows, cols] = True
         result: Bools = out[:, burn:]
         return np.ascontiguousarray(result)

@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from bench.processes import Bools, Generator, PairGenerator, Process, _bernoulli, drift_log_rate
+from bench.processes import (
+    Bools,
+    Generator,
+    PairGenerator,
+    Process,
+    _bernoulli,
+    drift_log_rate,
+    offspring,
+)
 
 Floats = npt.NDArray[np.float64]
 
@@ -130,11 +138,7 @@ def cross_exciting(branching: float = 0.5, reach: int = 300) -> PairGenerator:
         while rows.size:
             born = []
             for arm, mean in ((arms[0], branching / 2.0), (arms[1], branching / 2.0 * ratio)):
-                kids = rng.poisson(mean, rows.size)
-                r = np.repeat(rows, kids)
-                c = np.repeat(cols, kids) + rng.integers(1, reach + 1, r.size)
-                keep = c < length
-                r, c = r[keep], c[keep]
+                r, c = offspring(rng, rows, cols, mean, reach, length)
                 arm[r, c] = True
                 born.append((r, c))
             rows = np.concatenate([born[0][0], born[1][0]])
