@@ -37,6 +37,19 @@ verdict was frozen and run once (2026-12-07), of kinds none of the others is:
 - `flaky-attn`: layer 3's attention output lost on a random quarter of the forward passes (a
   kernel dropped intermittently, as the compiled graph of the issue did); no likelihood ratio.
 
+A fourth held-out set (`--held-out-4`, file `heldout4-*`), written after the third set's run,
+together with a candidate per-generation rule (`bench_reference_soak.py`'s third column), both
+committed before its tokens were drawn:
+
+- `stale-kv`: on every fourth step of the answer, the last layer's newest value is the previous
+  token's (a cache write that sometimes lands one step late);
+- `mlp-half`: layer 4's MLP loses the last quarter of its intermediate channels (a kernel that
+  covers three of its four tiles), every step;
+- `softcap`: the final logits soft-capped, 20 tanh(logits / 20) (a capping applied where the
+  model has none), every step;
+- `repeat-penalty`: a repetition penalty of 1.1 on every token already in the prompt or the
+  answer (a sampler default the server should not apply); no likelihood ratio.
+
 Each generation is scored teacher-forced under the clean model; per generated token the file
 holds, under the reference at temperature 1 (what soakgate's in-process reference computes):
 its log-probability `lp`, the entropy `h` and the varentropy `v` (variance of the surprisal)
@@ -73,7 +86,11 @@ from soakgate.reference.soak import Sampling, soak_stats_torch  # noqa: E402
 HELD_OUT = ("wrong-norm", "attn-scale", "fp8-act")
 HELD_OUT_2 = ("lost-head", "kv-int4", "logit-sharp", "resid-noise")
 HELD_OUT_3 = ("rope-gap", "swapped-heads", "hardswish", "flaky-attn")
-NO_RATIO = ("flaky-attn",)
+HELD_OUT_4 = ("stale-kv", "mlp-half", "softcap", "repeat-penalty")
+NO_RATIO = ("flaky-attn", "repeat-penalty")
+SOFTCAP = 20.0
+STALE_LAYER, STALE_EVERY = 5, 4
+PENALTY = 1.1
 """Controls whose likelihood ratio is that of one random draw: not computed."""
 ROPE_GAP = 4
 FLAKY_SHARE = 0.25
@@ -163,6 +180,62 @@ class Candidate(typical.Candidate):
             return out * 0.0 if lost else out
 
         layers[3].self_attn.register_forward_hook(self._hook("flaky-attn", flaky))
+        self._fourth_set(layers)
+
+    def _fourth_set(self, layers: Any) -> None:
+        """The hooks of `HELD_OUT_4`."""
+        torch = self.torch
+        fresh: dict[int, Any] = {}
+
+        def stale(module: Any, inputs: Any, out: Any) -> Any:
+            if self.mode != "stale-kv":
+                return None
+            prompt = self.from_position - typical.LATE
+            if out.shape[1] == 1:  # a decode step: the cache gets the previous step's projection
+                previous = fresh.get(id(module), out)
+                fresh[id(module)] = out
+                late = (int(self.positions[0]) - prompt) % STALE_EVERY == STALE_EVERY - 1
+                return previous if late else None
+            fresh[id(module)] = out[:, -1:]
+            if out.shape[1] <= prompt:
+                return None  # the prefill: the prompt's own values are right
+            shifted = out.clone()  # teacher-forced: those positions of the answer hold t - 1's
+            late = self.torch.arange(out.shape[1]) - prompt
+            picked = (late >= 0) & (late % STALE_EVERY == STALE_EVERY - 1)
+            index = self.torch.nonzero(picked)[:, 0]
+            shifted[:, index] = out[:, index - 1]
+            return shifted
+
+        layers[STALE_LAYER].self_attn.v_proj.register_forward_hook(stale)
+
+        def half(module: Any, args: Any) -> Any:
+            if self.mode != "mlp-half":
+                return None
+            first = args[0]
+            cut = first.shape[-1] * 3 // 4
+            return (torch.cat([first[..., :cut], first[..., cut:] * 0.0], -1), *args[1:])
+
+        layers[4].mlp.down_proj.register_forward_pre_hook(half)
+        self.model.lm_head.register_forward_hook(
+            self._hook("softcap", lambda out: SOFTCAP * torch.tanh(out / SOFTCAP))
+        )
+        seen: list[Any] = [None]
+
+        def record(module: Any, args: Any) -> None:
+            if self.mode != "repeat-penalty":
+                return
+            ids = args[0]
+            hits = torch.zeros(ids.shape[0], module.num_embeddings, dtype=torch.bool)
+            hits.scatter_(1, ids, True)
+            seen[0] = hits if ids.shape[1] > 1 or seen[0] is None else seen[0] | hits
+
+        self.model.model.embed_tokens.register_forward_pre_hook(record)
+
+        def penalty(out: Any) -> Any:
+            mask = seen[0][:, None, :]
+            return torch.where(mask, torch.where(out > 0, out / PENALTY, out * PENALTY), out)
+
+        self.model.lm_head.register_forward_hook(self._hook("repeat-penalty", penalty))
 
 
 def _stats(torch: Any, logp: Any, targets: Any) -> list[Any]:
@@ -262,6 +335,7 @@ def main() -> None:
     parser.add_argument("--held-out", nargs="+", default=list(HELD_OUT), choices=HELD_OUT)
     parser.add_argument("--held-out-2", nargs="*", default=list(HELD_OUT_2), choices=HELD_OUT_2)
     parser.add_argument("--held-out-3", nargs="*", default=list(HELD_OUT_3), choices=HELD_OUT_3)
+    parser.add_argument("--held-out-4", nargs="*", default=list(HELD_OUT_4), choices=HELD_OUT_4)
     parser.add_argument(
         "--ratios", action="store_true", help="top_p 1.0: held-out controls' likelihood ratios"
     )
@@ -284,7 +358,7 @@ def main() -> None:
         began = time.perf_counter()
         # the Neyman-Pearson ceiling of each held-out control, without a nucleus (as
         # bench_reference_typical computes it for the others)
-        chosen_ratios = (*args.held_out, *args.held_out_2, *args.held_out_3)
+        chosen_ratios = (*args.held_out, *args.held_out_2, *args.held_out_3, *args.held_out_4)
         ratios = chosen_ratios if args.ratios and top_p >= 1.0 else ()
         ratios = tuple(r for r in ratios if r not in NO_RATIO)
         found: dict[str, dict[str, list[float]]] = {}
@@ -302,9 +376,11 @@ def main() -> None:
         held: dict[str, Rows] = {}
         second: dict[str, Rows] = {}
         third: dict[str, Rows] = {}
+        fourth: dict[str, Rows] = {}
         for group, names, chosen, seed in ((held, HELD_OUT, args.held_out, 40),
                                            (second, HELD_OUT_2, args.held_out_2, 60),
-                                           (third, HELD_OUT_3, args.held_out_3, 80)):  # fmt: skip
+                                           (third, HELD_OUT_3, args.held_out_3, 80),
+                                           (fourth, HELD_OUT_4, args.held_out_4, 100)):  # fmt: skip
             for i, control in enumerate(names):
                 if control in chosen:
                     own = (control,) if control in ratios else ()
@@ -317,7 +393,10 @@ def main() -> None:
             save(args.out / f"heldout2-p{top_p}", second, found)
         if third:
             save(args.out / f"heldout3-p{top_p}", third, found)
-        groups = (*tuning.values(), *held.values(), *second.values(), *third.values())
+        if fourth:
+            save(args.out / f"heldout4-p{top_p}", fourth, found)
+        groups = (*tuning.values(), *held.values(), *second.values(), *third.values(),
+                  *fourth.values())  # fmt: skip
         drawn = sum(len(g) for g in groups)
         print(f"top_p {top_p}: {drawn} generations in {time.perf_counter() - began:.0f} s",
               flush=True)  # fmt: skip

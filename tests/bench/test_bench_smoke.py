@@ -307,39 +307,63 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
               "--held-out-2", "lost-head", "kv-int4", "logit-sharp", "resid-noise", "--batch", "8",
               "--max-tokens", "8", "--ratios", "--out", str(tmp_path), timeout_s=600)  # fmt: skip
     assert {p.name for p in tmp_path.iterdir()} == {
-        f"{kind}-p1.0-{part}.npz" for kind in ("tuning", "heldout", "heldout2", "heldout3")
+        f"{kind}-p1.0-{part}.npz"
+        for kind in ("tuning", "heldout", "heldout2", "heldout3", "heldout4")
         for part in ("ref", "soak")
     }  # fmt: skip
     import numpy as np
 
     third = ("rope-gap", "swapped-heads", "hardswish")
-    with np.load(tmp_path / "heldout3-p1.0-ref.npz") as stored:
-        # each deterministic control of the third set changes the model: its generations'
-        # likelihood ratio to the clean model is not zero (a hook that never fires would be)
-        for name in third:
-            assert np.abs(stored[f"{name}/llr-{name}"]).max() > 1e-3, name
-        assert "flaky-attn/llr-flaky-attn" not in stored.files  # one random draw: no ratio
+    fourth = ("stale-kv", "mlp-half", "softcap")
+    for stem, names, unrated in (("heldout3", third, "flaky-attn"),
+                                 ("heldout4", fourth, "repeat-penalty")):  # fmt: skip
+        with np.load(tmp_path / f"{stem}-p1.0-ref.npz") as stored:
+            # each deterministic control of the set changes the model: its generations'
+            # likelihood ratio to the clean model is not zero (a hook that never fires would be)
+            for name in names:
+                assert np.abs(stored[f"{name}/llr-{name}"]).max() > 1e-3, name
+            assert f"{unrated}/llr-{unrated}" not in stored.files  # no ratio for these
     out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
                     "3", "--unit-size", "20")  # fmt: skip
     assert "after: worst token >" in out and "soak z >" in out, out
     rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") >= 2}
     second = {"lost-head", "kv-int4", "logit-sharp", "resid-noise"}
-    assert set(rows) == {"clean", "lost-mlp", "wrong-norm", *second, *third, "flaky-attn"}, out
+    unrated = ("flaky-attn", "repeat-penalty")
+    assert set(rows) == {"clean", "lost-mlp", "wrong-norm", *second, *third, *fourth, *unrated}
     assert "held out" in rows["wrong-norm"] and "tuning" in rows["lost-mlp"], out
     assert all("held out 2" in rows[name] for name in second), out
     assert all("held out 3" in rows[name] for name in (*third, "flaky-attn")), out
-    # the held-out controls' likelihood ratio (--ratios): the ceiling beside the two rules
-    for name in ("wrong-norm", *second, *third):
-        assert rows[name].count("% [") == 3 and "likelihood ratio" in rows[name], out
-    assert rows["flaky-attn"].count("% [") == 2, out
+    assert all("held out 4" in rows[name] for name in (*fourth, "repeat-penalty")), out
+    # three rules per row (before, after, the candidate), and the held-out controls' likelihood
+    # ratio (--ratios): the ceiling beside them
+    for name in ("wrong-norm", *second, *third, *fourth):
+        assert rows[name].count("% [") == 4 and "likelihood ratio" in rows[name], out
+    assert all(rows[name].count("% [") == 3 for name in unrated), out
+    assert "candidate: worst token >" in out and "token z > inf" in out, out  # no nucleus here
     assert "unit level: 3 units of 20 scored generations" in out, out
     units = [line for line in out.splitlines() if line.count(" ± ") == 3]
-    assert len(units) == 11 and "SHIFTED: soak z (shipped)" in out, out
+    assert len(units) == 15 and "SHIFTED: soak z (shipped)" in out, out
     only = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
                      "2", "--unit-size", "20", "--groups", "held out 3")  # fmt: skip
     kept = {line.split()[0] for line in only.splitlines() if line.count("% [") >= 2}
     assert kept == {"clean", *third, "flaky-attn"}, only
     assert "us per generation without the soak values" in out, out
+
+
+def test_the_candidate_rules_joint_rank_keeps_every_score_below_one_common_rank() -> None:
+    sys.path.insert(0, str(BENCH))
+    from bench_reference_soak import joint_rank_many
+
+    # 40 samples, rate 0.1: (E + 3) / 41 <= 0.1 allows E <= 1 sample flagged by any score
+    first = [float(i) for i in range(40)]
+    second = [float((i * 7) % 40) for i in range(40)]
+    third = [float((i * 11) % 40) for i in range(40)]
+    cuts = joint_rank_many([first, second, third], 0.1)
+    assert cuts is not None and len(set(cuts)) == 1  # permutations: the same order statistic
+    flagged = sum(a > cuts[0] or b > cuts[1] or c > cuts[2]
+                  for a, b, c in zip(first, second, third, strict=True))  # fmt: skip
+    assert flagged + 3 <= 0.1 * 41
+    assert joint_rank_many([first, second, third], 0.05) is None  # (0 + 3) / 41 > 0.05
 
 
 def test_bench_crosstalk_prints_found_leaks_per_prompt_set() -> None:
