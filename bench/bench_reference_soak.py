@@ -9,14 +9,15 @@ samples, and flags every clean holdout and corrupted generation with soakgate's 
 - `before`: the worst token and the typicality calibrated together (the rule shipped until the
   soak z; `whole_score` `typical_surprisal`);
 - `after`: the worst token and the soak z calibrated together (`soak.soak_z`, the rule shipped);
-- `candidate` (not shipped; 2026-12-07): beside those two, the generation's worst *standardized*
-  token under the sampling distribution, max over tokens of (s - m) / sqrt(w) (`token_z`), the
-  three calibrated together by one common rank (`joint_rank_many`: (E(k) + 3) / (n + 1) <= the
-  rate), where the soak samples with a nucleus; without one it is the shipped rule (a position's
-  variance can be tiny while a legitimate token sits far down a long tail, and the worst token
-  already judges those). Written after issue 28's third held-out set was read (where it added
-  8-17 points with a nucleus and cost 1-6 without one) and frozen before the fourth set's tokens
-  were drawn.
+- `candidate` (2026-12-07, shipped since): beside those two, the generation's worst
+  *standardized* token under the sampling distribution, max over tokens of (s - m) / sqrt(w)
+  (`score.token_z`), the three calibrated together by one common rank (`calibrate`: (E(k) + 3)
+  / (n + 1) <= the rate), where the soak samples with a nucleus; without one it is the rule
+  before (a position's variance can be tiny while a legitimate token sits far down a long tail,
+  and the worst token already judges those). Written after issue 28's third held-out set was
+  read (where it added 8-17 points with a nucleus and cost 1-6 without one) and frozen, in this
+  bench's own code, before the fourth set's tokens were drawn (commit 1954c5a); then moved into
+  soakgate with the same figures.
 
 Where the files hold them (`--ratios`, top_p 1.0), a held-out control's row also shows what its
 likelihood ratio flags, calibrated at the same rate on the clean calibration samples: the
@@ -52,6 +53,7 @@ from soakgate.reference.score import (  # noqa: E402
     TokenScore,
     evidence,
     max_surprisal,
+    token_z,
     typical_surprisal,
     whole_z,
 )
@@ -90,45 +92,14 @@ def load(stem: Path) -> dict[str, list[list[TokenScore]]]:
     return groups
 
 
-TOKEN_Z_FLOOR = 1e-6
-"""Variance below which a position counts as this (a one-token nucleus: s = m = 0, z = 0)."""
-
-
-def token_z(tokens: list[TokenScore]) -> float:
-    """The generation's worst standardized token under the sampling distribution: the largest
-    (s - m) / sqrt(w) over its tokens (0 for none)."""
-    found = [(t.soak[0] - t.soak[1]) / max(t.soak[2], TOKEN_Z_FLOOR) ** 0.5
-             for t in tokens if t.soak is not None]  # fmt: skip
-    return max(found, default=0.0)
-
-
-def joint_rank_many(columns: list[list[float]], rate: float) -> list[float] | None:
-    """The thresholds (one order statistic of a common rank k per score) at the smallest k whose
-    calibration samples flagged by any score, E(k), keep (E(k) + m) / (n + 1) <= rate for m
-    scores; None when no k does."""
-    import numpy as np
-
-    values = np.asarray(columns, dtype=float)  # m x n
-    ordered = np.sort(values, axis=1)
-    m, n = values.shape
-    best = None
-    for k in range(n, 0, -1):
-        cut = ordered[:, k - 1]
-        flagged = int(np.sum((values > cut[:, None]).any(axis=0)))
-        if flagged + m > rate * (n + 1):
-            break
-        best = [float(x) for x in cut]
-    return best
-
-
-def candidate_flags(rows: list[list[TokenScore]], cuts: list[float]) -> int:
-    """Generations the candidate flags: worst token, soak z or token z above its threshold."""
-    hits = 0
-    for tokens in rows:
-        z = whole_z(tokens)
-        scores = (max_surprisal(tokens), z if z is not None else -math.inf, token_z(tokens))
-        hits += any(x > cut for x, cut in zip(scores, cuts, strict=True))
-    return hits
+def candidate_flags(rows: list[list[TokenScore]], made: Calibration) -> int:
+    """Generations the rule shipped since 2026-12-07 flags (`evidence` with the calibration's
+    third threshold, the worst standardized token, where it has one)."""
+    return sum(
+        evidence(tokens, made.threshold, "token_ids", made.typical_threshold,
+                 whole_score=made.whole_score, token_z_threshold=made.token_z_threshold)[1]
+        for tokens in rows
+    )  # fmt: skip
 
 
 def _share(hits: int, n: int) -> str:
@@ -205,17 +176,16 @@ def main() -> None:
         before = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration])
         after = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration],
                           [whole_z(t) for t in calibration])  # fmt: skip
-        columns = [worst, [whole_z(t) or 0.0 for t in calibration],
-                   [token_z(t) for t in calibration]]  # fmt: skip
-        if float(top_p) >= 1.0:  # the candidate judges the token z only under a nucleus
-            columns[2] = [-math.inf] * len(calibration)
-        cuts = joint_rank_many(columns[: 2 if float(top_p) >= 1.0 else 3], RATE[0]) or []
-        cuts = (cuts + [math.inf] * 3)[:3]
+        nucleus = float(top_p) < 1.0  # the worst standardized token is judged under one
+        third = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration],
+                          [whole_z(t) for t in calibration],
+                          [token_z(t) for t in calibration] if nucleus else ())  # fmt: skip
+        cuts = [third.threshold, third.typical_threshold, third.token_z_threshold]
         print(f"top_p {top_p}: calibration {len(calibration):,} clean samples, rate {RATE[0]}; "
               f"before: worst token > {before.threshold:.3f} or typicality > "
               f"{before.typical_threshold:.4f}; after: worst token > {after.threshold:.3f} or "
               f"soak z > {after.typical_threshold:.3f}; candidate: worst token > {cuts[0]:.3f}, "
-              f"soak z > {cuts[1]:.3f} or token z > {cuts[2]:.3f}")  # fmt: skip
+              f"soak z > {cuts[1]:.3f} or token z > {cuts[2] or math.inf:.3f}")  # fmt: skip
         header = (f"{'before (worst + typicality)':<29} {'after (worst + soak z)':<29} "
                   "candidate (+ token z)")  # fmt: skip
         print(f"  {'generations':<16} {'':<9} {header}")
@@ -231,7 +201,7 @@ def main() -> None:
             n = len(generations)
             line = (f"  {name:<16} {kind:<10} {_share(flagged(generations, before), n):<29} "
                     f"{_share(flagged(generations, after), n):<29} "
-                    f"{_share(candidate_flags(generations, cuts), n)}")  # fmt: skip
+                    f"{_share(candidate_flags(generations, third), n)}")  # fmt: skip
             ceiling = LLR.get("calibration", {}).get(name)
             if ceiling is not None and name in LLR.get(name, {}):
                 cut = calibrate(list(ceiling), RATE[0]).threshold

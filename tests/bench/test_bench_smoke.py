@@ -350,22 +350,6 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
     assert "us per generation without the soak values" in out, out
 
 
-def test_the_candidate_rules_joint_rank_keeps_every_score_below_one_common_rank() -> None:
-    sys.path.insert(0, str(BENCH))
-    from bench_reference_soak import joint_rank_many
-
-    # 40 samples, rate 0.1: (E + 3) / 41 <= 0.1 allows E <= 1 sample flagged by any score
-    first = [float(i) for i in range(40)]
-    second = [float((i * 7) % 40) for i in range(40)]
-    third = [float((i * 11) % 40) for i in range(40)]
-    cuts = joint_rank_many([first, second, third], 0.1)
-    assert cuts is not None and len(set(cuts)) == 1  # permutations: the same order statistic
-    flagged = sum(a > cuts[0] or b > cuts[1] or c > cuts[2]
-                  for a, b, c in zip(first, second, third, strict=True))  # fmt: skip
-    assert flagged + 3 <= 0.1 * 41
-    assert joint_rank_many([first, second, third], 0.05) is None  # (0 + 3) / 41 > 0.05
-
-
 def test_bench_crosstalk_prints_found_leaks_per_prompt_set() -> None:
     out = run_bench("bench_crosstalk.py", "--skip-real", "--mock-requests", "60", timeout_s=600)
     for name in ("builtin", "system", "synthetic", "memorized"):

@@ -14,7 +14,13 @@ import pytest
 
 from soakgate.mockserver.process import MockProcess
 from soakgate.reference.calibrate import calibrate
-from soakgate.reference.score import TokenScore, entropy_from_top, evidence, typical_surprisal
+from soakgate.reference.score import (
+    TokenScore,
+    entropy_from_top,
+    evidence,
+    token_z,
+    typical_surprisal,
+)
 from tests.command_line import soakgate
 
 
@@ -61,6 +67,102 @@ def test_the_joint_rule_needs_its_samples_and_falls_back_to_the_worst_token() ->
     assert calibrate(values[:1999], 0.001, (), values[:1999]).typical_threshold is not None
 
 
+def test_three_scores_calibrated_together_hold_the_false_flag_rate_at_the_defaults() -> None:
+    # The worst standardized token joins the worst token and the soak z under a nucleus: 400
+    # calibrations of the default size at the default rate, each judged on 20,000 fresh draws
+    # (the third score heavy-tailed, as the token z is); flagged when any is above its threshold.
+    rng = np.random.default_rng(29)
+    for rho in (0.0, 0.6):
+        rates = []
+        for _ in range(400):
+            worst, z = _joint_draw(rng, 25_000, rho)
+            third = np.exp(rho * z + math.sqrt(1 - rho * rho) * rng.standard_normal(25_000))
+            made = calibrate(list(worst[:5000]), 0.001, (), [], list(z[:5000]),
+                             list(third[:5000]))  # fmt: skip
+            assert made.token_z_threshold is not None and made.typical_threshold is not None
+            flagged = ((worst[5000:] > made.threshold) | (z[5000:] > made.typical_threshold)
+                       | (third[5000:] > made.token_z_threshold))  # fmt: skip
+            rates.append(float(np.mean(flagged)))
+        mean, se = float(np.mean(rates)), float(np.std(rates) / np.sqrt(len(rates)))
+        assert mean <= 0.001 + 3 * se, (rho, mean, se)
+        assert mean >= 0.0005, (rho, mean, se)
+
+
+def test_the_third_score_needs_its_samples_and_the_two_judge_without_it() -> None:
+    rng = np.random.default_rng(4)
+    worst, z, third = (list(rng.exponential(1, 3000)) for _ in range(3))
+    judged = calibrate(worst[:2999], 0.001, (), [], z[:2999], third[:2999])
+    assert judged.token_z_threshold is not None
+    assert "standardized" not in (judged.warning or "")
+    short = calibrate(worst[:2998], 0.001, (), [], z[:2998], third[:2998])
+    two = calibrate(worst[:2998], 0.001, (), [], z[:2998])
+    assert short.token_z_threshold is None and short.typical_threshold == two.typical_threshold
+    assert short.warning is not None and "needs 2999 samples" in short.warning
+    # no token z for some sample (a greedy row): the two judge
+    assert calibrate(worst, 0.001, (), [], z, [None, *third[1:]]).token_z_threshold is None
+
+
+def test_a_token_unlikely_for_how_sharp_its_position_is_is_flagged_by_the_token_z() -> None:
+    def tokens(odd: tuple[float, float, float]) -> list[TokenScore]:
+        plain = [TokenScore(i, i, -1.0, 1, "x", 1.0, (1.0, 1.0, 0.5)) for i in range(30)]
+        return [*plain, TokenScore(30, 30, -2.0, 2, "y", 1.0, odd)]
+
+    # the odd token is no rarer than many (surprisal 2) but sits where the sampler is nearly
+    # sure (variance 0.01): 10 standard deviations
+    sharp = tokens((1.1, 0.1, 0.01))
+    assert token_z(sharp) == pytest.approx(10.0)
+    _, flagged, payload = evidence(sharp, 5.0, "token_ids", 4.0, whole_score="soak_z",
+                                   token_z_threshold=6.0)  # fmt: skip
+    assert flagged and payload["flagged_by"] == ["token_z"] and payload["token_z"] == 10.0
+    assert payload["token_z_threshold"] == 6.0
+    assert not evidence(sharp, 5.0, "token_ids", 4.0, whole_score="soak_z")[1]  # not judged
+    flat = tokens((1.1, 0.1, 1.0))  # the same surprisal where the position is open: z = 1
+    assert not evidence(flat, 5.0, "token_ids", 4.0, whole_score="soak_z",
+                        token_z_threshold=6.0)[1]  # fmt: skip
+    assert token_z([TokenScore(0, 0, -1.0, 1, "x")]) is None  # no soak values: none
+
+
+def _scored_soak(
+    tmp_path: Path, label: str, reference_argv: list[str], *args: str
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`soakgate run` of a mock scored by another mock (`reference_argv`): the stored
+    calibration and every row's `details.reference`."""
+    db = tmp_path / f"{label}.sqlite"
+    with MockProcess(["--seed", "5"]) as candidate, MockProcess(reference_argv) as reference:
+        result = soakgate(
+            "run", "--target", candidate.url, "--score-reference", reference.url, *args,
+            "--max-tokens", "16", "--db", str(db), "--quiet", "--no-watch-metrics",
+            cwd=tmp_path, timeout=600,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with sqlite3.connect(db) as connection:
+        rows = [json.loads(d)["reference"] for (d,) in connection.execute(
+            "SELECT details FROM generations")]  # fmt: skip
+        (calibration,) = [json.loads(d) for (d,) in connection.execute(
+            "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
+    return calibration, rows
+
+
+def test_a_soak_with_a_nucleus_calibrates_and_judges_the_worst_standardized_token(
+    tmp_path: Path,
+) -> None:
+    """Through the CLI: with `--top-p 0.95` the stored calibration holds the third threshold and
+    every scored row its token z against it; without a nucleus there is no such threshold."""
+    found = {
+        label: _scored_soak(tmp_path, label, ["--seed", "6"], "--requests", "30",
+                            "--false-flag-rate", "0.01", "--calibration", "400", *extra)
+        for label, extra in (("nucleus", ["--top-p", "0.95"]), ("plain", []))
+    }  # fmt: skip
+    calibration, rows = found["nucleus"]
+    assert isinstance(calibration["token_z_threshold"], float), calibration
+    assert len(rows) == 30 and all(r["status"] == "scored" for r in rows)
+    assert all(r["token_z_threshold"] == round(calibration["token_z_threshold"], 6) for r in rows)
+    assert all(isinstance(r["token_z"], float) for r in rows)
+    calibration, rows = found["plain"]
+    assert calibration["token_z_threshold"] is None
+    assert all("token_z_threshold" not in r for r in rows)
+
+
 def test_entropy_from_the_top_alternatives() -> None:
     probs = [0.5, 0.25, 0.125, 0.125]
     exact = -sum(p * math.log(p) for p in probs)
@@ -88,22 +190,10 @@ def test_a_reference_that_refuses_the_alternatives_is_scored_by_the_worst_token(
     tmp_path: Path,
 ) -> None:
     # a vLLM started with --max-logprobs 5 answers prompt_logprobs 20 with HTTP 400
-    db = tmp_path / "t.sqlite"
-    with MockProcess(["--seed", "5"]) as candidate, MockProcess(
-        ["--max-logprobs", "5"]
-    ) as reference:  # fmt: skip
-        result = soakgate(
-            "run", "--target", candidate.url, "--score-reference", reference.url,
-            "--requests", "60", "--false-flag-rate", "0.05", "--calibration", "100",
-            "--max-tokens", "16", "--db", str(db), "--quiet", "--no-watch-metrics",
-            cwd=tmp_path, timeout=600,
-        )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    with sqlite3.connect(db) as connection:
-        statuses = [json.loads(d)["reference"] for (d,) in connection.execute(
-            "SELECT details FROM generations")]  # fmt: skip
-        (calibration,) = [json.loads(d) for (d,) in connection.execute(
-            "SELECT data FROM events WHERE kind = 'reference_calibration'")]  # fmt: skip
+    calibration, statuses = _scored_soak(
+        tmp_path, "t", ["--max-logprobs", "5"], "--requests", "60", "--false-flag-rate", "0.05",
+        "--calibration", "100",
+    )  # fmt: skip
     assert len(statuses) == 60 and all(s["status"] == "scored" for s in statuses)
     assert all(s["typical"] is None for s in statuses)
     assert calibration["typical_threshold"] is None and calibration["n"] >= 90

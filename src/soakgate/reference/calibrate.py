@@ -21,6 +21,11 @@ shipped test checks by simulation at the defaults (tests/reference/test_typicali
 rule needs 2/a - 1 samples (1,999 at the default rate 0.001); below that the second score is not
 calibrated and the worst token judges alone, as before. The realised rate is bounded with
 Beta(E + 2, n + 1 - E).
+
+Where the soak samples with a nucleus, a third score (the worst standardized token,
+`score.token_z`) joins them by the same rule with + 3: (E(k) + 3) / (n + 1) <= a, which needs
+3/a - 1 samples (2,999 at 0.001); below that the two scores above judge, with a warning. By
+simulation at the defaults (`tests/reference/test_typicality.py`) the three together hold the rate.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from soakgate.errors import UsageError
 
 JOINT_SCORES = 2
 """Scores calibrated together: a fresh sample can be above each one's order statistic where no
-calibration sample is, so E(k) + 2 (not + 1) bounds the augmented count."""
+calibration sample is, so E(k) + 2 (not + 1) bounds the augmented count (+ 3 with the worst
+standardized token)."""
 WARN_FACTOR = 2.0
 """Warn when the realised false-flag rate may (95% upper bound) exceed this times the rate."""
 
@@ -80,6 +86,9 @@ class Calibration:
     soak_z_moments: dict[str, float] = field(default_factory=dict)
     """The samples' soak z `mean` and `variance` (n - 1), when every sample has one: the
     report's unit-level verdict tests a unit's mean soak z against them (stats/shift.py)."""
+    token_z_threshold: float | None = None
+    """The worst standardized token (`score.token_z`) strictly above this is flagged too; None
+    where the soak samples without a nucleus (or too few samples: the two scores judge)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (event data / run metadata)."""
@@ -100,19 +109,20 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
 
 
 def joint_rank(
-    worst: Sequence[float], typical: Sequence[float], rate: float
-) -> tuple[int, int] | None:
-    """The smallest common rank k (1-based) whose thresholds (W_(k), T_(k)) flag E calibration
-    samples with (E + 2) / (n + 1) <= rate, and E; None when no rank keeps the bound (fewer than
-    2 / rate - 1 samples)."""
+    worst: Sequence[float], typical: Sequence[float], rate: float,
+    *more: Sequence[float],
+) -> tuple[int, int] | None:  # fmt: skip
+    """The smallest common rank k (1-based) whose thresholds (W_(k), T_(k), and each further
+    score's k-th order statistic) flag E calibration samples with (E + m) / (n + 1) <= rate for
+    m scores, and E; None when no rank keeps the bound (fewer than m / rate - 1 samples)."""
     import numpy as np
 
-    w, t = np.asarray(worst, dtype=float), np.asarray(typical, dtype=float)
-    ordered_w, ordered_t, n = np.sort(w), np.sort(t), len(w)
+    values = np.asarray([worst, typical, *more], dtype=float)
+    ordered, scores, n = np.sort(values, axis=1), len(values), values.shape[1]
     best = None
     for k in range(n, 0, -1):
-        flagged = int(np.sum((w > ordered_w[k - 1]) | (t > ordered_t[k - 1])))
-        if flagged + JOINT_SCORES > rate * (n + 1):
+        flagged = int(np.sum((values > ordered[:, k - 1 : k]).any(axis=0)))
+        if flagged + scores > rate * (n + 1):
             break
         best = (k, flagged)
     return best
@@ -121,10 +131,13 @@ def joint_rank(
 def calibrate(
     scores: Sequence[float], false_flag_rate: float, means: Sequence[float] = (),
     typicals: Sequence[float | None] = (), soak_zs: Sequence[float | None] = (),
+    token_zs: Sequence[float | None] = (),
 ) -> Calibration:  # fmt: skip
     """The threshold for `false_flag_rate` from calibration scores (with a whole-generation
     score for every sample, none None: `soak_zs`, else `typicals`: both thresholds, calibrated
-    together); UsageError when there are too few to place one."""
+    together; with the soak z and a worst standardized token for every sample, `token_zs`
+    (given where the soak samples with a nucleus), all three); UsageError when there are too
+    few to place one."""
     if not 0 < false_flag_rate < 1:
         raise UsageError(f"--false-flag-rate must be between 0 and 1, got {false_flag_rate}")
     n = len(scores)
@@ -140,12 +153,21 @@ def calibrate(
     has_z = len(soak_zs) == n and all(z is not None for z in soak_zs)
     wholes, whole_score = (soak_zs, "soak_z") if has_z else (typicals, "typical_surprisal")
     both = has_z or has_typical
-    joint = joint_rank(scores, wholes, false_flag_rate) if both else None  # type: ignore[arg-type]
-    typical_threshold = flagged = None
+    has_token_z = has_z and len(token_zs) == n and all(z is not None for z in token_zs)
+    joint = None
+    judged = JOINT_SCORES
+    if has_token_z:
+        joint = joint_rank(scores, wholes, false_flag_rate, token_zs)  # type: ignore[arg-type]
+        judged += joint is not None
+    if joint is None and both:
+        joint = joint_rank(scores, wholes, false_flag_rate)  # type: ignore[arg-type]
+    typical_threshold = flagged = token_z_threshold = None
     if joint is not None:
         rank, flagged = joint
         typical_threshold = sorted(wholes)[rank - 1]  # type: ignore[type-var]
-        upper = float(stats.beta.ppf(0.95, flagged + JOINT_SCORES, n + 1 - flagged))
+        if judged > JOINT_SCORES:
+            token_z_threshold = sorted(token_zs)[rank - 1]  # type: ignore[type-var]
+        upper = float(stats.beta.ppf(0.95, flagged + judged, n + 1 - flagged))
     else:
         rank = min(math.ceil((n + 1) * (1.0 - false_flag_rate)), n)
         upper = float(stats.beta.ppf(0.95, n + 1 - rank, rank))
@@ -155,6 +177,12 @@ def calibrate(
             f"reference calibration: {n} samples support a false-flag rate of "
             f"{false_flag_rate:g} only loosely (the threshold's own rate may be up to "
             f"{upper:.2%}, 95% bound); more --calibration samples tighten it"
+        )
+    if has_token_z and joint is not None and judged == JOINT_SCORES:
+        need_three = math.ceil((JOINT_SCORES + 1) / false_flag_rate) - 1
+        warning = ((warning + "; ") if warning else "reference calibration: ") + (
+            f"the worst standardized token needs {need_three} samples at a false-flag rate of "
+            f"{false_flag_rate:g}: it is not judged (give --calibration {max(need_three, 5000)})"
         )
     if both and joint is None:
         need_joint = math.ceil(JOINT_SCORES / false_flag_rate) - 1
@@ -173,4 +201,5 @@ def calibrate(
         z_moments = {"mean": statistics.fmean(zs), "variance": statistics.variance(zs)}
     return Calibration(ordered[rank - 1], false_flag_rate, n, rank, upper, warning,
                        _quantiles(scores), means_found, typical_threshold, flagged,
-                       typical_found, whole_score, z_found, z_moments)  # fmt: skip
+                       typical_found, whole_score, z_found, z_moments,
+                       token_z_threshold)  # fmt: skip

@@ -23,7 +23,16 @@ at most at the false-flag rate:
   a calibration without it, uses the typicality. Measured on the real model (BENCHMARKS.md
   section 17): at `--top-p 0.95` it flagged 66-99% of four whole-distribution controls'
   generations where the typicality flagged 44-98%, and on controls it was not designed on
-  85.3% against 57.3% (a wrong norm weight).
+  85.3% against 57.3% (a wrong norm weight);
+- where the soak samples with a nucleus (`--top-p` below 1), the generation's worst
+  *standardized* token under that distribution, max over its tokens of (s - m) / sqrt(w)
+  (`token_z`): a token the reference's own sampler would draw at that position only rarely
+  given how concentrated the position is, which neither the worst token's surprisal (the same
+  for a likely token at a flat position and an unlikely one at a sharp position) nor the sum
+  sees. Without a nucleus a position's variance can be tiny while a legitimate token sits far
+  down a long tail, so it is not judged there. Its first run on four controls frozen before
+  them (BENCHMARKS.md section 17): 24.5 -> 52.5%, 35.0 -> 59.0%, 16.8 -> 47.0% and 98.8 ->
+  99.5% of their generations flagged at `--top-p 0.95`, clean generations at 0.1%.
 
 The thresholds are calibrated on the reference's own samples at the soak's settings, which
 absorbs the temperature, the length and the model's own long tail.
@@ -40,7 +49,7 @@ from soakgate.reference.soak import soak_z
 
 SCORE_NAME = "max_surprisal"
 """What `Generation.reference_score` holds: the largest surprisal of a generated token, nats."""
-SCORES = (SCORE_NAME, "typical_surprisal", "soak_z")
+SCORES = (SCORE_NAME, "typical_surprisal", "soak_z", "token_z")
 """The scores a calibration is drawn for (its fingerprint names them)."""
 CONTEXT_TOKENS = 8
 """Tokens of text kept on each side of an implausible token (for the report)."""
@@ -120,6 +129,25 @@ def whole_z(tokens: Sequence[TokenScore]) -> float | None:
     return soak_z([t.soak for t in tokens])
 
 
+TOKEN_Z_FLOOR = 1e-6
+"""A position's variance below this counts as this (a one-token nucleus: s = m = 0, z = 0)."""
+
+
+def token_z(tokens: Sequence[TokenScore]) -> float | None:
+    """The generation's worst standardized token under the soak's sampling distribution: the
+    largest (s - m) / sqrt(w) over its tokens; None when a token lacks its values or there are
+    none."""
+    worst: float | None = None
+    for token in tokens:
+        if token.soak is None:
+            return None
+        s, m, w = token.soak
+        z = (s - m) / math.sqrt(max(w, TOKEN_Z_FLOOR))
+        if worst is None or z > worst:
+            worst = z
+    return worst
+
+
 def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenScore]:
     """The tokens whose surprisal is above the threshold, in order."""
     return [t for t in tokens if t.surprisal > threshold]
@@ -129,7 +157,7 @@ def evidence(
     tokens: Sequence[TokenScore], threshold: float, alignment: str,
     typical_threshold: float | None = None,
     shift_cutoffs: tuple[float | None, float | None, float | None] = (None, None, None),
-    whole_score: str = "typical_surprisal",
+    whole_score: str = "typical_surprisal", token_z_threshold: float | None = None,
 ) -> tuple[float, bool, dict[str, Any]]:  # fmt: skip
     """Score, flag and the `details["reference"]` payload of a scored generation: the first
     implausible token with the text around it, and up to KEEP_IMPLAUSIBLE of them; the whole
@@ -141,7 +169,8 @@ def evidence(
     mean surprisal) add `above_p90`: the row's soak z (else its typicality, else its mean
     surprisal) is above its percentile, which one in ten of the reference's own rows is (the
     live metrics' shifted share; the report's unit-level verdict recomputes it per run from the
-    stored scores)."""
+    stored scores). `token_z_threshold` (a calibration under a nucleus) flags a generation whose
+    worst standardized token (`token_z`) is above it (`flagged_by` `token_z`)."""
     score = max_surprisal(tokens)
     bad = implausible(tokens, threshold)
     typical = typical_surprisal(tokens)
@@ -149,6 +178,10 @@ def evidence(
     judged = z if whole_score == "soak_z" else typical
     whole = judged is not None and typical_threshold is not None and judged > typical_threshold
     mean = mean_surprisal(tokens)
+    worst_z = token_z(tokens)
+    standardized = (
+        worst_z is not None and token_z_threshold is not None and worst_z > token_z_threshold
+    )
     payload: dict[str, Any] = {
         "status": "scored", "score": round(score, 4), "threshold": round(threshold, 4),
         "mean": mean,  # unrounded: judged against a calibration quantile
@@ -165,7 +198,12 @@ def evidence(
     if typical_threshold is not None:
         payload["typical_threshold"] = round(typical_threshold, 6)
         payload["whole_score"] = whole_score
-    by = [name for name, hit in (("token", bool(bad)), ("whole", whole)) if hit]
+    if worst_z is not None:
+        payload["token_z"] = round(worst_z, 4)
+    if token_z_threshold is not None:
+        payload["token_z_threshold"] = round(token_z_threshold, 6)
+    crossed = (("token", bool(bad)), ("whole", whole), ("token_z", standardized))
+    by = [name for name, hit in crossed if hit]
     if by:
         payload["flagged_by"] = by
     if bad:

@@ -25,6 +25,7 @@ from soakgate.reference.score import (
     evidence,
     max_surprisal,
     mean_surprisal,
+    token_z,
     typical_surprisal,
     unscored,
     whole_z,
@@ -153,7 +154,7 @@ class ReferenceScorer:
             tokens, calibration.threshold, alignment, calibration.typical_threshold,
             (calibration.soak_z_quantiles.get("p90"), calibration.typical_quantiles.get("p90"),
              calibration.mean_quantiles.get("p90")),
-            calibration.whole_score,
+            calibration.whole_score, calibration.token_z_threshold,
         )  # fmt: skip
         payload["seconds"] = round(time.perf_counter() - began, 6)  # the reference's latency
         generation.reference_score, generation.suspect = score, flagged
@@ -204,7 +205,7 @@ class ReferenceScorer:
         sampled_spec = dataclasses.replace(spec, return_token_ids=True)
         prompts = [picker.pick(seq) for seq in range(settings.calibration)]
         began = time.perf_counter()
-        scores: list[tuple[float, float, float | None, float | None]] = []
+        scores: list[tuple[float, float, float | None, float | None, float | None]] = []
         failures = drawn = 0
         chunk = max(CHUNK, 2 * concurrency)
         for start in range(0, len(prompts), chunk):
@@ -223,9 +224,11 @@ class ReferenceScorer:
                 f"reference calibration: only {drawn - failures} of "
                 f"{settings.calibration} reference samples could be scored"
             )
+        nucleus = spec.top_p is not None and spec.top_p < 1.0  # the token z is judged under one
         self.calibration = calibrate(
             [s[0] for s in scores], settings.false_flag_rate, [s[1] for s in scores],
             [s[2] for s in scores], [s[3] for s in scores],
+            [s[4] for s in scores] if nucleus else (),
         )  # fmt: skip
         return {
             **self.calibration.to_dict(), "score": SCORE_NAME, "samples_failed": failures,
@@ -257,14 +260,14 @@ class ReferenceScorer:
 
     async def _calibration_scores(
         self, answers: list[tuple[Prompt, Outcome]], endpoint: str, concurrency: int
-    ) -> tuple[list[tuple[float, float, float | None, float | None]], int]:
-        """Each clean sample's scores (worst token, mean, typicality, soak z); the count of
-        samples that failed or could not be scored."""
+    ) -> tuple[list[tuple[float, float, float | None, float | None, float | None]], int]:
+        """Each clean sample's scores (worst token, mean, typicality, soak z, worst standardized
+        token); the count of samples that failed or could not be scored."""
         gate = asyncio.Semaphore(concurrency)
 
         async def one(
             prompt: Prompt, outcome: Outcome
-        ) -> tuple[float, float, float | None, float | None] | None:
+        ) -> tuple[float, float, float | None, float | None, float | None] | None:
             if outcome.error_class is not None:
                 return None
             async with gate:
@@ -273,7 +276,7 @@ class ReferenceScorer:
                 except ReferenceFailed:
                     return None
             return (max_surprisal(tokens), mean_surprisal(tokens), typical_surprisal(tokens),
-                    whole_z(tokens))  # fmt: skip
+                    whole_z(tokens), token_z(tokens))  # fmt: skip
 
         results = await asyncio.gather(*(one(p, o) for p, o in answers))
         scores = [s for s in results if s is not None]
