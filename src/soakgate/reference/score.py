@@ -1,6 +1,6 @@
 """The anomaly scores of one generation from its tokens' log-probabilities under the reference.
 
-Two scores, calibrated together (calibrate.py) so that a clean generation is flagged by either
+Scores calibrated together (calibrate.py) so that a clean generation is flagged by any of them
 at most at the false-flag rate:
 
 - the worst token's surprisal, -min(log p), in nats. A correct candidate samples its tokens from
