@@ -27,11 +27,14 @@ REFERENCE_HEADERS = (
     "threshold (calibration)", "as a whole (against the reference's own)",
 )  # fmt: skip
 REFERENCE_NOTE = (
-    "suspect: a generated token the reference finds less likely than the threshold set on its "
-    "own samples allows (score: worst token's surprisal, nats); unscored rows are not clean. "
-    "As a whole: the unit's share of scores above the reference's own 90th percentile against "
-    "the share a reference-like unit has (one-sided batch-means t): SHIFTED sees corruption that "
-    "moves every generation a little, which the per-generation threshold rarely flags"
+    "suspect: the reference finds the generation less likely than its own samples allow at the "
+    "false-flag rate: a token far in its tail (score: worst token's surprisal, nats), the "
+    "generation as a whole (its soak z), or, under a nucleus, a token its position's sampler "
+    "would rarely draw (the worst standardized token); details.reference.flagged_by says which; "
+    "unscored rows are not clean. As a whole: the unit's soak z (else typicality, else mean "
+    "surprisal) against the reference's own, its share above their 90th percentile and its mean "
+    "(batch-means t, each at half the level): SHIFTED sees corruption that moves every "
+    "generation a little, which the per-generation threshold rarely flags"
 )
 LOOK_HEADERS = ("run", "look", "fraction", "n per arm", "events", "verdict", "test", "p", "reason")
 
