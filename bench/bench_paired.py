@@ -32,17 +32,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.processes import APART, BATTERY, Process, simulate_pair
+from bench.processes import APART, BATTERY, by_name, selected, simulate_pair
 from bench.processes_paired import HELD_OUT, jittered_clock
 
 RATE, RATIO, LENGTHS = 0.002, 1.5, (13_000, 40_000)
-
-
-def _named(name: str) -> Process:
-    for process in BATTERY + HELD_OUT:
-        if process.name == name:
-            return process
-    raise SystemExit(f"bench_paired: no process {name!r}")
 
 
 def cell(name: str, n: int, ratio: float, reps: int, seed: int) -> list[tuple[str, str, str]]:
@@ -51,8 +44,9 @@ def cell(name: str, n: int, ratio: float, reps: int, seed: int) -> list[tuple[st
 
     rng = np.random.default_rng(seed)
     found = []
-    held_out = any(process.name == name for process in HELD_OUT)
-    (arms_a, arms_b) = simulate_pair(_named(name), rng, reps, n, RATE, RATE * ratio)
+    process = by_name(name, BATTERY + HELD_OUT)
+    held_out = process in HELD_OUT
+    (arms_a, arms_b) = simulate_pair(process, rng, reps, n, RATE, RATE * ratio)
     clock = np.arange(n, dtype=np.float64)  # side by side: request i of each arm ends together
     for i, (a, b) in enumerate(zip(arms_a, arms_b, strict=True)):
         arms = (Outcomes(int(a.sum()), n, a, ()), Outcomes(int(b.sum()), n, b, ()))
@@ -84,10 +78,12 @@ def main() -> None:
         help="the held-out processes of bench/processes_paired.py, own clocks",
     )
     args = parser.parse_args()
-    pool_names = [p.name for p in (HELD_OUT if args.held_out else BATTERY)]
-    names = [x.strip() for x in args.processes.split(",")] if args.processes else pool_names
-    for name in names:
-        _named(name)
+    try:
+        names = selected(args.processes, BATTERY + HELD_OUT)
+    except KeyError as unknown:
+        raise SystemExit(f"bench_paired: no process {unknown}") from None
+    if not args.processes:
+        names = selected(None, HELD_OUT if args.held_out else BATTERY)
     work = [(p, n, r) for n in LENGTHS for p in names for r in (1.0, RATIO)]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(cell, p, n, r, args.reps, args.seed + 10_000 * i)

@@ -60,6 +60,9 @@ from soakgate.reference.score import (  # noqa: E402
 from soakgate.stats.rates import clopper_pearson  # noqa: E402
 
 RATE = [0.001]
+HELD_OUT_SETS = (("heldout", "held out"), ("heldout2", "held out 2"), ("heldout3", "held out 3"),
+                 ("heldout4", "held out 4"))  # fmt: skip
+"""(file stem, row label) of each held-out set `bench_reference_tokens.py` writes."""
 
 
 LLR: dict[str, dict[str, Any]] = {}
@@ -92,16 +95,6 @@ def load(stem: Path) -> dict[str, list[list[TokenScore]]]:
     return groups
 
 
-def candidate_flags(rows: list[list[TokenScore]], made: Calibration) -> int:
-    """Generations the rule shipped since 2026-12-07 flags (`evidence` with the calibration's
-    third threshold, the worst standardized token, where it has one)."""
-    return sum(
-        evidence(tokens, made.threshold, "token_ids", made.typical_threshold,
-                 whole_score=made.whole_score, token_z_threshold=made.token_z_threshold)[1]
-        for tokens in rows
-    )  # fmt: skip
-
-
 def _share(hits: int, n: int) -> str:
     low, high = clopper_pearson(hits, n, 0.95)
     return f"{100 * hits / n:5.1f}% [{100 * low:4.1f}, {100 * high:5.1f}]"
@@ -110,7 +103,7 @@ def _share(hits: int, n: int) -> str:
 def flagged(rows: list[list[TokenScore]], made: Calibration) -> int:
     return sum(
         evidence(tokens, made.threshold, "token_ids", made.typical_threshold,
-                 whole_score=made.whole_score)[1]
+                 whole_score=made.whole_score, token_z_threshold=made.token_z_threshold)[1]
         for tokens in rows
     )  # fmt: skip
 
@@ -163,24 +156,16 @@ def main() -> None:
         top_p = ref.name[len("tuning-p") : -len("-ref.npz")]
         LLR.clear()
         groups = load(args.dir / f"tuning-p{top_p}")
-        held = args.dir / f"heldout-p{top_p}"
-        held_groups = load(held) if Path(f"{held}-ref.npz").is_file() else {}
-        second = args.dir / f"heldout2-p{top_p}"
-        second_groups = load(second) if Path(f"{second}-ref.npz").is_file() else {}
-        third = args.dir / f"heldout3-p{top_p}"
-        third_groups = load(third) if Path(f"{third}-ref.npz").is_file() else {}
-        fourth = args.dir / f"heldout4-p{top_p}"
-        fourth_groups = load(fourth) if Path(f"{fourth}-ref.npz").is_file() else {}
         calibration = groups.pop("calibration")
         worst = [max_surprisal(t) for t in calibration]
-        before = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration])
-        after = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration],
-                          [whole_z(t) for t in calibration])  # fmt: skip
+        typicals = [typical_surprisal(t) for t in calibration]
+        zs = [whole_z(t) for t in calibration]
+        before = calibrate(worst, RATE[0], (), typicals)
+        after = calibrate(worst, RATE[0], (), typicals, zs)
         nucleus = float(top_p) < 1.0  # the worst standardized token is judged under one
-        third = calibrate(worst, RATE[0], (), [typical_surprisal(t) for t in calibration],
-                          [whole_z(t) for t in calibration],
-                          [token_z(t) for t in calibration] if nucleus else ())  # fmt: skip
-        cuts = [third.threshold, third.typical_threshold, third.token_z_threshold]
+        shipped = calibrate(worst, RATE[0], (), typicals, zs,
+                            [token_z(t) for t in calibration] if nucleus else ())  # fmt: skip
+        cuts = [shipped.threshold, shipped.typical_threshold, shipped.token_z_threshold]
         print(f"top_p {top_p}: calibration {len(calibration):,} clean samples, rate {RATE[0]}; "
               f"before: worst token > {before.threshold:.3f} or typicality > "
               f"{before.typical_threshold:.4f}; after: worst token > {after.threshold:.3f} or "
@@ -190,10 +175,10 @@ def main() -> None:
                   "candidate (+ token z)")  # fmt: skip
         print(f"  {'generations':<16} {'':<9} {header}")
         rows = [("tuning", "clean holdout" if n == "holdout" else n, g) for n, g in groups.items()]
-        rows += [("held out", n, g) for n, g in held_groups.items()]
-        rows += [("held out 2", n, g) for n, g in second_groups.items()]
-        rows += [("held out 3", n, g) for n, g in third_groups.items()]
-        rows += [("held out 4", n, g) for n, g in fourth_groups.items()]
+        for stem, kind in HELD_OUT_SETS:
+            held = args.dir / f"{stem}-p{top_p}"
+            if Path(f"{held}-ref.npz").is_file():
+                rows += [(kind, n, g) for n, g in load(held).items()]
         if args.groups:
             kinds = {k.strip() for k in args.groups.split(",")}
             rows = [r for r in rows if r[0] in kinds or r[1] == "clean holdout"]
@@ -201,7 +186,7 @@ def main() -> None:
             n = len(generations)
             line = (f"  {name:<16} {kind:<10} {_share(flagged(generations, before), n):<29} "
                     f"{_share(flagged(generations, after), n):<29} "
-                    f"{_share(candidate_flags(generations, third), n)}")  # fmt: skip
+                    f"{_share(flagged(generations, shipped), n)}")  # fmt: skip
             ceiling = LLR.get("calibration", {}).get(name)
             if ceiling is not None and name in LLR.get(name, {}):
                 cut = calibrate(list(ceiling), RATE[0]).threshold

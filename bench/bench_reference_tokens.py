@@ -140,6 +140,11 @@ class Candidate(typical.Candidate):
         self.model.lm_head.register_forward_hook(self._hook("logit-sharp", lambda out: out * 1.2))
         self._third_set(layers, width)
 
+    @property
+    def prompt_length(self) -> int:
+        """Tokens of the current prompt (the candidate's late controls start `LATE` past it)."""
+        return int(self.from_position - typical.LATE)
+
     def _third_set(self, layers: Any, width: int) -> None:
         """The hooks of `HELD_OUT_3`."""
         torch = self.torch
@@ -148,7 +153,7 @@ class Candidate(typical.Candidate):
         def rope_gap(module: Any, args: Any, kwargs: Any) -> Any:
             if self.mode != "rope-gap":
                 return None
-            prompt = self.from_position - typical.LATE
+            prompt = self.prompt_length
             if "position_ids" in kwargs:
                 ids = kwargs["position_ids"]
                 kwargs = {**kwargs, "position_ids": ids + ROPE_GAP * (ids >= prompt)}
@@ -190,7 +195,7 @@ class Candidate(typical.Candidate):
         def stale(module: Any, inputs: Any, out: Any) -> Any:
             if self.mode != "stale-kv":
                 return None
-            prompt = self.from_position - typical.LATE
+            prompt = self.prompt_length
             if out.shape[1] == 1:  # a decode step: the cache gets the previous step's projection
                 previous = fresh.get(id(module), out)
                 fresh[id(module)] = out
@@ -200,9 +205,9 @@ class Candidate(typical.Candidate):
             if out.shape[1] <= prompt:
                 return None  # the prefill: the prompt's own values are right
             shifted = out.clone()  # teacher-forced: those positions of the answer hold t - 1's
-            late = self.torch.arange(out.shape[1]) - prompt
+            late = torch.arange(out.shape[1]) - prompt
             picked = (late >= 0) & (late % STALE_EVERY == STALE_EVERY - 1)
-            index = self.torch.nonzero(picked)[:, 0]
+            index = torch.nonzero(picked)[:, 0]
             shifted[:, index] = out[:, index - 1]
             return shifted
 
@@ -373,14 +378,13 @@ def main() -> None:
             if control in args.controls:
                 tuning[control], _ = draw(candidate, reference, args.generations, top_p, control,
                                           10 + i)  # fmt: skip
-        held: dict[str, Rows] = {}
-        second: dict[str, Rows] = {}
-        third: dict[str, Rows] = {}
-        fourth: dict[str, Rows] = {}
-        for group, names, chosen, seed in ((held, HELD_OUT, args.held_out, 40),
-                                           (second, HELD_OUT_2, args.held_out_2, 60),
-                                           (third, HELD_OUT_3, args.held_out_3, 80),
-                                           (fourth, HELD_OUT_4, args.held_out_4, 100)):  # fmt: skip
+        sets = (("heldout", HELD_OUT, args.held_out, 40),
+                ("heldout2", HELD_OUT_2, args.held_out_2, 60),
+                ("heldout3", HELD_OUT_3, args.held_out_3, 80),
+                ("heldout4", HELD_OUT_4, args.held_out_4, 100))  # fmt: skip
+        held: dict[str, dict[str, Rows]] = {}
+        for stem, names, chosen, seed in sets:
+            group = held[stem] = {}
             for i, control in enumerate(names):
                 if control in chosen:
                     own = (control,) if control in ratios else ()
@@ -388,15 +392,10 @@ def main() -> None:
                         candidate, reference, args.generations, top_p, control, seed + i, own
                     )
         save(args.out / f"tuning-p{top_p}", tuning, found)
-        save(args.out / f"heldout-p{top_p}", held, found)
-        if second:
-            save(args.out / f"heldout2-p{top_p}", second, found)
-        if third:
-            save(args.out / f"heldout3-p{top_p}", third, found)
-        if fourth:
-            save(args.out / f"heldout4-p{top_p}", fourth, found)
-        groups = (*tuning.values(), *held.values(), *second.values(), *third.values(),
-                  *fourth.values())  # fmt: skip
+        for stem, group in held.items():
+            if group or stem == "heldout":  # the first set has at least one control
+                save(args.out / f"{stem}-p{top_p}", group, found)
+        groups = (*tuning.values(), *(g for group in held.values() for g in group.values()))
         drawn = sum(len(g) for g in groups)
         print(f"top_p {top_p}: {drawn} generations in {time.perf_counter() - began:.0f} s",
               flush=True)  # fmt: skip

@@ -9,7 +9,7 @@ mechanism, 1.5 times as often". Shared by `bench_calibration.py` and the statist
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -319,21 +319,22 @@ APART = ("drift", "drift-strong")
 DIFFER there is right about the run, and only replicates across restarts can say otherwise."""
 
 
-def by_name(name: str) -> Process:
-    """The battery's process called `name`."""
-    for process in BATTERY:
+def by_name(name: str, pool: Sequence[Process] = ()) -> Process:
+    """The process called `name` in `pool` (the battery when none is given)."""
+    for process in pool or BATTERY:
         if process.name == name:
             return process
     raise KeyError(name)
 
 
-def selected(subset: str | None) -> list[str]:
-    """The battery's names, or the comma-separated subset given (KeyError for an unknown one)."""
+def selected(subset: str | None, pool: Sequence[Process] = ()) -> list[str]:
+    """The names of `pool` (the battery when none is given), or the comma-separated subset given
+    (KeyError for one not in the pool)."""
     if not subset:
-        return [p.name for p in BATTERY]
+        return [p.name for p in pool or BATTERY]
     names = [name.strip() for name in subset.split(",")]
     for name in names:
-        by_name(name)
+        by_name(name, pool)
     return names
 
 

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from soakgate.reference.soak import soak_z
+from soakgate.reference.soak import soak_z, worst_z
 
 SCORE_NAME = "max_surprisal"
 """What `Generation.reference_score` holds: the largest surprisal of a generated token, nats."""
@@ -129,23 +129,10 @@ def whole_z(tokens: Sequence[TokenScore]) -> float | None:
     return soak_z([t.soak for t in tokens])
 
 
-TOKEN_Z_FLOOR = 1e-6
-"""A position's variance below this counts as this (a one-token nucleus: s = m = 0, z = 0)."""
-
-
 def token_z(tokens: Sequence[TokenScore]) -> float | None:
-    """The generation's worst standardized token under the soak's sampling distribution: the
-    largest (s - m) / sqrt(w) over its tokens; None when a token lacks its values or there are
-    none."""
-    worst: float | None = None
-    for token in tokens:
-        if token.soak is None:
-            return None
-        s, m, w = token.soak
-        z = (s - m) / math.sqrt(max(w, TOKEN_Z_FLOOR))
-        if worst is None or z > worst:
-            worst = z
-    return worst
+    """The generation's worst standardized token under the soak's sampling distribution
+    (`soak.worst_z`); None when a token lacks its values or there are none."""
+    return worst_z([t.soak for t in tokens])
 
 
 def implausible(tokens: Sequence[TokenScore], threshold: float) -> list[TokenScore]:

@@ -154,3 +154,15 @@ def soak_z(stats: Sequence[tuple[float, float, float] | None]) -> float | None:
         total += s - m
         spread += w
     return total / math.sqrt(max(spread, 1e-9))
+
+
+WORST_Z_FLOOR = 1e-6
+"""A position's variance below this counts as this (a one-token nucleus: s = m = 0, z = 0)."""
+
+
+def worst_z(stats: Sequence[tuple[float, float, float] | None]) -> float | None:
+    """max (s - m) / sqrt(w) over a generation's tokens (each position's variance floored at
+    `WORST_Z_FLOOR`); None when a token has no values or there are none."""
+    if not stats or any(x is None for x in stats):
+        return None
+    return max((s - m) / math.sqrt(max(w, WORST_Z_FLOOR)) for s, m, w in stats)  # type: ignore[misc]
