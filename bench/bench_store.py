@@ -8,20 +8,27 @@ Part 2 runs `soakgate run` against the mock, kills it with SIGKILL at a random m
 the database back: the loss window is the kill time minus the end time of the last stored
 generation (the batching policy promises at most its interval, 0.5 s).
 
+Part 1 also writes the rows batched with the adapter for None that `store.sqlite` registers
+taken away (the binding of Python's sqlite3 before it), the two interleaved three times: the
+median CPU per generation of each.
+
 Run: python bench/bench_store.py [--generations 200000] [--kills 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
+import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import benchlib
@@ -87,6 +94,17 @@ def write_rate(rows: list[Generation], batched: bool) -> tuple[float, float, flo
     return len(rows) / wall, cpu / len(rows) * 1e6, size / len(rows)
 
 
+@contextlib.contextmanager
+def none_unadapted() -> Iterator[None]:
+    """None bound as Python's sqlite3 binds it by itself (its adapter taken away meanwhile)."""
+    key = (type(None), sqlite3.PrepareProtocol)
+    adapter = sqlite3.adapters.pop(key)
+    try:
+        yield
+    finally:
+        sqlite3.adapters[key] = adapter
+
+
 def kill_window(rng: random.Random, folder: Path, concurrency: int) -> tuple[float, int]:
     """Soak the mock, SIGKILL the soak at a random moment: (seconds lost, rows stored)."""
     mock = benchlib.start_mock(0)
@@ -129,6 +147,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{label:<30} {rate:>10,.0f} generations/s  {cpu_us:7.1f} us CPU/generation  "
             f"{size:7.0f} bytes/generation  ({len(sample):,} rows)"
         )
+    costs: dict[str, list[float]] = {"with": [], "without": []}
+    for _ in range(3):
+        costs["with"].append(write_rate(rows, True)[1])
+        with none_unadapted():
+            costs["without"].append(write_rate(rows, True)[1])
+    print(
+        f"batched, None through its adapter: {statistics.median(costs['with']):.2f} us CPU/"
+        f"generation; bound by sqlite3 itself: {statistics.median(costs['without']):.2f} "
+        f"(medians of 3 interleaved, {len(rows):,} rows each)"
+    )
     if args.kills:
         rng, windows = random.Random(args.seed), []
         with tempfile.TemporaryDirectory(prefix="soakgate-kill-bench-") as folder:

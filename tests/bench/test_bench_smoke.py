@@ -35,6 +35,7 @@ def test_bench_store_prints_write_rates_and_a_kill_window() -> None:
     out = run_bench("bench_store.py", "--generations", "300", "--kills", "1", "--concurrency", "8")
     assert "generations/s" in out and "bytes/generation" in out
     assert "loss window over 1 kills: max" in out
+    assert "None through its adapter:" in out and "bound by sqlite3 itself:" in out
 
 
 def test_bench_longrun_prints_rss_checkpoints_and_db_bytes() -> None:
