@@ -53,3 +53,12 @@ def test_the_collector_is_restored_when_the_soak_raises() -> None:
         assert gc.get_threshold()[0] == SOAK_GC_THRESHOLD and gc.get_freeze_count() > 0
         raise RuntimeError("a bug in the soak")
     assert (gc.get_threshold(), gc.get_freeze_count()) == (before, 0)
+
+
+def test_soaks_at_once_share_the_setting_and_the_last_to_end_restores_it() -> None:
+    before = gc.get_threshold()
+    with soak_collections():
+        with soak_collections():  # a second soak, e.g. in another thread
+            assert gc.get_threshold()[0] == SOAK_GC_THRESHOLD
+        assert gc.get_threshold()[0] == SOAK_GC_THRESHOLD and gc.get_freeze_count() > 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (before, 0)

@@ -9,6 +9,7 @@ import gc
 import platform
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -145,16 +146,31 @@ def soak_collections() -> Iterator[None]:
     when what of it died is collected as usual) and young collections run every
     `SOAK_GC_THRESHOLD` allocations: about 4% of the client's CPU per request (BENCHMARKS.md
     §21). Cycles are still collected, later. Nothing is collected first: a collection there
-    found ~15 objects for ~8 ms of the start-up.
+    found ~15 objects for ~8 ms of the start-up. Soaks at once (in threads, or one inside
+    another) share the setting: the first to start sets it, the last to end restores it.
     """
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(SOAK_GC_THRESHOLD, *threshold[1:])
+    global _SOAKING, _SAVED_THRESHOLD
+    with _COLLECTOR_LOCK:
+        if _SOAKING == 0:
+            _SAVED_THRESHOLD = gc.get_threshold()
+            gc.freeze()
+            gc.set_threshold(SOAK_GC_THRESHOLD, *_SAVED_THRESHOLD[1:])
+        _SOAKING += 1
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
+        with _COLLECTOR_LOCK:
+            _SOAKING -= 1
+            if _SOAKING == 0:
+                gc.set_threshold(*_SAVED_THRESHOLD)
+                gc.unfreeze()
+
+
+_COLLECTOR_LOCK = threading.Lock()
+_SOAKING = 0
+"""Soaks of this process inside `soak_collections` now."""
+_SAVED_THRESHOLD = gc.get_threshold()
+"""The collector's thresholds before the first of them started."""
 
 
 def new_run(config: SoakConfig) -> Run:
