@@ -52,8 +52,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(exits.FAILED, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser with every discovered command registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with every discovered command registered; given `command` (the first word of
+    a command line), only the module of that name (`cmd_<command>`, dashes as underscores) when
+    it registers that command, since building every command's arguments costs a start-up ~10 ms
+    (BENCHMARKS.md §20). A word that names no command gets the full parser, whose error lists
+    them all."""
     parser = _Parser(
         prog="soakgate",
         description="Find silent output corruption in LLM inference servers.",
@@ -62,9 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"soakgate {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     package = importlib.import_module("soakgate.cli")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("cmd_"):
-            importlib.import_module(f"soakgate.cli.{info.name}").register(subparsers)
+    names = sorted(i.name for i in pkgutil.iter_modules(package.__path__) if i.name[:4] == "cmd_")
+    alone = f"cmd_{command.replace('-', '_')}" if command else None
+    if alone in names:
+        importlib.import_module(f"soakgate.cli.{alone}").register(subparsers)
+        if command in subparsers.choices:
+            return parser
+        names.remove(alone)  # registered, under another name: the rest join it
+    for name in names:
+        importlib.import_module(f"soakgate.cli.{name}").register(subparsers)
     return parser
 
 
@@ -86,8 +96,9 @@ def _negative_values_attached(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code: 0 done, 1 a finding, 2 could not do its job,
     130 interrupted (`soakgate.cli.exits`)."""
-    parser = build_parser()
-    args = parser.parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
+    words = _negative_values_attached(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
+    args = parser.parse_args(words)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return exits.FAILED
