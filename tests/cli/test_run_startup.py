@@ -1,8 +1,9 @@
 """`soakgate run` imports only what a soak needs (issue 31 item 2), and model discovery and the
 `/metrics` watch, now on the soak's own HTTP/1.1 pool, keep what they did on aiohttp.
 
-The imports are read from the real command's `python -X importtime` report, over a whole soak
-(discovery, the `/metrics` watch, scoring, storing, the summary), not from an import of a module.
+The imports are read from the real command's `sys.modules` as its process exits, over a whole soak
+(discovery, the `/metrics` watch, scoring, storing, the summary), not from an import of a module
+(`python -X importtime`'s report misses a module imported through `importlib.import_module`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import gzip
 import json
 import sqlite3
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,13 +36,9 @@ HTTP client, the structure check's validators (only a structured soak needs them
 first scrape.)"""
 
 
-def imported(stderr: str) -> set[str]:
-    """The modules a `python -X importtime` process imported (its stderr report)."""
-    names = set()
-    for line in stderr.splitlines():
-        if line.startswith("import time:") and not line.rstrip().endswith("imported package"):
-            names.add(line.rsplit("|", 1)[1].strip())
-    return names
+def imported(done: subprocess.CompletedProcess[str]) -> set[str]:
+    """The modules a command run by `subprocess_run` had loaded when it exited."""
+    return set(done.stdout.rsplit(_MODULES, 1)[1].split())
 
 
 def offending(modules: set[str]) -> list[str]:
@@ -58,8 +56,10 @@ def test_a_soak_imports_no_second_http_client_nor_other_commands_modules(tmp_pat
             cwd=tmp_path,
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    modules = imported(done.stderr)
+    modules = imported(done)
     assert offending(modules) == []
+    # its own command's module alone, seen although the CLI imports it with importlib
+    assert {m for m in modules if m.startswith("soakgate.cli.cmd_")} == {"soakgate.cli.cmd_run"}
     assert {"soakgate.load.driver", "soakgate.targets.client", "numpy"} <= modules  # it read them
     with sqlite3.connect(db) as connection:
         (rows,) = connection.execute("SELECT COUNT(*) FROM generations").fetchone()
@@ -79,12 +79,25 @@ def test_the_check_sees_an_import_it_forbids(tmp_path: Path) -> None:
             "--no-watch-metrics", "--db", str(tmp_path / "p.sqlite"), "--plan", "2", "--quiet",
             cwd=tmp_path,
         )  # fmt: skip
-    assert any(m.startswith("soakgate.stats") for m in offending(imported(done.stderr)))
+    assert any(m.startswith("soakgate.stats") for m in offending(imported(done)))
+
+
+_MODULES = "\n--- modules loaded at exit ---\n"
+_LISTED = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print(MARK + ' '.join(sorted(sys.modules)), flush=True))\n"
+    "sys.argv = ['soakgate', ARGS]\n"
+    "runpy.run_module('soakgate', run_name='__main__', alter_sys=True)\n"
+)
 
 
 def subprocess_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The real command under `python -X importtime` (its report on stderr)."""
-    return soakgate(*args, cwd=cwd, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    """The real command (`python -m soakgate ARGS`, through runpy) in a process that prints the
+    modules it loaded as it exits, after the command's own output."""
+    program = _LISTED.replace("MARK", repr(_MODULES)).replace("ARGS", repr(list(args))[1:-1])
+    return subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=600, cwd=cwd
+    )
 
 
 # --- model discovery on the pool ------------------------------------------------------------------
