@@ -78,12 +78,12 @@ def main() -> None:
         help="the held-out processes of bench/processes_paired.py, own clocks",
     )
     args = parser.parse_args()
+    # a subset named on the command line may come from either pool
+    pool = BATTERY + HELD_OUT if args.processes else HELD_OUT if args.held_out else BATTERY
     try:
-        names = selected(args.processes, BATTERY + HELD_OUT)
+        names = selected(args.processes, pool)
     except KeyError as unknown:
         raise SystemExit(f"bench_paired: no process {unknown}") from None
-    if not args.processes:
-        names = selected(None, HELD_OUT if args.held_out else BATTERY)
     work = [(p, n, r) for n in LENGTHS for p in names for r in (1.0, RATIO)]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(cell, p, n, r, args.reps, args.seed + 10_000 * i)

@@ -35,6 +35,32 @@ def soakgate(
     )
 
 
+_MODULES = "\n--- modules loaded at exit ---\n"
+_LISTING = (
+    "import atexit, runpy, sys\n"
+    "mark = sys.argv[1]\n"
+    "atexit.register(lambda: print(mark + ' '.join(sorted(sys.modules)), flush=True))\n"
+    "sys.argv = ['soakgate', *sys.argv[2:]]\n"
+    "runpy.run_module('soakgate', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def soakgate_listing_modules(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m soakgate ARGS` (through runpy) in a process that prints, after the command's
+    own output, the modules it had loaded when it exited (`loaded_modules` reads them). Read
+    from sys.modules: `python -X importtime`'s report misses a module imported through
+    `importlib.import_module`, as the CLI imports its commands."""
+    return subprocess.run(
+        [sys.executable, "-c", _LISTING, _MODULES, *args],
+        capture_output=True, text=True, timeout=600, cwd=cwd,
+    )  # fmt: skip
+
+
+def loaded_modules(done: subprocess.CompletedProcess[str]) -> set[str]:
+    """The modules a `soakgate_listing_modules` command had loaded when it exited."""
+    return set(done.stdout.rsplit(_MODULES, 1)[1].split())
+
+
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     """The single stderr line of a failed command (asserts there is exactly one, no traceback)."""
     assert "Traceback" not in result.stderr, result.stderr

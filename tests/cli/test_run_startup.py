@@ -3,7 +3,7 @@
 
 The imports are read from the real command's `sys.modules` as its process exits, over a whole soak
 (discovery, the `/metrics` watch, scoring, storing, the summary), not from an import of a module
-(`python -X importtime`'s report misses a module imported through `importlib.import_module`).
+(`helpers.soakgate_listing_modules`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import contextlib
 import gzip
 import json
 import sqlite3
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.cli.helpers import one_error_line, soakgate
+from tests.cli.helpers import loaded_modules, one_error_line, soakgate, soakgate_listing_modules
 
 from soakgate.mockserver import MockProcess
 
@@ -36,11 +34,6 @@ HTTP client, the structure check's validators (only a structured soak needs them
 first scrape.)"""
 
 
-def imported(done: subprocess.CompletedProcess[str]) -> set[str]:
-    """The modules a command run by `subprocess_run` had loaded when it exited."""
-    return set(done.stdout.rsplit(_MODULES, 1)[1].split())
-
-
 def offending(modules: set[str]) -> list[str]:
     return sorted(m for m in modules for p in NOT_FOR_A_SOAK if m == p or m.startswith(p + "."))
 
@@ -50,13 +43,13 @@ def test_a_soak_imports_no_second_http_client_nor_other_commands_modules(tmp_pat
     # answer scored and stored, the summary printed: still none of NOT_FOR_A_SOAK
     db = tmp_path / "s.sqlite"
     with MockProcess(["--tokens-per-s", "0"]) as mock:
-        done = subprocess_run(
+        done = soakgate_listing_modules(
             "run", "--target", mock.url, "--requests", "40", "--concurrency", "2",
             "--max-tokens", "4", "--metrics-interval", "0.05", "--db", str(db),
             cwd=tmp_path,
         )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    modules = imported(done)
+    modules = loaded_modules(done)
     assert offending(modules) == []
     # its own command's module alone, seen although the CLI imports it with importlib
     assert {m for m in modules if m.startswith("soakgate.cli.cmd_")} == {"soakgate.cli.cmd_run"}
@@ -74,30 +67,12 @@ def test_the_check_sees_an_import_it_forbids(tmp_path: Path) -> None:
     # the same reading of the same report names a forbidden import when there is one: `--plan`
     # designs a soak with the statistics (soakgate.stats), which a plain soak never loads
     with MockProcess(["--tokens-per-s", "0"]) as mock:
-        done = subprocess_run(
+        done = soakgate_listing_modules(
             "run", "--target", mock.url, "--requests", "4", "--max-tokens", "4",
             "--no-watch-metrics", "--db", str(tmp_path / "p.sqlite"), "--plan", "2", "--quiet",
             cwd=tmp_path,
         )  # fmt: skip
-    assert any(m.startswith("soakgate.stats") for m in offending(imported(done)))
-
-
-_MODULES = "\n--- modules loaded at exit ---\n"
-_LISTED = (
-    "import atexit, runpy, sys\n"
-    "atexit.register(lambda: print(MARK + ' '.join(sorted(sys.modules)), flush=True))\n"
-    "sys.argv = ['soakgate', ARGS]\n"
-    "runpy.run_module('soakgate', run_name='__main__', alter_sys=True)\n"
-)
-
-
-def subprocess_run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The real command (`python -m soakgate ARGS`, through runpy) in a process that prints the
-    modules it loaded as it exits, after the command's own output."""
-    program = _LISTED.replace("MARK", repr(_MODULES)).replace("ARGS", repr(list(args))[1:-1])
-    return subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=600, cwd=cwd
-    )
+    assert any(m.startswith("soakgate.stats") for m in offending(loaded_modules(done)))
 
 
 # --- model discovery on the pool ------------------------------------------------------------------
