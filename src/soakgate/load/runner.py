@@ -144,7 +144,7 @@ def soak_collections() -> Iterator[None]:
     then in flight, and each full one walks every object the imports made (numpy, rich, ...).
     Here what is alive when the soak starts is frozen (never walked again; unfrozen at the end,
     when what of it died is collected as usual) and young collections run every
-    `SOAK_GC_THRESHOLD` allocations: about 4% of the client's CPU per request (BENCHMARKS.md
+    `SOAK_GC_THRESHOLD` allocations: about 3% of the client's CPU per request (BENCHMARKS.md
     §21). Cycles are still collected, later. Nothing is collected first: a collection there
     found ~15 objects for ~8 ms of the start-up. Soaks at once (in threads, or one inside
     another) share the setting: the first to start sets it, the last to end restores it.
