@@ -405,6 +405,18 @@ def report(
             f"{rss / 2**20:>9.1f}{ratio(rss, base.rss_peak if base else None):>7}"
             f"{r.requests:>9}{r.server_cpu_share:>10.0%}"
         )
+    reference = results.get("h2load", [])
+    for name, rounds in results.items():
+        if name == "h2load" or not reference or len(rounds) != len(reference):
+            continue
+        each = sorted(
+            mine.cpu_ms_per_request / theirs.cpu_ms_per_request
+            for mine, theirs in zip(rounds, reference, strict=True)
+        )
+        print(
+            f"{name}: CPU per request over h2load's in the same round, median "
+            f"{statistics.median(each):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in each)})"
+        )
 
 
 def run_mode(

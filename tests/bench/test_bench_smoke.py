@@ -55,9 +55,13 @@ def test_bench_client_prints_cpu_per_request_for_soakgate_the_bare_loop_and_h2lo
         "--modes", "nostream", "--concurrency", "8", "--before", str(BENCH.parent),
     )  # fmt: skip
     assert "CPU-ms/req" in out and "in-flight" in out
-    rows = [line.split() for line in out.splitlines() if line.startswith(tuple(clients))]
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in ([c] for c in clients)]
     assert [row[0] for row in rows] == clients
     assert all(float(row[1]) > 0 for row in rows)
+    if "h2load" in clients:  # each client's cost over h2load's, round by round (the acceptance's)
+        ratios = [line for line in out.splitlines() if "over h2load's in the same round" in line]
+        assert [line.split(":")[0] for line in ratios] == clients[:-1]
+        assert all(float(line.split("median ")[1].split("x")[0]) > 0 for line in ratios)
 
 
 def test_bench_ab_prints_cpu_per_request_for_each_tree() -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from soakgate.errors import UsageError
+
+if TYPE_CHECKING:
+    from soakgate.detectors.runs import CharRunSummary
 
 
 class Detection(NamedTuple):
@@ -101,6 +104,9 @@ class Output(NamedTuple):
     """`length` when the token budget cut the output; `stop`, ... otherwise."""
     max_tokens: int | None = None
     """The request's token budget."""
+    char_runs: CharRunSummary | None = None
+    """`runs.char_runs(text, char_run_threshold)` when its batch measured it already
+    (`runs.char_runs_many`); None: the detector measures it."""
 
     @property
     def budget_tokens(self) -> int | None:
@@ -144,9 +150,10 @@ def score_text(
     *,
     finish_reason: str | None = None,
     max_tokens: int | None = None,
+    char_runs: CharRunSummary | None = None,
 ) -> dict[str, Detection]:
-    """Apply every enabled detector to one generation."""
-    output = Output(text, token_ids, completion_tokens, finish_reason, max_tokens)
+    """Apply every enabled detector to one generation (`char_runs`: see `Output.char_runs`)."""
+    output = Output(text, token_ids, completion_tokens, finish_reason, max_tokens, char_runs)
     return {name: fn(output, config) for name, fn in _resolve(config.enabled)}
 
 

@@ -55,7 +55,8 @@ def char_run(output: Output, config: DetectorConfig) -> Detection:
     In an output cut by its budget, also a run of a punctuation or symbol character that reaches
     the end and covers `tail_fraction` of its tokens (one per character, as a token-0 run has)."""
     text = output.text
-    longest, start, long_runs = char_runs(text, config.char_run_threshold)
+    measured = output.char_runs
+    longest, start, long_runs = measured or char_runs(text, config.char_run_threshold)
     if longest == 0:
         return Detection(0, False, {})
     evidence: dict[str, Any] = {"char": text[start], "length": longest, "start": start}

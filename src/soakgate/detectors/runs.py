@@ -33,6 +33,10 @@ _SEARCHED_RUNS = 256
 _SEARCHED_RUN_LENGTH = 4096
 CharRun = tuple[int, int]
 """(start, length) of a run of one character."""
+CharRunSummary = tuple[int, int, list[CharRun]]
+"""What `char_runs` returns: the first longest run's length and start, and the long runs."""
+BATCH_CHARACTERS = 1 << 20
+"""Characters `char_runs_many` measures in one array (~1-4 MB of code points)."""
 
 
 def longest_ones(flat: bytes, cap: int | None = None) -> tuple[int, int]:
@@ -62,7 +66,7 @@ def longest_ones(flat: bytes, cap: int | None = None) -> tuple[int, int]:
     return (found, flat.find(b"\1" * found)) if found else (0, -1)
 
 
-def char_runs(text: str, min_length: int) -> tuple[int, int, list[CharRun]]:
+def char_runs(text: str, min_length: int) -> CharRunSummary:
     """The first longest run (length, start) and every run at least `min_length` long."""
     if min_length <= 1 or len(text) <= 1:
         starts, lengths = run_starts_and_lengths(code_points(text))
@@ -79,6 +83,68 @@ def char_runs(text: str, min_length: int) -> tuple[int, int, list[CharRun]]:
     return _summary(runs, min_length)
 
 
+def char_runs_many(
+    texts: Sequence[str], min_length: int, chunk: int = BATCH_CHARACTERS
+) -> list[CharRunSummary]:
+    """`[char_runs(text, min_length) for text in texts]`, a batch at a time: the texts' code
+    points compared in one array, with the comparisons across two texts cleared, and every run
+    of repeats listed once (ordinary text has a few short ones), then each text's first longest
+    taken by one sort. A batch of the soak's 64-token answers costs about 40 % of them one by
+    one (BENCHMARKS.md section 21). The texts are taken `chunk` characters at a time or more (a
+    text longer than that alone), so that a batch of long answers never holds more than a few
+    megabytes of arrays. `min_length` <= 1 is measured one by one."""
+    if min_length <= 1:
+        return [char_runs(text, min_length) for text in texts]
+    summaries: list[CharRunSummary] = []
+    taken, size = 0, 0
+    for index, text in enumerate(texts):
+        size += len(text)
+        if size >= chunk:
+            summaries += _joined_char_runs(texts[taken : index + 1], min_length)
+            taken, size = index + 1, 0
+    if taken < len(texts):
+        summaries += _joined_char_runs(texts[taken:], min_length)
+    return summaries
+
+
+def _joined_char_runs(texts: Sequence[str], min_length: int) -> list[CharRunSummary]:
+    """`char_runs_many` of texts measured in one array (see there); texts of one character are
+    measured one by one, as `char_runs` lists single characters there."""
+    joined = "".join(texts)
+    points: CodePoints = (
+        np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        if joined.isascii()
+        else np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    )
+    lengths = np.fromiter(map(len, texts), np.intp, len(texts))
+    ends = np.cumsum(lengths)
+    repeats = points[1:] == points[:-1]
+    joins = ends[:-1]  # repeats[end - 1] compares a text's last character with the next's first
+    repeats[joins[(joins > 0) & (joins < points.shape[0])] - 1] = False
+    starts, counts = true_runs(repeats)
+    owners = np.searchsorted(ends, starts, side="right")
+    order = np.lexsort((starts, -counts, owners))  # by text, longest first, earliest first
+    first = np.ones(order.shape[0], dtype=np.bool_)
+    first[1:] = owners[order[1:]] != owners[order[:-1]]
+    best = order[first]
+    pairs = zip(counts[best].tolist(), starts[best].tolist(), strict=True)
+    longest = dict(zip(owners[best].tolist(), pairs, strict=True))
+    offsets = (ends - lengths).tolist()
+    long_runs: dict[int, list[CharRun]] = {}
+    kept = counts >= min_length - 1
+    for owner, start, count in zip(owners[kept].tolist(), starts[kept].tolist(),
+                                   counts[kept].tolist(), strict=True):  # fmt: skip
+        long_runs.setdefault(owner, []).append((start - offsets[owner], count + 1))
+    summaries: list[CharRunSummary] = []
+    for index, text in enumerate(texts):
+        if len(text) <= 1:
+            summaries.append(char_runs(text, min_length))
+            continue
+        count, start = longest.get(index, (0, offsets[index]))
+        summaries.append((count + 1, start - offsets[index], long_runs.get(index, [])))
+    return summaries
+
+
 def _runs_by_search(flat: bytes, repeats: int) -> list[CharRun] | None:
     """Runs of at least `repeats` repeats, found by search; None when there are too many."""
     needle, runs = b"\1" * repeats, []
@@ -93,7 +159,7 @@ def _runs_by_search(flat: bytes, repeats: int) -> list[CharRun] | None:
     return runs
 
 
-def _summary(runs: list[CharRun], min_length: int) -> tuple[int, int, list[CharRun]]:
+def _summary(runs: list[CharRun], min_length: int) -> CharRunSummary:
     """The first longest of `runs` and those at least `min_length` long."""
     if not runs:
         return 0, -1, []

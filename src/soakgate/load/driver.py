@@ -20,7 +20,7 @@ from soakgate.errors import StoreError
 from soakgate.load.arrivals import Arrivals
 from soakgate.load.backoff import TargetBackoff
 from soakgate.load.lease import SendLease, open_lease
-from soakgate.load.record import score_generation, unscored_generation
+from soakgate.load.record import batch_char_runs, score_generation, unscored_generation
 from soakgate.load.spec import (
     AnswerCheck,
     GenerationScorer,
@@ -504,9 +504,10 @@ def _score_batch(shared: _Shared, generations: list[Generation]) -> None:
     detectors, store_text, on_generation = shared.detectors, shared.store_text, shared.on_generation
     if shared.answer_check is not None:  # before the text is dropped for the store
         shared.answer_check.judge(generations)
-    for generation in generations:
+    measured = batch_char_runs(generations, detectors)
+    for generation, char_runs in zip(generations, measured, strict=True):
         try:
-            score_generation(generation, detectors, store_text, shared.spec.max_tokens)
+            score_generation(generation, detectors, store_text, shared.spec.max_tokens, char_runs)
         except Exception as exc:
             _unscorable(generation, exc)
         shared.tallies[generation.target].count(generation)

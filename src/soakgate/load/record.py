@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from soakgate.detectors import DetectorConfig, score_text
+from collections.abc import Sequence
+
+from soakgate.detectors import CharRunSummary, DetectorConfig, char_runs_many, score_text
 from soakgate.prompts import Prompt
 from soakgate.records import Generation, failed_checks, sha256_text
 from soakgate.targets import Outcome, RequestSpec
@@ -45,22 +47,45 @@ def unscored_generation(
     return generation
 
 
+def batch_char_runs(
+    generations: Sequence[Generation], detectors: DetectorConfig
+) -> list[CharRunSummary | None]:
+    """The character runs of a batch's clean rows, measured at once for `char_run`
+    (`char_runs_many`), in the batch's order; None for a row that is not scored, and for every
+    row when `char_run` is off, the batch is a single row, or measuring the batch failed (each
+    row is then measured on its own, and a row that fails fails alone)."""
+    measured: list[CharRunSummary | None] = [None] * len(generations)
+    if "char_run" not in detectors.enabled or len(generations) < 2:
+        return measured
+    clean = [i for i, generation in enumerate(generations) if generation.error_class is None]
+    try:
+        runs = char_runs_many([generations[i].text or "" for i in clean],
+                              detectors.char_run_threshold)  # fmt: skip
+    except Exception:  # what the server sent is then judged row by row
+        return measured
+    for index, summary in zip(clean, runs, strict=True):
+        measured[index] = summary
+    return measured
+
+
 def score_generation(
     generation: Generation,
     detectors: DetectorConfig,
     store_text: str,
     max_tokens: int | None = None,
+    char_runs: CharRunSummary | None = None,
 ) -> None:
     """Score a row with every configured detector, fingerprint its text, and drop the text
     (and token ids) that `store_text` does not keep. `max_tokens` is the request's budget: the
-    detectors judge an output that the budget cut by what share of it a run fills."""
+    detectors judge an output that the budget cut by what share of it a run fills; `char_runs`,
+    the text's runs when its batch measured them (`detectors.char_runs_many`)."""
     text = generation.text or ""
     generation.text_sha256 = sha256_text(text)
     if generation.error_class is None:
         scores, details, flags = generation.scores, generation.details, generation.flags
         for name, (score, flagged, evidence) in score_text(
             text, generation.token_ids, generation.completion_tokens, detectors,
-            finish_reason=generation.finish_reason, max_tokens=max_tokens,
+            finish_reason=generation.finish_reason, max_tokens=max_tokens, char_runs=char_runs,
         ).items():  # fmt: skip
             scores[name] = score
             if evidence:
