@@ -55,7 +55,7 @@ def test_bench_client_prints_cpu_per_request_for_soakgate_the_bare_loop_and_h2lo
         "--modes", "nostream", "--concurrency", "8", "--before", str(BENCH.parent),
     )  # fmt: skip
     assert "CPU-ms/req" in out and "in-flight" in out
-    rows = [line.split() for line in out.splitlines() if line.split()[:1] in ([c] for c in clients)]
+    rows = [row for row in map(str.split, out.splitlines()) if row and row[0] in clients]
     assert [row[0] for row in rows] == clients
     assert all(float(row[1]) > 0 for row in rows)
     if "h2load" in clients:  # each client's cost over h2load's, round by round (the acceptance's)
