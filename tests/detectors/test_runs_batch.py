@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from soakgate.cli.main import main
 from soakgate.detectors import DetectorConfig, char_runs_many, score_text
-from soakgate.detectors.runs import BATCH_CHARACTERS, char_runs
+from soakgate.detectors.runs import BATCH_CHARACTERS, CROWDED_RUNS, char_runs
 from soakgate.load import record
 from soakgate.mockserver.process import MockProcess
 
@@ -30,12 +30,13 @@ _LONG_TEXTS = st.lists(st.one_of(_TEXTS, _RUNS), max_size=6).map("".join)
     st.lists(st.one_of(_TEXTS, _LONG_TEXTS), max_size=12),
     st.integers(1, 100),
     st.sampled_from([1, 7, 40, 300, BATCH_CHARACTERS]),
+    st.sampled_from([0, CROWDED_RUNS]),  # 0: measured in one array however crowded the runs
 )
 def test_a_batch_measures_what_each_text_measures_alone(
-    texts: list[str], min_length: int, chunk: int
+    texts: list[str], min_length: int, chunk: int, crowded: int
 ) -> None:
     alone = [char_runs(text, min_length) for text in texts]
-    assert char_runs_many(texts, min_length, chunk) == alone
+    assert char_runs_many(texts, min_length, chunk, crowded) == alone
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,8 @@ def test_a_batch_measures_what_each_text_measures_alone(
 )
 def test_runs_end_with_their_text(texts: list[str]) -> None:
     for min_length in (2, 3, 80):
-        assert char_runs_many(texts, min_length) == [char_runs(t, min_length) for t in texts]
+        alone = [char_runs(t, min_length) for t in texts]
+        assert char_runs_many(texts, min_length, crowded=0) == alone
 
 
 @pytest.mark.parametrize("batch_fails", [False, True])
@@ -92,3 +94,27 @@ def test_a_soaks_rows_are_scored_as_each_alone(
             name: d.evidence for name, d in alone.items() if d.evidence
         }
         assert (flags.split(",") if flags else []) == [n for n, d in alone.items() if d.flagged]
+
+
+def test_a_batch_crowded_with_short_runs_is_measured_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Texts made of pairs (`aabb...`, as a hostile server may send) would list a run for every
+    other character; such a chunk is measured text by text, whose searches do not."""
+    from soakgate.detectors import runs
+
+    alone: list[str] = []
+    measure = runs.char_runs
+
+    def counted(text: str, min_length: int) -> runs.CharRunSummary:
+        alone.append(text)
+        return measure(text, min_length)
+
+    monkeypatch.setattr(runs, "char_runs", counted)
+    pairs = ["aabb" * 500, "ccdd" * 500]
+    assert runs.char_runs_many(pairs, 80) == [measure(t, 80) for t in pairs]
+    assert alone == pairs
+    alone.clear()
+    ordinary = ["the quick brown fox jumps over the lazy dog, all week long"] * 2
+    assert runs.char_runs_many(ordinary, 80) == [measure(t, 80) for t in ordinary]
+    assert alone == []  # measured in one array

@@ -37,6 +37,10 @@ CharRunSummary = tuple[int, int, list[CharRun]]
 """What `char_runs` returns: the first longest run's length and start, and the long runs."""
 BATCH_CHARACTERS = 1 << 20
 """Characters `char_runs_many` measures in one array (~1-4 MB of code points)."""
+CROWDED_RUNS = 16
+"""A chunk where more than one character in this many repeats the one before (ordinary text:
+one in ~30-40, doubled letters) is measured one by one, whose searches do not list every run:
+a text of pairs (`aabbaabb...`) cost the batch ~30x per character of that."""
 
 
 def longest_ones(flat: bytes, cap: int | None = None) -> tuple[int, int]:
@@ -84,15 +88,18 @@ def char_runs(text: str, min_length: int) -> CharRunSummary:
 
 
 def char_runs_many(
-    texts: Sequence[str], min_length: int, chunk: int = BATCH_CHARACTERS
-) -> list[CharRunSummary]:
+    texts: Sequence[str], min_length: int, chunk: int = BATCH_CHARACTERS,
+    crowded: int = CROWDED_RUNS,
+) -> list[CharRunSummary]:  # fmt: skip
     """`[char_runs(text, min_length) for text in texts]`, a batch at a time: the texts' code
     points compared in one array, with the comparisons across two texts cleared, and every run
     of repeats listed once (ordinary text has a few short ones), then each text's first longest
-    taken by one sort. A batch of the soak's 64-token answers costs about 40 % of them one by
-    one (BENCHMARKS.md section 21). The texts are taken `chunk` characters at a time or more (a
-    text longer than that alone), so that a batch of long answers never holds more than a few
-    megabytes of arrays. `min_length` <= 1 is measured one by one."""
+    taken from its group of runs. A batch of the soak's 64-token answers costs about 40 % of
+    them one by one (BENCHMARKS.md section 21). The texts are taken `chunk` characters at a time
+    or more (a text longer than that alone), so that a batch of long answers never holds more
+    than a few megabytes of arrays; a chunk where more than one character in `crowded` repeats
+    the one before is measured one by one (`CROWDED_RUNS`). `min_length` <= 1 is measured one
+    by one."""
     if min_length <= 1:
         return [char_runs(text, min_length) for text in texts]
     summaries: list[CharRunSummary] = []
@@ -100,14 +107,14 @@ def char_runs_many(
     for index, text in enumerate(texts):
         size += len(text)
         if size >= chunk:
-            summaries += _joined_char_runs(texts[taken : index + 1], min_length)
+            summaries += _joined_char_runs(texts[taken : index + 1], min_length, crowded)
             taken, size = index + 1, 0
     if taken < len(texts):
-        summaries += _joined_char_runs(texts[taken:], min_length)
+        summaries += _joined_char_runs(texts[taken:], min_length, crowded)
     return summaries
 
 
-def _joined_char_runs(texts: Sequence[str], min_length: int) -> list[CharRunSummary]:
+def _joined_char_runs(texts: Sequence[str], min_length: int, crowded: int) -> list[CharRunSummary]:
     """`char_runs_many` of texts measured in one array (see there); texts of one character are
     measured one by one, as `char_runs` lists single characters there."""
     joined = "".join(texts)
@@ -121,14 +128,18 @@ def _joined_char_runs(texts: Sequence[str], min_length: int) -> list[CharRunSumm
     repeats = points[1:] == points[:-1]
     joins = ends[:-1]  # repeats[end - 1] compares a text's last character with the next's first
     repeats[joins[(joins > 0) & (joins < points.shape[0])] - 1] = False
+    if np.count_nonzero(repeats) * crowded > points.shape[0]:  # e.g. pairs: one by one
+        return [char_runs(text, min_length) for text in texts]
     starts, counts = true_runs(repeats)
-    owners = np.searchsorted(ends, starts, side="right")
-    order = np.lexsort((starts, -counts, owners))  # by text, longest first, earliest first
-    first = np.ones(order.shape[0], dtype=np.bool_)
-    first[1:] = owners[order[1:]] != owners[order[:-1]]
-    best = order[first]
-    pairs = zip(counts[best].tolist(), starts[best].tolist(), strict=True)
-    longest = dict(zip(owners[best].tolist(), pairs, strict=True))
+    owners = np.searchsorted(ends, starts, side="right")  # nondecreasing: runs are in order
+    longest: dict[int, tuple[int, int]] = {}
+    if owners.shape[0]:  # each text's runs are a group; its first longest is the first top
+        groups = np.flatnonzero(np.concatenate(([True], owners[1:] != owners[:-1])))
+        sizes = np.diff(np.append(groups, owners.shape[0]))
+        tops = np.flatnonzero(counts == np.repeat(np.maximum.reduceat(counts, groups), sizes))
+        best = tops[np.concatenate(([True], owners[tops[1:]] != owners[tops[:-1]]))]
+        pairs = zip(counts[best].tolist(), starts[best].tolist(), strict=True)
+        longest = dict(zip(owners[best].tolist(), pairs, strict=True))
     offsets = (ends - lengths).tolist()
     long_runs: dict[int, list[CharRun]] = {}
     kept = counts >= min_length - 1
