@@ -19,6 +19,16 @@ samples, and flags every clean holdout and corrupted generation with soakgate's 
   bench's own code, before the fourth set's tokens were drawn (commit 1954c5a); then moved into
   soakgate with the same figures.
 
+- `normal` (2026-12-08, not shipped): beside the candidate's scores, the generation's *normal
+  score z* under the sampling distribution, sum over tokens of nz / sqrt(sum of nv)
+  (`bench_reference_tokens.normal_scores`: each token's probability-integral transform, the
+  tokens laid out from most to least likely, through the normal quantile; mean 0 and variance nv
+  exactly at every position under the reference). Unlike the soak z, a token far down a long tail
+  weighs at most ~5 standard deviations and a near-certain position nothing, so it is judged with
+  and without a nucleus. All the scores calibrated together by one common rank ((E(k) + 4) /
+  (n + 1) <= the rate with a nucleus, + 3 without). Written with issue 28's fifth held-out set
+  and committed before any normal score was drawn: its figures on every set are first runs.
+
 Where the files hold them (`--ratios`, top_p 1.0), a held-out control's row also shows what its
 likelihood ratio flags, calibrated at the same rate on the clean calibration samples: the
 Neyman-Pearson test that knows the corruption, the ceiling for any score. Controls in
@@ -61,10 +71,12 @@ from soakgate.stats.rates import clopper_pearson  # noqa: E402
 
 RATE = [0.001]
 HELD_OUT_SETS = (("heldout", "held out"), ("heldout2", "held out 2"), ("heldout3", "held out 3"),
-                 ("heldout4", "held out 4"))  # fmt: skip
+                 ("heldout4", "held out 4"), ("heldout5", "held out 5"))  # fmt: skip
 """(file stem, row label) of each held-out set `bench_reference_tokens.py` writes."""
 
 
+NORMAL: dict[str, Any] = {}
+"""group -> each generation's normal score z, where the files hold `nz` and `nv`."""
 LLR: dict[str, dict[str, Any]] = {}
 """group -> control -> each generation's log-likelihood ratio of the control's model to the clean
 one, where `bench_reference_tokens.py --ratios` stored them."""
@@ -86,6 +98,10 @@ def load(stem: Path) -> dict[str, list[list[TokenScore]]]:
     groups = {}
     for name, fields in arrays.items():
         offsets = fields["offsets"].astype(int)
+        if "nz" in fields:
+            starts = offsets[:-1]
+            spread = np.sqrt(np.maximum(np.add.reduceat(fields["nv"], starts), 1e-6))
+            NORMAL[name] = np.add.reduceat(fields["nz"], starts) / spread
         lp, h, ls, m, w = (fields[f].tolist() for f in ("lp", "h", "ls", "m", "w"))
         groups[name] = [
             [TokenScore(i - a, None, lp[i], None, "", h[i], (-ls[i], m[i], w[i]))
@@ -106,6 +122,47 @@ def flagged(rows: list[list[TokenScore]], made: Calibration) -> int:
                  whole_score=made.whole_score, token_z_threshold=made.token_z_threshold)[1]
         for tokens in rows
     )  # fmt: skip
+
+
+def normal_rule(calibration: list[list[TokenScore]], nucleus: bool) -> list[float] | None:
+    """The `normal` column's thresholds (worst token, soak z, [token z,] normal z): each
+    score's order statistic at one common rank, or None where the files hold no normal score."""
+    from soakgate.reference.calibrate import joint_rank
+
+    scores = normal_scores(calibration, "calibration", nucleus)
+    if scores is None:
+        return None
+    found = joint_rank(scores[0], scores[1], RATE[0], *scores[2:])
+    if found is None:
+        return None
+    rank = found[0]
+    return [sorted(column)[rank - 1] for column in scores]
+
+
+def normal_scores(
+    rows: list[list[TokenScore]], name: str, nucleus: bool
+) -> list[list[float]] | None:
+    """Per score of the `normal` column, each generation's value (None: no normal score)."""
+    if name not in NORMAL:
+        return None
+    columns = [[max_surprisal(t) for t in rows], [whole_z(t) or 0.0 for t in rows]]
+    if nucleus:
+        columns.append([token_z(t) or 0.0 for t in rows])
+    columns.append([float(z) for z in NORMAL[name]])
+    return columns
+
+
+def normal_flagged(rows: list[list[TokenScore]], name: str, nucleus: bool,
+                   cuts: list[float] | None) -> int | None:  # fmt: skip
+    """Generations the `normal` column flags (None: no normal score)."""
+    columns = normal_scores(rows, name, nucleus)
+    if columns is None or cuts is None:
+        return None
+    hits = [
+        any(v > cut for v, cut in zip(values, cuts, strict=True))
+        for values in zip(*columns, strict=True)
+    ]
+    return sum(hits)
 
 
 def parse_cost(rounds: int = 200) -> None:
@@ -155,6 +212,7 @@ def main() -> None:
     for ref in stems:
         top_p = ref.name[len("tuning-p") : -len("-ref.npz")]
         LLR.clear()
+        NORMAL.clear()
         groups = load(args.dir / f"tuning-p{top_p}")
         calibration = groups.pop("calibration")
         worst = [max_surprisal(t) for t in calibration]
@@ -171,8 +229,14 @@ def main() -> None:
               f"{before.typical_threshold:.4f}; after: worst token > {after.threshold:.3f} or "
               f"soak z > {after.typical_threshold:.3f}; candidate: worst token > {cuts[0]:.3f}, "
               f"soak z > {cuts[1]:.3f} or token z > {cuts[2] or math.inf:.3f}")  # fmt: skip
+        normal_cuts = normal_rule(calibration, nucleus)
+        if normal_cuts is None and "calibration" in NORMAL:
+            print(f"  normal: no common rank holds the rate with {len(calibration):,} samples")
+        if normal_cuts is not None:
+            print(f"  normal: thresholds {', '.join(f'{c:.3f}' for c in normal_cuts)} (worst "
+                  f"token, soak z, {'token z, ' if nucleus else ''}normal z)")  # fmt: skip
         header = (f"{'before (worst + typicality)':<29} {'after (worst + soak z)':<29} "
-                  "candidate (+ token z)")  # fmt: skip
+                  f"{'candidate (+ token z)':<29} normal (+ normal z)")  # fmt: skip
         print(f"  {'generations':<16} {'':<9} {header}")
         rows = [("tuning", "clean holdout" if n == "holdout" else n, g) for n, g in groups.items()]
         for stem, kind in HELD_OUT_SETS:
@@ -186,7 +250,9 @@ def main() -> None:
             n = len(generations)
             line = (f"  {name:<16} {kind:<10} {_share(flagged(generations, before), n):<29} "
                     f"{_share(flagged(generations, after), n):<29} "
-                    f"{_share(flagged(generations, shipped), n)}")  # fmt: skip
+                    f"{_share(flagged(generations, shipped), n):<29} ")  # fmt: skip
+            normal = normal_flagged(generations, name, nucleus, normal_cuts)
+            line += "" if normal is None else _share(normal, n)
             ceiling = LLR.get("calibration", {}).get(name)
             if ceiling is not None and name in LLR.get(name, {}):
                 cut = calibrate(list(ceiling), RATE[0]).threshold

@@ -37,6 +37,18 @@ verdict was frozen and run once (2026-12-07), of kinds none of the others is:
 - `flaky-attn`: layer 3's attention output lost on a random quarter of the forward passes (a
   kernel dropped intermittently, as the compiled graph of the issue did); no likelihood ratio.
 
+A fifth held-out set (`--held-out-5`, file `heldout5-*`), written together with a fourth
+per-generation score (`nz`, `nv` below; `bench_reference_soak.py`'s `normal` column), both
+committed before any of their values were drawn:
+
+- `embed-int4`: every embedding row rounded to 4 bits (a quantized embedding table), every step;
+- `vocab-bias`: a fixed random sixteenth of the vocabulary's logits lowered by 1.0 (a bias or
+  lm_head row loaded wrong for part of the vocabulary), every step;
+- `norm-ripple`: every layer's input RMSNorm output times (1 + 0.2 sin(channel)) (a norm weight
+  read with the wrong stride), every step;
+- `q-scale-late`: every layer's queries x 1.15 from the answer's 33rd token on (a kernel whose
+  attention scale goes wrong past a length), only late.
+
 A fourth held-out set (`--held-out-4`, file `heldout4-*`), written after the third set's run,
 together with a candidate per-generation rule (`bench_reference_soak.py`'s third column), both
 committed before its tokens were drawn:
@@ -57,7 +69,10 @@ at that position, and `tail`, the probability of a token less likely than it; an
 sampling distribution sees it (temperature 0.8, the nucleus; `soakgate.reference.soak`, the
 shipped computation): `ls` (minus the tempered surprisal), `m` and `w` (its mean and variance
 under the sampling distribution), and `lq`, the token's log-probability under the sampling
-distribution itself (minus infinity outside the nucleus, stored as -60).
+distribution itself (minus infinity outside the nucleus, stored as -60); `nz`, the token's
+expected normal score under the sampling distribution (its probability-integral transform, the
+tokens laid out from most to least likely, mapped through the normal quantile and averaged over
+the token's own slice), and `nv`, that score's variance at the position (`normal_scores`).
 Arrays are flat float16 over tokens with `offsets` per generation, one group per name.
 
 Run: python bench/bench_reference_tokens.py --device cuda --batch 128 --out DIR
@@ -94,7 +109,15 @@ PENALTY = 1.1
 """Controls whose likelihood ratio is that of one random draw: not computed."""
 ROPE_GAP = 4
 FLAKY_SHARE = 0.25
-FIELDS = ("lp", "h", "v", "tail", "ls", "m", "w", "lq")
+HELD_OUT_5 = ("embed-int4", "vocab-bias", "norm-ripple", "q-scale-late")
+EMBED_BITS_MAX = 7.0
+VOCAB_SHARE, VOCAB_BIAS = 16, 1.0
+RIPPLE = 0.2
+LATE_Q, LATE_Q_FROM = 1.15, 32
+FIELDS = ("lp", "h", "v", "tail", "ls", "m", "w", "lq", "nz", "nv")
+NZ_OUTSIDE = 8.0
+"""The normal score stored for a token the sampling distribution cannot draw (outside the
+nucleus): above any a drawable token gets (the largest is about 5.3 at float32's mass)."""
 FLOOR = -60.0
 """Log-probabilities below this (a token outside the nucleus: minus infinity) are stored as this."""
 
@@ -212,6 +235,7 @@ class Candidate(typical.Candidate):
             return shifted
 
         layers[STALE_LAYER].self_attn.v_proj.register_forward_hook(stale)
+        self._fifth_set(layers)
 
         def half(module: Any, args: Any) -> Any:
             if self.mode != "mlp-half":
@@ -242,6 +266,42 @@ class Candidate(typical.Candidate):
 
         self.model.lm_head.register_forward_hook(self._hook("repeat-penalty", penalty))
 
+    def _fifth_set(self, layers: Any) -> None:
+        """The hooks of `HELD_OUT_5` (written with the normal-score candidate, before either
+        was run)."""
+        torch = self.torch
+
+        def embed_int4(out: Any) -> Any:  # each embedding row rounded to 4 bits
+            scale = out.abs().amax(-1, keepdim=True).clamp_min(1e-8) / EMBED_BITS_MAX
+            return (out / scale).round().clamp(-8, 7) * scale
+
+        self.model.model.embed_tokens.register_forward_hook(self._hook("embed-int4", embed_int4))
+        vocab = self.model.lm_head.out_features
+        picked = torch.Generator(device="cpu").manual_seed(2808)
+        chosen = torch.randperm(vocab, generator=picked, device="cpu")[: vocab // VOCAB_SHARE]
+        bias = torch.zeros(vocab, device="cpu")
+        bias[chosen] = -VOCAB_BIAS
+        bias = bias.to(torch.get_default_device())
+        self.model.lm_head.register_forward_hook(
+            self._hook("vocab-bias", lambda out: out + bias.to(out.dtype))
+        )
+
+        def ripple_for(out: Any) -> Any:
+            channels = torch.arange(out.shape[-1], device=out.device, dtype=out.dtype)
+            return out * (1.0 + RIPPLE * torch.sin(channels))
+
+        for layer in layers:
+            layer.input_layernorm.register_forward_hook(self._hook("norm-ripple", ripple_for))
+
+        def late_q(module: Any, inputs: Any, out: Any) -> Any:
+            if self.mode != "q-scale-late":
+                return None
+            late = self.positions.to(out.device) >= self.prompt_length + LATE_Q_FROM
+            return torch.where(late[None, :, None], out * LATE_Q, out)
+
+        for layer in layers:
+            layer.self_attn.q_proj.register_forward_hook(late_q)
+
 
 def _stats(torch: Any, logp: Any, targets: Any) -> list[Any]:
     """(lp, h, v, tail) of each target under the distributions `logp` (rows: positions)."""
@@ -252,6 +312,34 @@ def _stats(torch: Any, logp: Any, targets: Any) -> list[Any]:
     v = (p * safe * safe).sum(1) - h * h
     tail = (p * (safe < chosen[:, None])).sum(1)
     return [chosen, h, v.clamp_min(0.0), tail]
+
+
+def normal_scores(torch: Any, q: Any, targets: Any) -> tuple[Any, Any]:
+    """(nz, nv) of each target under the sampling distributions `q` (rows: positions): the
+    token's expected normal score E[Phi^-1(U) | token], U uniform on the token's slice [a, a +
+    q] of the unit interval when tokens are laid out from the most to the least likely (a: the
+    mass of the tokens before it), and its variance at that position, sum over tokens of q x
+    score^2. Under the sampling distribution a drawn token's score has mean 0 and variance nv
+    (exactly), so a generation's sum over its tokens divided by the root of the sum of nv is
+    standardized whatever the positions' shapes; an unlikely token scores high (at most ~5.3),
+    a token at a near-certain position ~0. A token outside the nucleus gets NZ_OUTSIDE."""
+    ordered, index = q.sort(-1, descending=True)
+    after = ordered.cumsum(-1).clamp(0.0, 1.0)
+    before = (after - ordered).clamp(0.0, 1.0)
+    normal = torch.distributions.Normal(0.0, 1.0)
+    tiny = 1e-7
+
+    def density_at(mass: Any) -> Any:  # phi(Phi^-1(mass)), 0 at both ends
+        z = normal.icdf(mass.clamp(tiny, 1.0 - tiny))
+        return torch.where((mass <= tiny) | (mass >= 1.0 - tiny), 0.0, normal.log_prob(z).exp())
+
+    score = (density_at(before) - density_at(after)) / ordered.clamp_min(1e-30)
+    score = torch.where(ordered > 0.0, score, 0.0)
+    nv = (ordered * score * score).sum(-1)
+    where = torch.argsort(index, -1).gather(1, targets[:, None])[:, 0]
+    nz = score.gather(1, where[:, None])[:, 0]
+    inside = q.gather(1, targets[:, None])[:, 0] > 0.0
+    return torch.where(inside, nz, NZ_OUTSIDE), nv
 
 
 def token_stats(candidate: Candidate, prompt_ids: list[int], generated: list[list[int]],
@@ -271,7 +359,8 @@ def token_stats(candidate: Candidate, prompt_ids: list[int], generated: list[lis
         own, mean, variance = soak_stats_torch(torch, row, targets, sampling)
         sampled = benchlib.nucleus(torch, row, top_p, typical.TEMPERATURE)
         lq = sampled.log().clamp_min(FLOOR).gather(1, targets[:, None])[:, 0]
-        out.append([t.tolist() for t in (*plain, -own, mean, variance, lq)])
+        nz, nv = normal_scores(torch, sampled, targets)
+        out.append([t.tolist() for t in (*plain, -own, mean, variance, lq, nz, nv)])
     return out
 
 
@@ -341,6 +430,7 @@ def main() -> None:
     parser.add_argument("--held-out-2", nargs="*", default=list(HELD_OUT_2), choices=HELD_OUT_2)
     parser.add_argument("--held-out-3", nargs="*", default=list(HELD_OUT_3), choices=HELD_OUT_3)
     parser.add_argument("--held-out-4", nargs="*", default=list(HELD_OUT_4), choices=HELD_OUT_4)
+    parser.add_argument("--held-out-5", nargs="*", default=list(HELD_OUT_5), choices=HELD_OUT_5)
     parser.add_argument(
         "--ratios", action="store_true", help="top_p 1.0: held-out controls' likelihood ratios"
     )
@@ -363,7 +453,8 @@ def main() -> None:
         began = time.perf_counter()
         # the Neyman-Pearson ceiling of each held-out control, without a nucleus (as
         # bench_reference_typical computes it for the others)
-        chosen_ratios = (*args.held_out, *args.held_out_2, *args.held_out_3, *args.held_out_4)
+        chosen_ratios = (*args.held_out, *args.held_out_2, *args.held_out_3, *args.held_out_4,
+                         *args.held_out_5)  # fmt: skip
         ratios = chosen_ratios if args.ratios and top_p >= 1.0 else ()
         ratios = tuple(r for r in ratios if r not in NO_RATIO)
         found: dict[str, dict[str, list[float]]] = {}
@@ -381,7 +472,8 @@ def main() -> None:
         sets = (("heldout", HELD_OUT, args.held_out, 40),
                 ("heldout2", HELD_OUT_2, args.held_out_2, 60),
                 ("heldout3", HELD_OUT_3, args.held_out_3, 80),
-                ("heldout4", HELD_OUT_4, args.held_out_4, 100))  # fmt: skip
+                ("heldout4", HELD_OUT_4, args.held_out_4, 100),
+                ("heldout5", HELD_OUT_5, args.held_out_5, 120))  # fmt: skip
         held: dict[str, dict[str, Rows]] = {}
         for stem, names, chosen, seed in sets:
             group = held[stem] = {}

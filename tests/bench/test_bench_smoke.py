@@ -313,41 +313,53 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
               "--max-tokens", "8", "--ratios", "--out", str(tmp_path), timeout_s=600)  # fmt: skip
     assert {p.name for p in tmp_path.iterdir()} == {
         f"{kind}-p1.0-{part}.npz"
-        for kind in ("tuning", "heldout", "heldout2", "heldout3", "heldout4")
+        for kind in ("tuning", "heldout", "heldout2", "heldout3", "heldout4", "heldout5")
         for part in ("ref", "soak")
     }  # fmt: skip
     import numpy as np
 
     third = ("rope-gap", "swapped-heads", "hardswish")
     fourth = ("stale-kv", "mlp-half", "softcap")
+    fifth = ("embed-int4", "vocab-bias", "norm-ripple", "q-scale-late")
     for stem, names, unrated in (("heldout3", third, "flaky-attn"),
-                                 ("heldout4", fourth, "repeat-penalty")):  # fmt: skip
+                                 ("heldout4", fourth, "repeat-penalty"),
+                                 ("heldout5", fifth[:3], None)):  # fmt: skip
         with np.load(tmp_path / f"{stem}-p1.0-ref.npz") as stored:
             # each deterministic control of the set changes the model: its generations'
             # likelihood ratio to the clean model is not zero (a hook that never fires would be)
             for name in names:
                 assert np.abs(stored[f"{name}/llr-{name}"]).max() > 1e-3, name
-            assert f"{unrated}/llr-{unrated}" not in stored.files  # no ratio for these
-    out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
+            if unrated:
+                assert f"{unrated}/llr-{unrated}" not in stored.files  # no ratio for these
+    with np.load(tmp_path / "tuning-p1.0-soak.npz") as stored:
+        # the normal scores: a token's nv is its position's variance (in [0, 1]), nz bounded
+        assert 0.0 <= stored["calibration/nv"].min() and stored["calibration/nv"].max() <= 1.001
+        assert np.abs(stored["calibration/nz"]).max() <= 8.0
+    # at 0.1 on 40 samples every rule has a common rank ((E + 3) / 41 <= 0.1 for three scores)
+    out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.1", "--unit-reps",
                     "3", "--unit-size", "20")  # fmt: skip
     assert "after: worst token >" in out and "soak z >" in out, out
     rows = {line.split()[0]: line for line in out.splitlines() if line.count("% [") >= 2}
     second = {"lost-head", "kv-int4", "logit-sharp", "resid-noise"}
     unrated = ("flaky-attn", "repeat-penalty")
-    assert set(rows) == {"clean", "lost-mlp", "wrong-norm", *second, *third, *fourth, *unrated}
+    assert set(rows) == {
+        "clean", "lost-mlp", "wrong-norm", *second, *third, *fourth, *fifth, *unrated
+    }  # fmt: skip
     assert "held out" in rows["wrong-norm"] and "tuning" in rows["lost-mlp"], out
     assert all("held out 2" in rows[name] for name in second), out
     assert all("held out 3" in rows[name] for name in (*third, "flaky-attn")), out
     assert all("held out 4" in rows[name] for name in (*fourth, "repeat-penalty")), out
-    # three rules per row (before, after, the candidate), and the held-out controls' likelihood
-    # ratio (--ratios): the ceiling beside them
-    for name in ("wrong-norm", *second, *third, *fourth):
-        assert rows[name].count("% [") == 4 and "likelihood ratio" in rows[name], out
-    assert all(rows[name].count("% [") == 3 for name in unrated), out
+    assert all("held out 5" in rows[name] for name in fifth), out
+    # four rules per row (before, after, the candidate, normal), and the held-out controls'
+    # likelihood ratio (--ratios): the ceiling beside them
+    for name in ("wrong-norm", *second, *third, *fourth, *fifth):
+        assert rows[name].count("% [") == 5 and "likelihood ratio" in rows[name], out
+    assert all(rows[name].count("% [") == 4 for name in unrated), out
+    assert "normal: thresholds" in out and "normal z)" in out, out
     assert "candidate: worst token >" in out and "token z > inf" in out, out  # no nucleus here
     assert "unit level: 3 units of 20 scored generations" in out, out
     units = [line for line in out.splitlines() if line.count(" ± ") == 3]
-    assert len(units) == 15 and "SHIFTED: soak z (shipped)" in out, out
+    assert len(units) == 19 and "SHIFTED: soak z (shipped)" in out, out
     only = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.05", "--unit-reps",
                      "2", "--unit-size", "20", "--groups", "held out 3")  # fmt: skip
     kept = {line.split()[0] for line in only.splitlines() if line.count("% [") >= 2}
