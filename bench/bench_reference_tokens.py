@@ -83,6 +83,7 @@ Needs torch and transformers.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -115,9 +116,6 @@ VOCAB_SHARE, VOCAB_BIAS = 16, 1.0
 RIPPLE = 0.2
 LATE_Q, LATE_Q_FROM = 1.15, 32
 FIELDS = ("lp", "h", "v", "tail", "ls", "m", "w", "lq", "nz", "nv")
-NZ_OUTSIDE = 8.0
-"""The normal score stored for a token the sampling distribution cannot draw (outside the
-nucleus): above any a drawable token gets (the largest is about 5.3 at float32's mass)."""
 FLOOR = -60.0
 """Log-probabilities below this (a token outside the nucleus: minus infinity) are stored as this."""
 
@@ -321,25 +319,33 @@ def normal_scores(torch: Any, q: Any, targets: Any) -> tuple[Any, Any]:
     mass of the tokens before it), and its variance at that position, sum over tokens of q x
     score^2. Under the sampling distribution a drawn token's score has mean 0 and variance nv
     (exactly), so a generation's sum over its tokens divided by the root of the sum of nv is
-    standardized whatever the positions' shapes; an unlikely token scores high (at most ~5.3),
-    a token at a near-certain position ~0. A token outside the nucleus gets NZ_OUTSIDE."""
-    ordered, index = q.sort(-1, descending=True)
-    after = ordered.cumsum(-1).clamp(0.0, 1.0)
-    before = (after - ordered).clamp(0.0, 1.0)
-    normal = torch.distributions.Normal(0.0, 1.0)
-    tiny = 1e-7
+    standardized whatever the positions' shapes; an unlikely token scores high (~5 for a slice
+    of mass 1e-6 at the end, ~8 for 1e-15), a token at a near-certain position ~0. A token
+    outside the nucleus gets the score of the nucleus's least likely token (as the soak z
+    judges such a token by its tempered surprisal: a reference whose numbers differ a little
+    from the server's finds tokens just past the edge in clean generations)."""
+    ordered, index = q.double().sort(-1, descending=True)
+    # the integral of Phi^-1 over [a, b] is g(a) - g(b), g = phi(Phi^-1(.)) = g(1 - .): each end
+    # taken as the smaller of the mass before and after it, the head's from the front, the tail's
+    # from the back (1 - a cumulative sum would lose a tail's small masses); float64 throughout
+    front = ordered.cumsum(-1)
+    back = ordered.flip(-1).cumsum(-1).flip(-1)  # mass of this token and every unlikelier one
+    start = torch.minimum(front - ordered, back)
+    end = torch.minimum(front, back - ordered)
+    tiny = 1e-300
 
-    def density_at(mass: Any) -> Any:  # phi(Phi^-1(mass)), 0 at both ends
-        z = normal.icdf(mass.clamp(tiny, 1.0 - tiny))
-        return torch.where((mass <= tiny) | (mass >= 1.0 - tiny), 0.0, normal.log_prob(z).exp())
+    def density_at(mass: Any) -> Any:  # g(mass), mass <= 1/2; 0 at an end of the interval
+        z = torch.special.ndtri(mass.clamp(tiny, 0.5))  # exact in the tail, where erfinv is not
+        return torch.where(mass <= tiny, 0.0, torch.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi))
 
-    score = (density_at(before) - density_at(after)) / ordered.clamp_min(1e-30)
+    score = (density_at(start) - density_at(end)) / ordered.clamp_min(tiny)
     score = torch.where(ordered > 0.0, score, 0.0)
     nv = (ordered * score * score).sum(-1)
     where = torch.argsort(index, -1).gather(1, targets[:, None])[:, 0]
     nz = score.gather(1, where[:, None])[:, 0]
     inside = q.gather(1, targets[:, None])[:, 0] > 0.0
-    return torch.where(inside, nz, NZ_OUTSIDE), nv
+    edge = torch.where(ordered > 0.0, score, -math.inf).amax(-1)  # the nucleus's last token's
+    return torch.where(inside, nz, edge).float(), nv.float()
 
 
 def token_stats(candidate: Candidate, prompt_ids: list[int], generated: list[list[int]],

@@ -332,9 +332,11 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
             if unrated:
                 assert f"{unrated}/llr-{unrated}" not in stored.files  # no ratio for these
     with np.load(tmp_path / "tuning-p1.0-soak.npz") as stored:
-        # the normal scores: a token's nv is its position's variance (in [0, 1]), nz bounded
-        assert 0.0 <= stored["calibration/nv"].min() and stored["calibration/nv"].max() <= 1.001
-        assert np.abs(stored["calibration/nz"]).max() <= 8.0
+        # the normal scores: a token's nv is its position's variance (in [0, 1]); nz finite
+        # (a slice of mass 1e-300 would score ~37)
+        nv, nz = stored["calibration/nv"], stored["calibration/nz"]
+        assert nv.min() >= 0.0 and nv.max() <= 1.001 and np.isfinite(nz).all()
+        assert np.abs(nz).max() <= 40.0
     # at 0.1 on 40 samples every rule has a common rank ((E + 3) / 41 <= 0.1 for three scores)
     out = run_bench("bench_reference_soak.py", str(tmp_path), "--rate", "0.1", "--unit-reps",
                     "3", "--unit-size", "20")  # fmt: skip
