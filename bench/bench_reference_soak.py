@@ -251,7 +251,8 @@ def main() -> None:
             line = (f"  {name:<16} {kind:<10} {_share(flagged(generations, before), n):<29} "
                     f"{_share(flagged(generations, after), n):<29} "
                     f"{_share(flagged(generations, shipped), n):<29} ")  # fmt: skip
-            normal = normal_flagged(generations, name, nucleus, normal_cuts)
+            group = "holdout" if name == "clean holdout" else name
+            normal = normal_flagged(generations, group, nucleus, normal_cuts)
             line += "" if normal is None else _share(normal, n)
             ceiling = LLR.get("calibration", {}).get(name)
             if ceiling is not None and name in LLR.get(name, {}):

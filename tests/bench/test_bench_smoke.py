@@ -358,6 +358,7 @@ def test_bench_reference_tokens_and_soak_flag_a_control_before_and_after(tmp_pat
         assert rows[name].count("% [") == 5 and "likelihood ratio" in rows[name], out
     assert all(rows[name].count("% [") == 4 for name in unrated), out
     assert "normal: thresholds" in out and "normal z)" in out, out
+    assert rows["clean"].count("% [") == 4, out  # the clean holdout judged by every rule
     assert "candidate: worst token >" in out and "token z > inf" in out, out  # no nucleus here
     assert "unit level: 3 units of 20 scored generations" in out, out
     units = [line for line in out.splitlines() if line.count(" ± ") == 3]
