@@ -24,10 +24,12 @@ samples, and flags every clean holdout and corrupted generation with soakgate's 
   (`bench_reference_tokens.normal_scores`: each token's probability-integral transform, the
   tokens laid out from most to least likely, through the normal quantile; mean 0 and variance nv
   exactly at every position under the reference). Unlike the soak z, a token far down a long tail
-  weighs at most ~5 standard deviations and a near-certain position nothing, so it is judged with
-  and without a nucleus. All the scores calibrated together by one common rank ((E(k) + 4) /
-  (n + 1) <= the rate with a nucleus, + 3 without). Written with issue 28's fifth held-out set
-  and committed before any normal score was drawn: its figures on every set are first runs.
+  weighs a few standard deviations (~5 for a slice of mass 1e-6 at the end) and a near-certain
+  position nothing, so it is judged with and without a nucleus. All the scores calibrated
+  together by one common rank ((E(k) + 4) / (n + 1) <= the rate with a nucleus, + 3 without).
+  Written with issue 28's fifth held-out set and committed before any normal score was drawn;
+  its first run (BENCHMARKS.md section 17): +0 to +1.5 points with a nucleus, -0.2 to -5.3
+  without, on every set. A measured dead end, kept so that the figures can be printed again.
 
 Where the files hold them (`--ratios`, top_p 1.0), a held-out control's row also shows what its
 likelihood ratio flags, calibrated at the same rate on the clean calibration samples: the
