@@ -126,14 +126,11 @@ def flagged(rows: list[list[TokenScore]], made: Calibration) -> int:
     )  # fmt: skip
 
 
-def normal_rule(calibration: list[list[TokenScore]], nucleus: bool) -> list[float] | None:
-    """The `normal` column's thresholds (worst token, soak z, [token z,] normal z): each
-    score's order statistic at one common rank, or None where the files hold no normal score."""
+def normal_rule(scores: list[list[float]]) -> list[float] | None:
+    """The `normal` column's thresholds from the calibration's scores (worst token, soak z,
+    [token z,] normal z): each score's order statistic at one common rank, or None."""
     from soakgate.reference.calibrate import joint_rank
 
-    scores = normal_scores(calibration, "calibration", nucleus)
-    if scores is None:
-        return None
     found = joint_rank(scores[0], scores[1], RATE[0], *scores[2:])
     if found is None:
         return None
@@ -223,15 +220,19 @@ def main() -> None:
         before = calibrate(worst, RATE[0], (), typicals)
         after = calibrate(worst, RATE[0], (), typicals, zs)
         nucleus = float(top_p) < 1.0  # the worst standardized token is judged under one
-        shipped = calibrate(worst, RATE[0], (), typicals, zs,
-                            [token_z(t) for t in calibration] if nucleus else ())  # fmt: skip
+        token_zs = [token_z(t) for t in calibration] if nucleus else []
+        shipped = calibrate(worst, RATE[0], (), typicals, zs, token_zs)
         cuts = [shipped.threshold, shipped.typical_threshold, shipped.token_z_threshold]
         print(f"top_p {top_p}: calibration {len(calibration):,} clean samples, rate {RATE[0]}; "
               f"before: worst token > {before.threshold:.3f} or typicality > "
               f"{before.typical_threshold:.4f}; after: worst token > {after.threshold:.3f} or "
               f"soak z > {after.typical_threshold:.3f}; candidate: worst token > {cuts[0]:.3f}, "
               f"soak z > {cuts[1]:.3f} or token z > {cuts[2] or math.inf:.3f}")  # fmt: skip
-        normal_cuts = normal_rule(calibration, nucleus)
+        normal_cuts = None
+        if "calibration" in NORMAL:  # the calibration's scores as `normal_scores` lists them
+            extra = [[z or 0.0 for z in token_zs]] if nucleus else []
+            normal_cuts = normal_rule([worst, [z or 0.0 for z in zs], *extra,
+                                       [float(z) for z in NORMAL["calibration"]]])  # fmt: skip
         if normal_cuts is None and "calibration" in NORMAL:
             print(f"  normal: no common rank holds the rate with {len(calibration):,} samples")
         if normal_cuts is not None:

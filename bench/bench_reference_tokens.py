@@ -341,8 +341,7 @@ def normal_scores(torch: Any, q: Any, targets: Any) -> tuple[Any, Any]:
     score = (density_at(start) - density_at(end)) / ordered.clamp_min(tiny)
     score = torch.where(ordered > 0.0, score, 0.0)
     nv = (ordered * score * score).sum(-1)
-    where = torch.argsort(index, -1).gather(1, targets[:, None])[:, 0]
-    nz = score.gather(1, where[:, None])[:, 0]
+    nz = torch.zeros_like(score).scatter(-1, index, score).gather(1, targets[:, None])[:, 0]
     inside = q.gather(1, targets[:, None])[:, 0] > 0.0
     edge = torch.where(ordered > 0.0, score, -math.inf).amax(-1)  # the nucleus's last token's
     return torch.where(inside, nz, edge).float(), nv.float()
