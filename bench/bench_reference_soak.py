@@ -28,7 +28,7 @@ samples, and flags every clean holdout and corrupted generation with soakgate's 
   position nothing, so it is judged with and without a nucleus. All the scores calibrated
   together by one common rank ((E(k) + 4) / (n + 1) <= the rate with a nucleus, + 3 without).
   Written with issue 28's fifth held-out set and committed before any normal score was drawn;
-  its first run (BENCHMARKS.md section 17): +0 to +1.5 points with a nucleus, -0.2 to -5.3
+  its first run (BENCHMARKS.md section 17): +0 to +1.5 points with a nucleus, 0 to -5.3
   without, on every set. A measured dead end, kept so that the figures can be printed again.
 
 Where the files hold them (`--ratios`, top_p 1.0), a held-out control's row also shows what its
